@@ -1,0 +1,313 @@
+//! Error codes of the HTTP surface and the typed errors SDK callers see.
+//!
+//! Every service answers errors as [`ErrorBody`] `{"code","message"}`. [`ErrorCode`] fixes
+//! the HTTP status of each code; [`LockError::from_wire`] turns an answer back into a typed
+//! error with a retry verdict (`docs/contracts/C2-rust-api.md`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{FencingToken, LockKey};
+
+/// The JSON error body of every service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable detail; names the offending field for `INVALID_ARGUMENT`.
+    pub message: String,
+}
+
+/// Every error code any service answers, with a fixed HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// 400: the request is malformed or a field is out of range.
+    InvalidArgument,
+    /// 401: a credential is required and missing or wrong.
+    Unauthenticated,
+    /// 403: the operation is disabled (e.g. no admin credential configured).
+    Forbidden,
+    /// 404: no such route.
+    NotFound,
+    /// 405: the route exists but not with this method.
+    MethodNotAllowed,
+    /// 408: the request took longer than the server's budget.
+    Timeout,
+    /// 413: the body is larger than the service accepts.
+    PayloadTooLarge,
+    /// 415: the body is not `application/json`.
+    UnsupportedMediaType,
+    /// 404: the session does not exist (never did, or was reaped).
+    SessionUnknown,
+    /// 410: the session exists but has expired.
+    SessionExpired,
+    /// 409: another session holds the lock.
+    LockHeld,
+    /// 409: the grant being renewed is no longer live.
+    LockLost,
+    /// 404: nobody holds the lock.
+    LockNotHeld,
+    /// 409: a token lower than the resource's fence was presented.
+    FencedOut,
+    /// 503: the store behind this replica cannot take writes now (read-only, no leader, draining).
+    NotLeader,
+    /// 503: the store cannot be reached.
+    StoreUnavailable,
+    /// 500: a bug; the message says what to report.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status this code is always sent with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidArgument => 400,
+            Self::Unauthenticated => 401,
+            Self::Forbidden => 403,
+            Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
+            Self::MethodNotAllowed => 405,
+            Self::Timeout => 408,
+            Self::LockHeld | Self::LockLost | Self::FencedOut => 409,
+            Self::SessionExpired => 410,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::NotLeader | Self::StoreUnavailable => 503,
+            Self::Internal => 500,
+        }
+    }
+
+    /// The wire spelling, e.g. `"NOT_LEADER"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::Forbidden => "FORBIDDEN",
+            Self::NotFound => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::Timeout => "TIMEOUT",
+            Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::SessionUnknown => "SESSION_UNKNOWN",
+            Self::SessionExpired => "SESSION_EXPIRED",
+            Self::LockHeld => "LOCK_HELD",
+            Self::LockLost => "LOCK_LOST",
+            Self::LockNotHeld => "LOCK_NOT_HELD",
+            Self::FencedOut => "FENCED_OUT",
+            Self::NotLeader => "NOT_LEADER",
+            Self::StoreUnavailable => "STORE_UNAVAILABLE",
+            Self::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// What a caller should do after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryVerdict {
+    /// Never retry: the outcome is final (`LockLost`, `FencedOut`, bad input).
+    Never,
+    /// Retry on the next heartbeat tick or acquire attempt, maybe on another endpoint; only
+    /// the caller's own deadline decides loss (`NOT_LEADER`, I/O errors).
+    NextTick,
+    /// Retry after backoff: another holder may release (`LOCK_HELD`).
+    Backoff,
+}
+
+/// Why a lock was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossReason {
+    /// The client's conservative local deadline passed.
+    DeadlinePassed,
+    /// The server no longer knows the session (404).
+    SessionUnknown,
+    /// The server says the session expired (410).
+    SessionExpired,
+    /// The server refused to renew the grant (409 `LOCK_LOST`).
+    RenewRefused,
+    /// The session was closed by its owner.
+    SessionClosed,
+}
+
+/// A lock is lost. Terminal: never retryable, no write may follow it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lock {lock_key} (token {fencing_token}) is lost: {reason:?}")]
+pub struct LockLost {
+    /// The key that was held.
+    pub lock_key: LockKey,
+    /// The grant's token.
+    pub fencing_token: FencingToken,
+    /// Why it is lost.
+    pub reason: LossReason,
+}
+
+/// The typed errors of the lock surface, as an SDK caller sees them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// The lock is lost; terminal.
+    #[error(transparent)]
+    Lost(#[from] LockLost),
+    /// A resource refused a token below its fence; terminal for this attempt.
+    #[error("fenced out: {message}")]
+    FencedOut {
+        /// The resource's explanation.
+        message: String,
+    },
+    /// Another session holds the lock.
+    #[error("contention: {message}")]
+    Contention {
+        /// The server's explanation.
+        message: String,
+    },
+    /// The session is unknown to the store (404).
+    #[error("session unknown: {message}")]
+    SessionUnknown {
+        /// The server's explanation.
+        message: String,
+    },
+    /// The session expired (410).
+    #[error("session expired: {message}")]
+    SessionExpired {
+        /// The server's explanation.
+        message: String,
+    },
+    /// The store cannot take writes right now (503 `NOT_LEADER`).
+    #[error("not leader: {message}")]
+    NotLeader {
+        /// The server's explanation, naming other replicas when it knows them.
+        message: String,
+    },
+    /// The caller's input was refused (400 and other 4xx caller mistakes).
+    #[error("invalid argument: {message}")]
+    InvalidArgument {
+        /// Names the field.
+        message: String,
+    },
+    /// The store or the network failed; the request may or may not have been applied.
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+    },
+    /// The server answered something this client does not understand.
+    #[error("protocol error (HTTP {status}): {message}")]
+    Protocol {
+        /// The HTTP status.
+        status: u16,
+        /// The body or a description.
+        message: String,
+    },
+}
+
+impl LockError {
+    /// Maps an HTTP error answer to a typed error. `LOCK_LOST` needs the key and token of
+    /// the grant the caller presented, so it becomes [`LockError::Lost`].
+    pub fn from_wire(
+        status: u16,
+        body: ErrorBody,
+        grant: Option<(&LockKey, FencingToken)>,
+    ) -> Self {
+        let message = body.message;
+        match body.code {
+            ErrorCode::LockLost => match grant {
+                Some((key, token)) => Self::Lost(LockLost {
+                    lock_key: key.clone(),
+                    fencing_token: token,
+                    reason: LossReason::RenewRefused,
+                }),
+                None => Self::Protocol { status, message },
+            },
+            ErrorCode::FencedOut => Self::FencedOut { message },
+            ErrorCode::LockHeld => Self::Contention { message },
+            ErrorCode::SessionUnknown => Self::SessionUnknown { message },
+            ErrorCode::SessionExpired => Self::SessionExpired { message },
+            ErrorCode::NotLeader => Self::NotLeader { message },
+            ErrorCode::StoreUnavailable | ErrorCode::Timeout => Self::Unavailable { message },
+            ErrorCode::InvalidArgument
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::UnsupportedMediaType
+            | ErrorCode::Unauthenticated
+            | ErrorCode::Forbidden => Self::InvalidArgument { message },
+            ErrorCode::NotFound
+            | ErrorCode::MethodNotAllowed
+            | ErrorCode::LockNotHeld
+            | ErrorCode::Internal => Self::Protocol { status, message },
+        }
+    }
+
+    /// Whether and how to retry.
+    pub fn retry(&self) -> RetryVerdict {
+        match self {
+            Self::NotLeader { .. } | Self::Unavailable { .. } => RetryVerdict::NextTick,
+            Self::Contention { .. } => RetryVerdict::Backoff,
+            Self::Lost(_)
+            | Self::FencedOut { .. }
+            | Self::SessionUnknown { .. }
+            | Self::SessionExpired { .. }
+            | Self::InvalidArgument { .. }
+            | Self::Protocol { .. } => RetryVerdict::Never,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [ErrorCode; 17] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::Timeout,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::SessionUnknown,
+        ErrorCode::SessionExpired,
+        ErrorCode::LockHeld,
+        ErrorCode::LockLost,
+        ErrorCode::LockNotHeld,
+        ErrorCode::FencedOut,
+        ErrorCode::NotLeader,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::Internal,
+    ];
+
+    #[test]
+    fn wire_spelling_matches_serde() {
+        for code in ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+
+    #[test]
+    fn statuses_of_the_system_brief() {
+        assert_eq!(ErrorCode::SessionUnknown.http_status(), 404);
+        assert_eq!(ErrorCode::SessionExpired.http_status(), 410);
+        assert_eq!(ErrorCode::LockHeld.http_status(), 409);
+        assert_eq!(ErrorCode::LockLost.http_status(), 409);
+        assert_eq!(ErrorCode::NotLeader.http_status(), 503);
+        assert_eq!(ErrorCode::InvalidArgument.http_status(), 400);
+    }
+
+    #[test]
+    fn lock_lost_is_terminal_and_not_leader_is_retried() {
+        let key = LockKey::parse("k").unwrap();
+        let body = |code| ErrorBody {
+            code,
+            message: "m".into(),
+        };
+        let lost = LockError::from_wire(
+            409,
+            body(ErrorCode::LockLost),
+            Some((&key, FencingToken(3))),
+        );
+        assert!(matches!(lost, LockError::Lost(ref l) if l.fencing_token == FencingToken(3)));
+        assert_eq!(lost.retry(), RetryVerdict::Never);
+        let nl = LockError::from_wire(503, body(ErrorCode::NotLeader), None);
+        assert_eq!(nl.retry(), RetryVerdict::NextTick);
+        let held = LockError::from_wire(409, body(ErrorCode::LockHeld), None);
+        assert_eq!(held.retry(), RetryVerdict::Backoff);
+    }
+}

@@ -1,0 +1,224 @@
+//! Validated identifiers: lock keys, owner ids, session ids and fencing tokens.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::limits::{LOCK_KEY_MAX_BYTES, OWNER_ID_MAX_BYTES};
+
+/// Why an identifier was refused. `field` names the offending input for the error body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ValidationError {
+    /// The request field (or path segment) that was refused.
+    pub field: &'static str,
+    /// What is wrong with it, for humans.
+    pub reason: String,
+}
+
+impl ValidationError {
+    /// A refusal of `field` for `reason`.
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A fencing token: strictly increasing per lock key across grants, never reused.
+///
+/// Compare tokens with `Ord`; a resource must refuse a token lower than one it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A lock key: 1 to [`LOCK_KEY_MAX_BYTES`] bytes of `[A-Za-z0-9._:-]`.
+///
+/// The charset keeps keys safe as a single URL path segment (`/v1/locks/{lock_key}`) and
+/// in logs; `payout:42` is the executor's shape.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LockKey(String);
+
+impl LockKey {
+    /// Validates `raw` as a lock key.
+    pub fn parse(raw: impl Into<String>) -> Result<Self, ValidationError> {
+        let raw = raw.into();
+        if raw.is_empty() {
+            return Err(ValidationError::new("lock_key", "must not be empty"));
+        }
+        if raw.len() > LOCK_KEY_MAX_BYTES {
+            return Err(ValidationError::new(
+                "lock_key",
+                format!("is {} bytes, the limit is {LOCK_KEY_MAX_BYTES}", raw.len()),
+            ));
+        }
+        if let Some(bad) = raw.chars().find(|c| !is_key_char(*c)) {
+            return Err(ValidationError::new(
+                "lock_key",
+                format!("contains {bad:?}; allowed are A-Z a-z 0-9 . _ : -"),
+            ));
+        }
+        Ok(Self(raw))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+}
+
+impl TryFrom<String> for LockKey {
+    type Error = ValidationError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::parse(raw)
+    }
+}
+
+impl From<LockKey> for String {
+    fn from(key: LockKey) -> Self {
+        key.0
+    }
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who holds a session, for humans and logs: 1 to [`OWNER_ID_MAX_BYTES`] bytes, no control
+/// characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct OwnerId(String);
+
+impl OwnerId {
+    /// Validates `raw` as an owner id.
+    pub fn parse(raw: impl Into<String>) -> Result<Self, ValidationError> {
+        let raw = raw.into();
+        if raw.trim().is_empty() {
+            return Err(ValidationError::new("owner_id", "must not be empty"));
+        }
+        if raw.len() > OWNER_ID_MAX_BYTES {
+            return Err(ValidationError::new(
+                "owner_id",
+                format!("is {} bytes, the limit is {OWNER_ID_MAX_BYTES}", raw.len()),
+            ));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(ValidationError::new(
+                "owner_id",
+                "must not contain control characters",
+            ));
+        }
+        Ok(Self(raw))
+    }
+
+    /// The owner id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for OwnerId {
+    type Error = ValidationError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::parse(raw)
+    }
+}
+
+impl From<OwnerId> for String {
+    fn from(owner: OwnerId) -> Self {
+        owner.0
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A session's id: a random UUID chosen by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub Uuid);
+
+impl SessionId {
+    /// A fresh random session id.
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Parses a session id from a path segment.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        Uuid::parse_str(raw)
+            .map(Self)
+            .map_err(|_| ValidationError::new("session_id", "must be a UUID"))
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_key_accepts_the_executor_shape_and_refuses_the_rest() {
+        assert!(LockKey::parse("payout:42").is_ok());
+        assert!(LockKey::parse("a".repeat(LOCK_KEY_MAX_BYTES)).is_ok());
+        for bad in [
+            "",
+            "a/b",
+            "a b",
+            "tab\t",
+            "é",
+            &"a".repeat(LOCK_KEY_MAX_BYTES + 1),
+        ] {
+            let err = LockKey::parse(bad).unwrap_err();
+            assert_eq!(err.field, "lock_key", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn owner_id_refuses_blank_long_and_control() {
+        assert!(OwnerId::parse("executor-1 on host a").is_ok());
+        for bad in ["", "   ", "nul\0", &"o".repeat(OWNER_ID_MAX_BYTES + 1)] {
+            assert_eq!(
+                OwnerId::parse(bad).unwrap_err().field,
+                "owner_id",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_order_numerically() {
+        assert!(FencingToken(9) < FencingToken(10));
+        assert_eq!(serde_json::to_string(&FencingToken(7)).unwrap(), "7");
+    }
+
+    #[test]
+    fn lock_key_deserialization_validates() {
+        assert!(serde_json::from_str::<LockKey>("\"ok:1\"").is_ok());
+        assert!(serde_json::from_str::<LockKey>("\"not ok\"").is_err());
+    }
+}

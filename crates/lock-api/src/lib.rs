@@ -1,0 +1,16 @@
+//! Wire and domain types of the lock service.
+//!
+//! Everything a client and a server must agree on lives here and nowhere else: the validated
+//! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the L1-L8 surface
+//! (`docs/contracts/C3-http-surfaces.md`), the error codes with their HTTP statuses, and the
+//! typed errors an SDK caller sees ([`LockError`], [`LockLost`]). This crate does no I/O.
+
+mod error;
+mod ids;
+mod limits;
+mod wire;
+
+pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict};
+pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
+pub use limits::*;
+pub use wire::*;

@@ -1,0 +1,10 @@
+//! Input limits shared by the server (which enforces them) and clients (which may pre-check).
+
+/// Longest accepted lock key, in bytes.
+pub const LOCK_KEY_MAX_BYTES: usize = 200;
+/// Longest accepted owner id, in bytes.
+pub const OWNER_ID_MAX_BYTES: usize = 128;
+/// A TTL above this is refused as absurd (400), not clamped: one day.
+pub const TTL_ABSURD_MS: u64 = 86_400_000;
+/// Largest request body any lock-service endpoint accepts.
+pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;

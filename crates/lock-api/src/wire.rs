@@ -1,0 +1,185 @@
+//! JSON bodies of the lock service's HTTP surface (L1-L8), pinned in
+//! `docs/contracts/C3-http-surfaces.md`. Requests refuse unknown fields.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
+use crate::limits::TTL_ABSURD_MS;
+
+/// Which `LockStore` implementation answers; reported by L1 and used as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// PostgreSQL: the production store.
+    Postgres,
+    /// In-process memory: unit tests and simulation only.
+    Memory,
+    /// etcd (milestone M3).
+    Etcd,
+}
+
+impl Backend {
+    /// The label value used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Memory => "memory",
+            Self::Etcd => "etcd",
+        }
+    }
+}
+
+/// Checks a requested TTL: zero and anything above [`TTL_ABSURD_MS`] are refused; everything
+/// else is accepted here and clamped by the server to its configured range.
+pub fn validate_requested_ttl(field: &'static str, ttl_ms: u64) -> Result<u64, ValidationError> {
+    if ttl_ms == 0 {
+        return Err(ValidationError::new(field, "must be at least 1 ms"));
+    }
+    if ttl_ms > TTL_ABSURD_MS {
+        return Err(ValidationError::new(
+            field,
+            format!("{ttl_ms} ms is above the absurd-TTL limit of {TTL_ABSURD_MS} ms"),
+        ));
+    }
+    Ok(ttl_ms)
+}
+
+/// L1 `POST /v1/sessions` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSessionRequest {
+    /// Who owns the session (for logs and `LockInfo`).
+    pub owner_id: OwnerId,
+    /// Requested session TTL; the server's `lock.session.ttl` when absent. Clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// L1 response (201).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateSessionResponse {
+    /// The new session's id.
+    pub session_id: SessionId,
+    /// The TTL granted (after clamping).
+    pub ttl_ms: u64,
+    /// The store's expiry instant, for humans and logs only; never for expiry decisions.
+    pub expires_at: DateTime<Utc>,
+    /// Which store answers.
+    pub backend: Backend,
+}
+
+/// L2 `POST /v1/sessions/{session_id}/heartbeat` response (200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    /// The session TTL the heartbeat extended by.
+    pub ttl_ms: u64,
+    /// The new expiry instant (display only).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// L4 `POST /v1/locks/{lock_key}/acquire` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    /// The session that will hold the lock.
+    pub session_id: SessionId,
+    /// Requested lease; the server's `lock.default.ttl` when absent. Clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// L4 and L5 response (200): a grant. Renew returns the same token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockGrant {
+    /// The key granted.
+    pub lock_key: LockKey,
+    /// The grant's fencing token.
+    pub fencing_token: FencingToken,
+    /// The lease granted (after clamping); clients compute deadlines from this.
+    pub lease_ms: u64,
+    /// The store's expiry instant, for humans and logs only.
+    pub expires_at: DateTime<Utc>,
+    /// The holding session.
+    pub session_id: SessionId,
+}
+
+/// L5 `POST /v1/locks/{lock_key}/renew` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// The holding session.
+    pub session_id: SessionId,
+    /// The grant's token; renew never changes it.
+    pub fencing_token: FencingToken,
+}
+
+/// L6 `POST /v1/locks/{lock_key}/release` request: compare-and-delete on key and token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The grant's token.
+    pub fencing_token: FencingToken,
+}
+
+/// L6 response (200). A stale token is `released: false`, not an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResponse {
+    /// Whether a live grant with that key and token was deleted.
+    pub released: bool,
+}
+
+/// L7 `GET /v1/locks/{lock_key}` response (200): who holds the key now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// The key.
+    pub lock_key: LockKey,
+    /// The live grant's token.
+    pub fencing_token: FencingToken,
+    /// The holding session's owner.
+    pub owner_id: OwnerId,
+    /// The holding session.
+    pub session_id: SessionId,
+    /// The earlier of the lease's and the session's expiry (display only).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// L8 `POST /v1/locks/{lock_key}/revoke` response (200). This is the revoke result only:
+/// never an acquire or held-check result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockOutcome {
+    /// The key.
+    pub lock_key: LockKey,
+    /// Whether a live grant was revoked.
+    pub revoked: bool,
+    /// The revoked grant's token, when there was one.
+    pub fencing_token: Option<FencingToken>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_refuse_unknown_fields() {
+        let err = serde_json::from_str::<ReleaseRequest>(r#"{"fencing_token":1,"x":2}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `x`"), "{err}");
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_requested_ttl("ttl_ms", 0).is_err());
+        assert!(validate_requested_ttl("ttl_ms", TTL_ABSURD_MS + 1).is_err());
+        assert_eq!(validate_requested_ttl("ttl_ms", 1).unwrap(), 1);
+    }
+
+    #[test]
+    fn backend_serializes_lowercase() {
+        assert_eq!(
+            serde_json::to_string(&Backend::Postgres).unwrap(),
+            "\"postgres\""
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! lock-server configuration: flags with environment fallbacks (C5 keys and spellings).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Which `LockStore` to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// PostgreSQL at `DATABASE_URL` (production).
+    Postgres,
+    /// In-process memory (tests and demos; state dies with the process).
+    Memory,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (default).
+    Json,
+    /// Human-readable text.
+    Text,
+}
+
+/// lock-server settings. Durations take units: `500ms`, `10s`, `1m`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "lock-server",
+    version,
+    about = "HTTP lock service with fencing tokens"
+)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "LOCK_SERVER_BIND", default_value = "0.0.0.0:8081")]
+    pub bind: SocketAddr,
+
+    /// Store backend.
+    #[arg(long, env = "LOCK_BACKEND", value_enum, default_value = "postgres")]
+    pub backend: BackendChoice,
+
+    /// PostgreSQL URL of lockdb (required for the postgres backend).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Most pooled PostgreSQL connections.
+    #[arg(long, env = "LOCK_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+
+    /// `lock.session.ttl`: session TTL when L1 names none.
+    #[arg(long = "lock.session.ttl", env = "LOCK_SESSION_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub session_ttl: Duration,
+
+    /// `lock.default.ttl`: lease when L4 names none.
+    #[arg(long = "lock.default.ttl", env = "LOCK_DEFAULT_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub default_ttl: Duration,
+
+    /// `lock.ttl.min`: shortest TTL granted; shorter requests are raised to it.
+    #[arg(long = "lock.ttl.min", env = "LOCK_TTL_MIN", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub ttl_min: Duration,
+
+    /// `lock.ttl.max`: longest TTL granted; longer requests are clamped to it.
+    #[arg(long = "lock.ttl.max", env = "LOCK_TTL_MAX", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub ttl_max: Duration,
+
+    /// Bearer token for L8 revoke. When unset, revoke answers 403.
+    #[arg(long, env = "LOCK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// How often expired grants and sessions are deleted.
+    #[arg(long, env = "LOCK_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub reaper_interval: Duration,
+
+    /// After SIGTERM, how long new mutations are answered NOT_LEADER before the listener closes.
+    #[arg(long, env = "LOCK_DRAIN_GRACE", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub drain_grace: Duration,
+
+    /// Budget for one request, end to end.
+    #[arg(long, env = "LOCK_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+/// The TTL range and defaults, in milliseconds, as handlers apply them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtlPolicy {
+    /// Session TTL when L1 names none.
+    pub session_default_ms: u64,
+    /// Lease when L4 names none.
+    pub lock_default_ms: u64,
+    /// Shortest granted TTL.
+    pub min_ms: u64,
+    /// Longest granted TTL.
+    pub max_ms: u64,
+}
+
+impl TtlPolicy {
+    /// Clamps a requested TTL into `[min_ms, max_ms]`.
+    pub fn clamp(&self, requested_ms: u64) -> u64 {
+        requested_ms.clamp(self.min_ms, self.max_ms)
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Config {
+    /// Checks cross-field rules; the message names the offending keys.
+    pub fn ttl_policy(&self) -> Result<TtlPolicy, String> {
+        let policy = TtlPolicy {
+            session_default_ms: millis(self.session_ttl),
+            lock_default_ms: millis(self.default_ttl),
+            min_ms: millis(self.ttl_min),
+            max_ms: millis(self.ttl_max),
+        };
+        if policy.min_ms == 0 {
+            return Err("lock.ttl.min (LOCK_TTL_MIN) must be at least 1ms".into());
+        }
+        if policy.min_ms > policy.max_ms {
+            return Err(
+                "lock.ttl.min (LOCK_TTL_MIN) must not exceed lock.ttl.max (LOCK_TTL_MAX)".into(),
+            );
+        }
+        if policy.max_ms > lock_api::TTL_ABSURD_MS {
+            return Err(format!(
+                "lock.ttl.max (LOCK_TTL_MAX) must not exceed {} ms",
+                lock_api::TTL_ABSURD_MS
+            ));
+        }
+        for (key, value) in [
+            (
+                "lock.session.ttl (LOCK_SESSION_TTL)",
+                policy.session_default_ms,
+            ),
+            (
+                "lock.default.ttl (LOCK_DEFAULT_TTL)",
+                policy.lock_default_ms,
+            ),
+        ] {
+            if !(policy.min_ms..=policy.max_ms).contains(&value) {
+                return Err(format!("{key} must lie within lock.ttl.min..=lock.ttl.max"));
+            }
+        }
+        Ok(policy)
+    }
+
+    /// A configuration with every default, for tests and embedding.
+    pub fn defaults() -> Self {
+        Self::parse_from(["lock-server"])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consistent() {
+        let policy = Config::defaults().ttl_policy().unwrap();
+        assert_eq!(policy.session_default_ms, 10_000);
+        assert_eq!(policy.clamp(30_000), 30_000);
+        assert_eq!(policy.clamp(1), 100);
+        assert_eq!(policy.clamp(120_000), 60_000);
+    }
+
+    #[test]
+    fn inverted_range_is_refused_with_the_key_named() {
+        let config = Config::parse_from([
+            "lock-server",
+            "--lock.ttl.min",
+            "2s",
+            "--lock.ttl.max",
+            "1s",
+        ]);
+        assert!(config.ttl_policy().unwrap_err().contains("lock.ttl.min"));
+    }
+}

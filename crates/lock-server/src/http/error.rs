@@ -1,0 +1,89 @@
+//! The service's one error type: every failure leaves as `{"code","message"}` with the
+//! status its [`ErrorCode`] fixes.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use lock_api::{ErrorBody, ErrorCode, ValidationError};
+
+use crate::store::StoreError;
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The code (fixes the status).
+    pub code: ErrorCode,
+    /// For humans; names the field for `INVALID_ARGUMENT`.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// `INVALID_ARGUMENT` naming `field`.
+    pub fn invalid(field: &str, reason: impl std::fmt::Display) -> Self {
+        Self::new(ErrorCode::InvalidArgument, format!("{field}: {reason}"))
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(err: ValidationError) -> Self {
+        Self::invalid(err.field, err.reason)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        let code = match &err {
+            StoreError::SessionUnknown(_) => ErrorCode::SessionUnknown,
+            StoreError::SessionExpired(_) => ErrorCode::SessionExpired,
+            StoreError::LockLost { .. } => ErrorCode::LockLost,
+            StoreError::NotLeader(_) => ErrorCode::NotLeader,
+            StoreError::Unavailable(_) => ErrorCode::StoreUnavailable,
+            StoreError::Internal(_) => ErrorCode::Internal,
+        };
+        if code == ErrorCode::Internal {
+            tracing::error!(event = "store_error", error = %err, "store failed");
+        }
+        Self::new(code, err.to_string())
+    }
+}
+
+/// The code answering a bare status that no handler produced (router, limits, timeouts).
+pub fn code_for_status(status: StatusCode) -> ErrorCode {
+    match status {
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::InvalidArgument,
+        StatusCode::UNAUTHORIZED => ErrorCode::Unauthenticated,
+        StatusCode::FORBIDDEN => ErrorCode::Forbidden,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        StatusCode::REQUEST_TIMEOUT => ErrorCode::Timeout,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorCode::StoreUnavailable,
+        _ => ErrorCode::Internal,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = self.code;
+        let response = (
+            status,
+            Json(ErrorBody {
+                code,
+                message: self.message,
+            }),
+        )
+            .into_response();
+        super::tag(response, code)
+    }
+}

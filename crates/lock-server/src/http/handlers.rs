@@ -1,0 +1,238 @@
+//! Handlers of L1-L8 and the health and metrics endpoints.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use lock_api::{
+    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorCode, FencingToken,
+    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
+    RenewRequest, SessionId, validate_requested_ttl,
+};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::json::ApiJson;
+use crate::metrics as m;
+use crate::state::AppState;
+use crate::store::{AcquireOutcome, StoreError};
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn key_from_path(raw: String) -> ApiResult<LockKey> {
+    Ok(LockKey::parse(raw)?)
+}
+
+fn session_from_path(raw: &str) -> ApiResult<SessionId> {
+    Ok(SessionId::parse(raw)?)
+}
+
+/// L1 `POST /v1/sessions`.
+pub async fn create_session(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<CreateSessionRequest>,
+) -> ApiResult<(StatusCode, Json<CreateSessionResponse>)> {
+    let requested = match req.ttl_ms {
+        Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
+        None => state.ttl().session_default_ms,
+    };
+    let record = state
+        .store()
+        .create_session(&req.owner_id, state.ttl().clamp(requested))
+        .await?;
+    metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
+        .increment(1);
+    tracing::debug!(event = "session_created", session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms);
+    Ok((
+        StatusCode::CREATED,
+        Json(CreateSessionResponse {
+            session_id: record.session_id,
+            ttl_ms: record.ttl_ms,
+            expires_at: record.expires_at,
+            backend: state.backend(),
+        }),
+    ))
+}
+
+/// L2 `POST /v1/sessions/{session_id}/heartbeat`.
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<HeartbeatResponse>> {
+    let session = session_from_path(&session_id)?;
+    let record = state.store().heartbeat(session).await?;
+    Ok(Json(HeartbeatResponse {
+        ttl_ms: record.ttl_ms,
+        expires_at: record.expires_at,
+    }))
+}
+
+/// L3 `DELETE /v1/sessions/{session_id}`: 204 whether or not it existed.
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let session = session_from_path(&session_id)?;
+    state.store().delete_session(session).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// L4 `POST /v1/locks/{lock_key}/acquire`.
+pub async fn acquire(
+    State(state): State<AppState>,
+    Path(lock_key): Path<String>,
+    ApiJson(req): ApiJson<AcquireRequest>,
+) -> ApiResult<Json<LockGrant>> {
+    let key = key_from_path(lock_key)?;
+    let requested = match req.ttl_ms {
+        Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
+        None => state.ttl().lock_default_ms,
+    };
+    let backend = state.backend().as_str();
+    match state
+        .store()
+        .acquire(&key, req.session_id, state.ttl().clamp(requested))
+        .await?
+    {
+        AcquireOutcome::Granted {
+            grant,
+            took_over_expired,
+        } => {
+            metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
+            if took_over_expired {
+                metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
+                    .increment(1);
+            }
+            Ok(Json(grant))
+        }
+        AcquireOutcome::Held { holder_token } => {
+            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
+            Err(ApiError::new(
+                ErrorCode::LockHeld,
+                format!("lock {key} is held by another session (token {holder_token})"),
+            ))
+        }
+    }
+}
+
+/// L5 `POST /v1/locks/{lock_key}/renew`.
+pub async fn renew(
+    State(state): State<AppState>,
+    Path(lock_key): Path<String>,
+    ApiJson(req): ApiJson<RenewRequest>,
+) -> ApiResult<Json<LockGrant>> {
+    let key = key_from_path(lock_key)?;
+    match state
+        .store()
+        .renew(&key, req.session_id, req.fencing_token)
+        .await
+    {
+        Ok(grant) => Ok(Json(grant)),
+        Err(err @ StoreError::LockLost { .. }) => {
+            metrics::counter!(m::RENEW_LOST_TOTAL, "backend" => state.backend().as_str())
+                .increment(1);
+            Err(err.into())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// L6 `POST /v1/locks/{lock_key}/release`: compare-and-delete on key and token.
+pub async fn release(
+    State(state): State<AppState>,
+    Path(lock_key): Path<String>,
+    ApiJson(req): ApiJson<ReleaseRequest>,
+) -> ApiResult<Json<ReleaseResponse>> {
+    let key = key_from_path(lock_key)?;
+    let released = state.store().release(&key, req.fencing_token).await?;
+    metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
+        .increment(1);
+    Ok(Json(ReleaseResponse { released }))
+}
+
+/// L7 `GET /v1/locks/{lock_key}`.
+pub async fn get_lock(
+    State(state): State<AppState>,
+    Path(lock_key): Path<String>,
+) -> ApiResult<Json<LockInfo>> {
+    let key = key_from_path(lock_key)?;
+    match state.store().get(&key).await? {
+        Some(info) => Ok(Json(info)),
+        None => Err(ApiError::new(
+            ErrorCode::LockNotHeld,
+            format!("lock {key} is not held"),
+        )),
+    }
+}
+
+/// L8 `POST /v1/locks/{lock_key}/revoke` (admin): needs `Authorization: Bearer <LOCK_ADMIN_TOKEN>`.
+pub async fn revoke(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(lock_key): Path<String>,
+) -> ApiResult<Json<LockOutcome>> {
+    authorize_admin(&state, &headers)?;
+    let key = key_from_path(lock_key)?;
+    let token: Option<FencingToken> = state.store().revoke(&key).await?;
+    if let Some(token) = token {
+        metrics::counter!(m::REVOKED_TOTAL, "backend" => state.backend().as_str()).increment(1);
+        tracing::warn!(event = "lock_revoked", key = %key, token = token.0, backend = state.backend().as_str());
+    }
+    Ok(Json(LockOutcome {
+        lock_key: key,
+        revoked: token.is_some(),
+        fencing_token: token,
+    }))
+}
+
+fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    let Some(expected) = state.admin_token() else {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "revoke is disabled: no LOCK_ADMIN_TOKEN is configured",
+        ));
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Unauthenticated,
+            "Authorization: a valid admin bearer token is required",
+        ))
+    }
+}
+
+/// `GET /health/live`: the process answers.
+pub async fn live() -> StatusCode {
+    StatusCode::OK
+}
+
+/// `GET /health/ready`: the store answers and takes writes, and we are not draining.
+pub async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
+    if state.is_draining() {
+        return Err(ApiError::new(
+            ErrorCode::NotLeader,
+            "this replica is draining for shutdown",
+        ));
+    }
+    state.store().ready().await?;
+    Ok(StatusCode::OK)
+}
+
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics().render(),
+    )
+}
+
+/// Any unknown route.
+pub async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such route")
+}

@@ -1,0 +1,58 @@
+//! `ApiJson<T>`: a JSON body extractor whose refusals name the field, as `ApiError`s.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use lock_api::ErrorCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// A JSON request body. Refuses a missing or non-JSON content type (415), an oversized body
+/// (413) and anything serde refuses (400, with the path of the offending field).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                "body: expected Content-Type: application/json",
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "body: larger than {} bytes",
+                        lock_api::REQUEST_BODY_MAX_BYTES
+                    ),
+                )
+            } else {
+                ApiError::invalid("body", rejection.body_text())
+            }
+        })?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+            let path = err.path().to_string();
+            let field = if path == "." { "body".to_owned() } else { path };
+            ApiError::invalid(&field, err.inner())
+        })?;
+        de.end().map_err(|e| ApiError::invalid("body", e))?;
+        Ok(Self(value))
+    }
+}

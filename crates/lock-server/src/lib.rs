@@ -1,0 +1,18 @@
+//! The lock service: stateless HTTP replicas in front of a [`store::LockStore`].
+//!
+//! Map: [`config`] (flags and env), [`store`] (the trait, PostgreSQL and memory stores),
+//! [`http`] (routes L1-L8, errors, extractors, layers), [`state`] (what handlers share),
+//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain),
+//! [`logging`] (JSON logs). `main.rs` only parses flags and calls [`server::Server`].
+
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod reaper;
+pub mod server;
+pub mod state;
+pub mod store;
+
+pub use config::Config;
+pub use server::{Server, StartError, shutdown_signal};

@@ -1,0 +1,161 @@
+//! Starting, running and draining one replica: store connection, listener, reaper,
+//! graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::{BackendChoice, Config, TtlPolicy};
+use crate::state::AppState;
+use crate::store::{LockStore, MemoryStore, PostgresStore, StoreError};
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The store could not be opened.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A bound, not yet serving replica.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    state: AppState,
+    reaper_interval: Duration,
+    drain_grace: Duration,
+    request_timeout: Duration,
+}
+
+impl Server {
+    /// Opens the configured store (running migrations) and binds the listener.
+    pub async fn build(config: &Config) -> Result<Self, StartError> {
+        let store: Arc<dyn LockStore> = match config.backend {
+            BackendChoice::Memory => Arc::new(MemoryStore::new()),
+            BackendChoice::Postgres => {
+                let url = config.database_url.as_deref().ok_or_else(|| {
+                    StartError::Config("DATABASE_URL is required for the postgres backend".into())
+                })?;
+                Arc::new(PostgresStore::connect(url, config.db_max_connections).await?)
+            }
+        };
+        Self::with_store(config, store).await
+    }
+
+    /// Binds the listener over an already opened store.
+    pub async fn with_store(
+        config: &Config,
+        store: Arc<dyn LockStore>,
+    ) -> Result<Self, StartError> {
+        let ttl: TtlPolicy = config.ttl_policy().map_err(StartError::Config)?;
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let state = AppState::new(
+            store,
+            ttl,
+            config.admin_token.clone(),
+            crate::metrics::install(),
+        );
+        Ok(Self {
+            listener,
+            state,
+            reaper_interval: config.reaper_interval,
+            drain_grace: config.drain_grace,
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The replica's shared state.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then drains: mutations get `NOT_LEADER` for the
+    /// drain grace, the listener closes, in-flight requests finish, the reaper stops.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Self {
+            listener,
+            state,
+            reaper_interval,
+            drain_grace,
+            request_timeout,
+        } = self;
+        let (stop_reaper, reaper_stop) = watch::channel(false);
+        let reaper = tokio::spawn(crate::reaper::run(
+            state.clone(),
+            reaper_interval,
+            reaper_stop,
+        ));
+        let drain_state = state.clone();
+        let drain = async move {
+            shutdown.await;
+            tracing::info!(
+                event = "draining",
+                grace_ms = drain_grace.as_millis() as u64,
+                "shutdown requested"
+            );
+            drain_state.start_draining();
+            tokio::time::sleep(drain_grace).await;
+        };
+        tracing::info!(event = "listening", addr = %listener.local_addr()?, backend = state.backend().as_str());
+        let app = crate::http::router(state, request_timeout);
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(drain)
+            .await;
+        let _ = stop_reaper.send(true);
+        let _ = reaper.await;
+        tracing::info!(event = "stopped", "lock-server stopped");
+        served
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

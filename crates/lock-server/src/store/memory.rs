@@ -1,0 +1,294 @@
+//! `LockStore` in process memory, for unit tests and the simulation. Same semantics as the
+//! PostgreSQL store (one conformance suite); its clock is this process's monotonic clock.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+
+use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
+
+#[derive(Debug)]
+struct Session {
+    owner: OwnerId,
+    ttl_ms: u64,
+    expires: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Grant {
+    token: FencingToken,
+    session: SessionId,
+    lease_ms: u64,
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sessions: HashMap<SessionId, Session>,
+    locks: HashMap<LockKey, Grant>,
+    /// Last token per key; never removed, so tokens are never reused.
+    fences: HashMap<LockKey, FencingToken>,
+}
+
+impl State {
+    fn live_session(&self, id: SessionId, now: Instant) -> Result<&Session, StoreError> {
+        match self.sessions.get(&id) {
+            None => Err(StoreError::SessionUnknown(id)),
+            Some(s) if s.expires <= now => Err(StoreError::SessionExpired(id)),
+            Some(s) => Ok(s),
+        }
+    }
+
+    fn live_grant(&self, key: &LockKey, now: Instant) -> Option<&Grant> {
+        let grant = self.locks.get(key)?;
+        let session = self.sessions.get(&grant.session)?;
+        (grant.expires > now && session.expires > now).then_some(grant)
+    }
+}
+
+/// The in-memory lock store.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
+        self.state
+            .lock()
+            .map_err(|_| StoreError::Internal("memory store mutex poisoned".into()))
+    }
+}
+
+fn after(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// Wall-clock rendering of a monotonic instant, for display only.
+fn display(instant: Instant, now: Instant) -> DateTime<Utc> {
+    let remaining = instant.saturating_duration_since(now);
+    Utc::now() + chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX)
+}
+
+#[async_trait]
+impl LockStore for MemoryStore {
+    fn backend(&self) -> Backend {
+        Backend::Memory
+    }
+
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError> {
+        let now = Instant::now();
+        let session_id = SessionId::random();
+        let expires = now + after(ttl_ms);
+        self.state()?.sessions.insert(
+            session_id,
+            Session {
+                owner: owner.clone(),
+                ttl_ms,
+                expires,
+            },
+        );
+        Ok(SessionRecord {
+            session_id,
+            ttl_ms,
+            expires_at: display(expires, now),
+        })
+    }
+
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state()?;
+        state.live_session(session, now)?;
+        let s = state
+            .sessions
+            .get_mut(&session)
+            .ok_or(StoreError::SessionUnknown(session))?;
+        s.expires = now + after(s.ttl_ms);
+        Ok(SessionRecord {
+            session_id: session,
+            ttl_ms: s.ttl_ms,
+            expires_at: display(s.expires, now),
+        })
+    }
+
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
+        let mut state = self.state()?;
+        let existed = state.sessions.remove(&session).is_some();
+        state.locks.retain(|_, grant| grant.session != session);
+        Ok(existed)
+    }
+
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        lease_ms: u64,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state()?;
+        state.live_session(session, now)?;
+        if let Some(current) = state.live_grant(key, now).cloned() {
+            if current.session != session {
+                return Ok(AcquireOutcome::Held {
+                    holder_token: current.token,
+                });
+            }
+            let expires = now + after(lease_ms);
+            state.locks.insert(
+                key.clone(),
+                Grant {
+                    lease_ms,
+                    expires,
+                    ..current.clone()
+                },
+            );
+            return Ok(AcquireOutcome::Granted {
+                grant: LockGrant {
+                    lock_key: key.clone(),
+                    fencing_token: current.token,
+                    lease_ms,
+                    expires_at: display(expires, now),
+                    session_id: session,
+                },
+                took_over_expired: false,
+            });
+        }
+        let next = FencingToken(state.fences.get(key).map_or(1, |t| t.0 + 1));
+        state.fences.insert(key.clone(), next);
+        let expires = now + after(lease_ms);
+        let replaced = state
+            .locks
+            .insert(
+                key.clone(),
+                Grant {
+                    token: next,
+                    session,
+                    lease_ms,
+                    expires,
+                },
+            )
+            .is_some();
+        Ok(AcquireOutcome::Granted {
+            grant: LockGrant {
+                lock_key: key.clone(),
+                fencing_token: next,
+                lease_ms,
+                expires_at: display(expires, now),
+                session_id: session,
+            },
+            took_over_expired: replaced,
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state()?;
+        state.live_session(session, now)?;
+        let lost = || StoreError::LockLost {
+            lock_key: key.clone(),
+            fencing_token: token,
+        };
+        let grant = state.locks.get_mut(key).ok_or_else(lost)?;
+        if grant.session != session || grant.token != token || grant.expires <= now {
+            return Err(lost());
+        }
+        grant.expires = now + after(grant.lease_ms);
+        Ok(LockGrant {
+            lock_key: key.clone(),
+            fencing_token: token,
+            lease_ms: grant.lease_ms,
+            expires_at: display(grant.expires, now),
+            session_id: session,
+        })
+    }
+
+    async fn release(&self, key: &LockKey, token: FencingToken) -> Result<bool, StoreError> {
+        let mut state = self.state()?;
+        if state.locks.get(key).is_some_and(|g| g.token == token) {
+            state.locks.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
+        let now = Instant::now();
+        let state = self.state()?;
+        let Some(grant) = state.live_grant(key, now) else {
+            return Ok(None);
+        };
+        let session = state
+            .sessions
+            .get(&grant.session)
+            .ok_or(StoreError::SessionUnknown(grant.session))?;
+        Ok(Some(LockInfo {
+            lock_key: key.clone(),
+            fencing_token: grant.token,
+            owner_id: session.owner.clone(),
+            session_id: grant.session,
+            expires_at: display(grant.expires.min(session.expires), now),
+        }))
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        let now = Instant::now();
+        let mut state = self.state()?;
+        let Some(token) = state.live_grant(key, now).map(|g| g.token) else {
+            return Ok(None);
+        };
+        state.locks.remove(key);
+        Ok(Some(token))
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
+        let now = Instant::now();
+        let mut guard = self.state()?;
+        let state = &mut *guard;
+        let mut report = ReapReport::default();
+        let sessions = &state.sessions;
+        state.locks.retain(|key, grant| {
+            let session = sessions.get(&grant.session);
+            let lease_expired = grant.expires <= now;
+            let session_expired = session.is_none_or(|s| s.expires <= now);
+            if !(lease_expired || session_expired) {
+                return true;
+            }
+            if let Some(s) = session {
+                report.locks.push(ExpiredLock {
+                    lock_key: key.clone(),
+                    fencing_token: grant.token,
+                    session_id: grant.session,
+                    owner_id: s.owner.clone(),
+                    reason: if lease_expired { "lease" } else { "session" },
+                });
+            }
+            false
+        });
+        let before = state.sessions.len();
+        state.sessions.retain(|_, s| s.expires > now);
+        report.sessions = (before - state.sessions.len()) as u64;
+        Ok(report)
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.state().map(|_| ())
+    }
+}

@@ -1,0 +1,303 @@
+//! `LockStore` on PostgreSQL. Each operation is one round trip; the grant logic lives in
+//! SQL functions (`migrations/0001_locks.sql`) so the store's `now()` is the only clock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
+
+/// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
+/// database set read-only.
+const SQLSTATE_READ_ONLY: &str = "25006";
+/// How long a request waits for a pooled connection before the store is "unavailable".
+const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
+
+/// The PostgreSQL lock store.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects with at most `max_connections` and runs the embedded migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
+            .connect(url)
+            .await
+            .map_err(map_err)?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Internal(format!("migrations failed: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// The connection pool (for tests and benchmarks).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn map_err(err: sqlx::Error) -> StoreError {
+    if let Some(db) = err.as_database_error() {
+        if db.code().as_deref() == Some(SQLSTATE_READ_ONLY) {
+            return StoreError::NotLeader(db.message().to_owned());
+        }
+        return StoreError::Internal(db.to_string());
+    }
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => StoreError::Unavailable(err.to_string()),
+        other => StoreError::Internal(other.to_string()),
+    }
+}
+
+fn to_i64(value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::Internal(format!("{value} does not fit in bigint")))
+}
+
+fn to_u64(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value)
+        .map_err(|_| StoreError::Internal(format!("negative value {value} in store")))
+}
+
+fn required<T>(value: Option<T>, what: &str) -> Result<T, StoreError> {
+    value.ok_or_else(|| StoreError::Internal(format!("store function returned no {what}")))
+}
+
+fn session_error(outcome: &str, session: SessionId) -> StoreError {
+    match outcome {
+        "SESSION_UNKNOWN" => StoreError::SessionUnknown(session),
+        "SESSION_EXPIRED" => StoreError::SessionExpired(session),
+        other => StoreError::Internal(format!("unexpected store outcome {other}")),
+    }
+}
+
+#[async_trait]
+impl LockStore for PostgresStore {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError> {
+        let session_id = SessionId::random();
+        let expires_at: DateTime<Utc> = sqlx::query_scalar(
+            "INSERT INTO lock_sessions (session_id, owner_id, ttl_ms, expires_at)
+             VALUES ($1, $2, $3, now() + $3 * interval '1 millisecond')
+             RETURNING expires_at",
+        )
+        .bind(session_id.0)
+        .bind(owner.as_str())
+        .bind(to_i64(ttl_ms)?)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(SessionRecord {
+            session_id,
+            ttl_ms,
+            expires_at,
+        })
+    }
+
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
+        let (outcome, ttl_ms, expires_at): (String, Option<i64>, Option<DateTime<Utc>>) =
+            sqlx::query_as("SELECT * FROM session_heartbeat($1)")
+                .bind(session.0)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
+        if outcome != "OK" {
+            return Err(session_error(&outcome, session));
+        }
+        Ok(SessionRecord {
+            session_id: session,
+            ttl_ms: to_u64(required(ttl_ms, "ttl_ms")?)?,
+            expires_at: required(expires_at, "expires_at")?,
+        })
+    }
+
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM lock_sessions WHERE session_id = $1")
+            .bind(session.0)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        lease_ms: u64,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let (outcome, token, lease, expires_at, took_over): (
+            String,
+            Option<i64>,
+            Option<i64>,
+            Option<DateTime<Utc>>,
+            Option<bool>,
+        ) = sqlx::query_as("SELECT * FROM lock_acquire($1, $2, $3)")
+            .bind(key.as_str())
+            .bind(session.0)
+            .bind(to_i64(lease_ms)?)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let token = || {
+            required(token, "fencing_token")
+                .and_then(to_u64)
+                .map(FencingToken)
+        };
+        match outcome.as_str() {
+            "GRANTED" => Ok(AcquireOutcome::Granted {
+                grant: LockGrant {
+                    lock_key: key.clone(),
+                    fencing_token: token()?,
+                    lease_ms: to_u64(required(lease, "lease_ms")?)?,
+                    expires_at: required(expires_at, "expires_at")?,
+                    session_id: session,
+                },
+                took_over_expired: took_over.unwrap_or(false),
+            }),
+            "LOCK_HELD" => Ok(AcquireOutcome::Held {
+                holder_token: token()?,
+            }),
+            other => Err(session_error(other, session)),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError> {
+        let (outcome, lease, expires_at): (String, Option<i64>, Option<DateTime<Utc>>) =
+            sqlx::query_as("SELECT * FROM lock_renew($1, $2, $3)")
+                .bind(key.as_str())
+                .bind(session.0)
+                .bind(to_i64(token.0)?)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
+        match outcome.as_str() {
+            "RENEWED" => Ok(LockGrant {
+                lock_key: key.clone(),
+                fencing_token: token,
+                lease_ms: to_u64(required(lease, "lease_ms")?)?,
+                expires_at: required(expires_at, "expires_at")?,
+                session_id: session,
+            }),
+            "LOCK_LOST" => Err(StoreError::LockLost {
+                lock_key: key.clone(),
+                fencing_token: token,
+            }),
+            other => Err(session_error(other, session)),
+        }
+    }
+
+    async fn release(&self, key: &LockKey, token: FencingToken) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM locks WHERE lock_key = $1 AND fencing_token = $2")
+            .bind(key.as_str())
+            .bind(to_i64(token.0)?)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
+        let row: Option<(i64, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT l.fencing_token, l.session_id, s.owner_id, LEAST(l.expires_at, s.expires_at)
+               FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
+              WHERE l.lock_key = $1 AND l.expires_at > now() AND s.expires_at > now()",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        row.map(|(token, session, owner, expires_at)| {
+            Ok(LockInfo {
+                lock_key: key.clone(),
+                fencing_token: FencingToken(to_u64(token)?),
+                owner_id: OwnerId::parse(owner)
+                    .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
+                session_id: SessionId(session),
+                expires_at,
+            })
+        })
+        .transpose()
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        let token: Option<i64> = sqlx::query_scalar(
+            "DELETE FROM locks l USING lock_sessions s
+              WHERE l.lock_key = $1 AND s.session_id = l.session_id
+                AND l.expires_at > now() AND s.expires_at > now()
+          RETURNING l.fencing_token",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        token.map(|t| to_u64(t).map(FencingToken)).transpose()
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
+        let rows: Vec<(String, i64, Uuid, String, bool)> = sqlx::query_as(
+            "DELETE FROM locks l USING lock_sessions s
+              WHERE s.session_id = l.session_id
+                AND (l.expires_at <= now() OR s.expires_at <= now())
+          RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id, l.expires_at <= now()",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let mut locks = Vec::with_capacity(rows.len());
+        for (key, token, session, owner, lease_expired) in rows {
+            locks.push(ExpiredLock {
+                lock_key: LockKey::parse(key)
+                    .map_err(|e| StoreError::Internal(format!("stored key: {e}")))?,
+                fencing_token: FencingToken(to_u64(token)?),
+                session_id: SessionId(session),
+                owner_id: OwnerId::parse(owner)
+                    .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
+                reason: if lease_expired { "lease" } else { "session" },
+            });
+        }
+        let sessions = sqlx::query("DELETE FROM lock_sessions WHERE expires_at <= now()")
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        Ok(ReapReport { locks, sessions })
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        if read_only == "on" {
+            return Err(StoreError::NotLeader("the database is read-only".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+//! Shared test support for every crate of the workspace.
+//!
+//! - [`pg`]: PostgreSQL for tests: `DATABASE_URL` when set, otherwise one throwaway cluster per
+//!   test process started from the machine's own binaries; a fresh database per test.
+//! - [`poll`]: wait for a condition with a deadline (never a bare sleep).
+//! - [`process`]: child processes with per-test logs that never outlive the test.
+//! - [`net`]: free loopback ports.
+
+pub mod net;
+pub mod pg;
+pub mod poll;
+pub mod process;
+
+pub use net::free_port;
+pub use pg::{TestDb, ThrowawayCluster, fresh_database};
+pub use poll::poll_until;
+pub use process::ServiceProcess;

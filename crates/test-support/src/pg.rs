@@ -1,0 +1,347 @@
+//! PostgreSQL for tests.
+//!
+//! [`fresh_database`] gives each test its own database on one server per test process:
+//! the server at `DATABASE_URL` when that is set, otherwise a [`ThrowawayCluster`] started
+//! from the machine's PostgreSQL binaries in a temporary directory on a free port. As root,
+//! the cluster runs as the `postgres` user. A watchdog stops it and deletes its directory
+//! when the test process exits, however it exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use sqlx::{Connection, Executor, PgConnection};
+use tempfile::TempDir;
+use url::Url;
+
+use crate::net::free_port;
+
+/// How many times a cluster start is retried when its port was taken meanwhile.
+const START_ATTEMPTS: u32 = 3;
+
+/// Settings for test clusters: durability off (data is thrown away), small footprint.
+pub const TEST_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+];
+
+/// Settings for benchmark clusters: durable commits, as production would run.
+pub const DURABLE_SETTINGS: &[(&str, &str)] = &[("fsync", "on"), ("synchronous_commit", "on")];
+
+/// A database created for one test.
+#[derive(Debug, Clone)]
+pub struct TestDb {
+    /// Connection URL of the database.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Creates a fresh, empty database for one test and returns its URL.
+pub async fn fresh_database() -> TestDb {
+    let base = server_url();
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = PgConnection::connect(base)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test PostgreSQL at {base}: {e}"));
+    conn.execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("create test database {name}: {e}"));
+    conn.close().await.ok();
+    TestDb {
+        url: with_database(base, &name),
+        name,
+    }
+}
+
+/// The URL of the server tests use (a maintenance database on it).
+pub fn server_url() -> &'static str {
+    static SERVER: OnceLock<(Option<ThrowawayCluster>, String)> = OnceLock::new();
+    let (_, url) = SERVER.get_or_init(|| match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => (None, url),
+        _ => {
+            let cluster = ThrowawayCluster::start(TEST_SETTINGS)
+                .unwrap_or_else(|e| panic!("start a throwaway PostgreSQL: {e}"));
+            let url = cluster.url("postgres");
+            (Some(cluster), url)
+        }
+    });
+    url
+}
+
+/// Replaces the database name in a PostgreSQL URL.
+pub fn with_database(url: &str, database: &str) -> String {
+    let mut parsed = Url::parse(url).unwrap_or_else(|e| panic!("parse database URL {url}: {e}"));
+    parsed.set_path(&format!("/{database}"));
+    parsed.to_string()
+}
+
+/// A PostgreSQL cluster in a temporary directory, stopped and deleted on drop and, through
+/// a watchdog process, when the owning process exits without dropping it.
+#[derive(Debug)]
+pub struct ThrowawayCluster {
+    dir: TempDir,
+    bin: PathBuf,
+    port: u16,
+    as_postgres_user: bool,
+    watchdog: Option<std::process::Child>,
+}
+
+impl ThrowawayCluster {
+    /// Initialises and starts a cluster with `settings` (`-c name=value` each).
+    pub fn start(settings: &[(&str, &str)]) -> Result<Self, String> {
+        let bin = postgres_bin_dir()?;
+        let as_postgres_user = nix::unistd::geteuid().is_root();
+        let dir = tempfile::Builder::new()
+            .prefix("lockpg-")
+            .tempdir()
+            .map_err(|e| format!("create a temp dir: {e}"))?;
+        if as_postgres_user {
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path()))?;
+        }
+        let mut cluster = Self {
+            dir,
+            bin,
+            port: 0,
+            as_postgres_user,
+            watchdog: None,
+        };
+        let data = cluster.data_dir();
+        cluster.run_pg(
+            "initdb",
+            &[
+                "-D",
+                path_str(&data)?,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        )?;
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            cluster.port = free_port();
+            let mut options = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
+                cluster.port,
+                path_str(cluster.dir.path())?
+            );
+            for (name, value) in settings {
+                options.push_str(&format!(" -c {name}={value}"));
+            }
+            let log = cluster.dir.path().join("postgres.log");
+            match cluster.run_pg(
+                "pg_ctl",
+                &[
+                    "-D",
+                    path_str(&data)?,
+                    "-l",
+                    path_str(&log)?,
+                    "-o",
+                    &options,
+                    "-w",
+                    "start",
+                ],
+            ) {
+                Ok(()) => {
+                    cluster.watchdog = Some(cluster.spawn_watchdog()?);
+                    return Ok(cluster);
+                }
+                Err(e) => {
+                    last_error =
+                        format!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default())
+                }
+            }
+        }
+        Err(format!(
+            "PostgreSQL did not start after {START_ATTEMPTS} attempts: {last_error}"
+        ))
+    }
+
+    /// The URL of `database` on this cluster.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The TCP port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory holding the cluster's binaries (`pgbench` and friends).
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn pg_command(&self, tool: &str) -> Command {
+        let program = self.bin.join(tool);
+        if self.as_postgres_user {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        }
+    }
+
+    fn run_pg(&self, tool: &str, args: &[&str]) -> Result<(), String> {
+        run(self.pg_command(tool).args(args))
+    }
+
+    /// A detached shell that waits for this process to exit, then stops the cluster and
+    /// removes its directory.
+    fn spawn_watchdog(&self) -> Result<std::process::Child, String> {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let runner = if self.as_postgres_user {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {runner}'{pg_ctl}' -D '{data}' -m immediate stop >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            pg_ctl = pg_ctl.display(),
+            data = self.data_dir().display(),
+            dir = self.dir.path().display(),
+        );
+        Command::new("setsid")
+            .args(["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn the cluster watchdog: {e}"))
+    }
+}
+
+impl Drop for ThrowawayCluster {
+    fn drop(&mut self) {
+        let data = self.data_dir();
+        if let Some(data) = data.to_str() {
+            let _ = self.run_pg("pg_ctl", &["-D", data, "-m", "immediate", "stop"]);
+        }
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str, String> {
+    path.to_str()
+        .ok_or_else(|| format!("path is not UTF-8: {}", path.display()))
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("run {command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?} exited with {}: {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// Finds PostgreSQL's server binaries: `PG_BIN` when set, else `pg_config --bindir`, else
+/// the newest `/usr/lib/postgresql/*/bin`.
+pub fn postgres_bin_dir() -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.retain(|dir| dir.join("initdb").exists());
+    candidates.sort_by_key(|dir| {
+        dir.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    if let Some(dir) = candidates.pop() {
+        return Ok(dir);
+    }
+    if let Ok(output) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        if dir.join("initdb").exists() {
+            return Ok(dir);
+        }
+    }
+    Err(
+        "no PostgreSQL server binaries found: install postgresql (initdb, pg_ctl) or set PG_BIN"
+            .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_database_replaces_only_the_path() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5/old?sslmode=disable", "new"),
+            "postgres://u:p@h:5/new?sslmode=disable"
+        );
+    }
+
+    #[tokio::test]
+    async fn throwaway_cluster_serves_queries_and_is_removed_on_drop() {
+        let cluster = ThrowawayCluster::start(TEST_SETTINGS).expect("start cluster");
+        let dir = cluster.dir.path().to_path_buf();
+        let mut conn = PgConnection::connect(&cluster.url("postgres"))
+            .await
+            .expect("connect");
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .expect("query");
+        assert_eq!(one, 1);
+        conn.close().await.ok();
+        drop(cluster);
+        assert!(
+            !dir.exists(),
+            "cluster directory {} left behind",
+            dir.display()
+        );
+    }
+
+    #[tokio::test]
+    async fn fresh_databases_are_distinct_and_empty() {
+        let a = fresh_database().await;
+        let b = fresh_database().await;
+        assert_ne!(a.name, b.name);
+        let mut conn = PgConnection::connect(&a.url)
+            .await
+            .expect("connect to fresh db");
+        let tables: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("count tables");
+        assert_eq!(tables, 0);
+    }
+}

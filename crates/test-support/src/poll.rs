@@ -1,0 +1,27 @@
+//! Waiting for a condition with a deadline: the only way tests synchronise with time.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// How often a condition is re-checked.
+pub const POLL_INTERVAL_MS: u64 = 20;
+
+/// Calls `check` until it returns `Some`, and returns that value. Panics with `what` when
+/// `timeout` passes first.
+pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+    }
+}
