@@ -28,7 +28,8 @@ pub enum LogFormat {
 #[command(
     name = "lock-server",
     version,
-    about = "HTTP lock service with fencing tokens"
+    about = "HTTP lock service with fencing tokens",
+    args_override_self = true
 )]
 pub struct Config {
     /// Address to listen on.

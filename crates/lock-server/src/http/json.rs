@@ -50,7 +50,12 @@ where
         let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
             let path = err.path().to_string();
             let field = if path == "." { "body".to_owned() } else { path };
-            ApiError::invalid(&field, err.inner())
+            let reason = err.inner().to_string();
+            let reason = reason
+                .strip_prefix(&format!("{field}: "))
+                .unwrap_or(&reason)
+                .to_owned();
+            ApiError::invalid(&field, reason)
         })?;
         de.end().map_err(|e| ApiError::invalid("body", e))?;
         Ok(Self(value))

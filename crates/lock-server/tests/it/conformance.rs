@@ -1,0 +1,348 @@
+//! The one `LockStore` conformance suite, run against every backend.
+//!
+//! Each case is an async fn taking the store; `conformance!` instantiates it per backend.
+//! Expiry cases use real time with short TTLs and poll with a deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_server::store::{AcquireOutcome, LockStore, MemoryStore, StoreError};
+use test_support::poll_until;
+
+const LONG_MS: u64 = 30_000;
+const SHORT_MS: u64 = 150;
+const EXPIRY_DEADLINE: Duration = Duration::from_secs(5);
+
+fn key(raw: &str) -> LockKey {
+    LockKey::parse(raw).expect("valid key")
+}
+
+async fn session(store: &dyn LockStore, owner: &str, ttl_ms: u64) -> SessionId {
+    store
+        .create_session(&OwnerId::parse(owner).expect("owner"), ttl_ms)
+        .await
+        .expect("create session")
+        .session_id
+}
+
+async fn grant(store: &dyn LockStore, k: &LockKey, s: SessionId, lease_ms: u64) -> FencingToken {
+    match store.acquire(k, s, lease_ms).await.expect("acquire") {
+        AcquireOutcome::Granted { grant, .. } => grant.fencing_token,
+        AcquireOutcome::Held { holder_token } => {
+            panic!("expected a grant, {k} is held with {holder_token}")
+        }
+    }
+}
+
+async fn held(store: &dyn LockStore, k: &LockKey, s: SessionId) -> FencingToken {
+    match store.acquire(k, s, LONG_MS).await.expect("acquire") {
+        AcquireOutcome::Held { holder_token } => holder_token,
+        AcquireOutcome::Granted { grant, .. } => panic!("expected LOCK_HELD, got {grant:?}"),
+    }
+}
+
+/// Polls until session `s` is granted `k`, and returns the token.
+async fn eventually_granted(store: &dyn LockStore, k: &LockKey, s: SessionId) -> FencingToken {
+    poll_until(
+        "the key to be granted after expiry",
+        EXPIRY_DEADLINE,
+        || async {
+            match store.acquire(k, s, LONG_MS).await.expect("acquire") {
+                AcquireOutcome::Granted { grant, .. } => Some(grant.fencing_token),
+                AcquireOutcome::Held { .. } => None,
+            }
+        },
+    )
+    .await
+}
+
+async fn session_lifecycle(store: Arc<dyn LockStore>) {
+    let s = store
+        .create_session(&OwnerId::parse("w1").unwrap(), LONG_MS)
+        .await
+        .unwrap();
+    assert_eq!(s.ttl_ms, LONG_MS);
+    let beat = store.heartbeat(s.session_id).await.unwrap();
+    assert!(
+        beat.expires_at >= s.expires_at,
+        "heartbeat moves expiry forward"
+    );
+    assert!(store.delete_session(s.session_id).await.unwrap());
+    assert_eq!(
+        store.heartbeat(s.session_id).await,
+        Err(StoreError::SessionUnknown(s.session_id))
+    );
+    assert!(
+        !store.delete_session(s.session_id).await.unwrap(),
+        "second delete finds nothing"
+    );
+}
+
+async fn tokens_increase_across_grants(store: Arc<dyn LockStore>) {
+    let (a, b) = (
+        session(&*store, "a", LONG_MS).await,
+        session(&*store, "b", LONG_MS).await,
+    );
+    let k = key("payout:1");
+    let t1 = grant(&*store, &k, a, LONG_MS).await;
+    assert_eq!(
+        held(&*store, &k, b).await,
+        t1,
+        "LOCK_HELD names the holder's token"
+    );
+    assert!(store.release(&k, t1).await.unwrap());
+    let t2 = grant(&*store, &k, b, LONG_MS).await;
+    assert!(t2 > t1, "{t2} > {t1}");
+    let other = grant(&*store, &key("payout:2"), a, LONG_MS).await;
+    assert_eq!(other, FencingToken(1), "tokens are per key");
+}
+
+async fn same_session_reacquire_returns_same_token(store: Arc<dyn LockStore>) {
+    let a = session(&*store, "a", LONG_MS).await;
+    let k = key("reentrant");
+    let t1 = grant(&*store, &k, a, LONG_MS).await;
+    let t2 = grant(&*store, &k, a, LONG_MS).await;
+    assert_eq!(t1, t2);
+}
+
+async fn renew_keeps_token_and_refuses_stale(store: Arc<dyn LockStore>) {
+    let (a, b) = (
+        session(&*store, "a", LONG_MS).await,
+        session(&*store, "b", LONG_MS).await,
+    );
+    let k = key("renew");
+    let t = grant(&*store, &k, a, LONG_MS).await;
+    let renewed = store.renew(&k, a, t).await.unwrap();
+    assert_eq!(renewed.fencing_token, t, "renew never changes the token");
+    assert_eq!(renewed.lease_ms, LONG_MS);
+    let lost = StoreError::LockLost {
+        lock_key: k.clone(),
+        fencing_token: FencingToken(t.0 + 1),
+    };
+    assert_eq!(store.renew(&k, a, FencingToken(t.0 + 1)).await, Err(lost));
+    assert!(
+        matches!(
+            store.renew(&k, b, t).await,
+            Err(StoreError::LockLost { .. })
+        ),
+        "other session"
+    );
+    assert!(store.release(&k, t).await.unwrap());
+    assert!(
+        matches!(
+            store.renew(&k, a, t).await,
+            Err(StoreError::LockLost { .. })
+        ),
+        "after release"
+    );
+    let unknown = SessionId::random();
+    assert_eq!(
+        store.renew(&k, unknown, t).await,
+        Err(StoreError::SessionUnknown(unknown))
+    );
+}
+
+async fn release_is_compare_and_delete(store: Arc<dyn LockStore>) {
+    let a = session(&*store, "a", LONG_MS).await;
+    let k = key("cad");
+    let t = grant(&*store, &k, a, LONG_MS).await;
+    assert!(
+        !store.release(&k, FencingToken(t.0 + 7)).await.unwrap(),
+        "wrong token is not an error"
+    );
+    assert_eq!(
+        store.get(&k).await.unwrap().map(|i| i.fencing_token),
+        Some(t),
+        "still held"
+    );
+    assert!(store.release(&k, t).await.unwrap());
+    assert!(
+        !store.release(&k, t).await.unwrap(),
+        "stale release is false"
+    );
+    assert_eq!(store.get(&k).await.unwrap(), None);
+}
+
+async fn expired_lease_is_regranted_with_higher_token(store: Arc<dyn LockStore>) {
+    let (a, b) = (
+        session(&*store, "a", LONG_MS).await,
+        session(&*store, "b", LONG_MS).await,
+    );
+    let k = key("expiring");
+    let t1 = grant(&*store, &k, a, SHORT_MS).await;
+    let t2 = eventually_granted(&*store, &k, b).await;
+    assert!(t2 > t1);
+    assert!(matches!(
+        store.renew(&k, a, t1).await,
+        Err(StoreError::LockLost { .. })
+    ));
+    assert!(
+        !store.release(&k, t1).await.unwrap(),
+        "the zombie's release does not free b's grant"
+    );
+    assert_eq!(store.get(&k).await.unwrap().map(|i| i.session_id), Some(b));
+}
+
+async fn session_expiry_frees_its_locks(store: Arc<dyn LockStore>) {
+    let (a, b) = (
+        session(&*store, "a", SHORT_MS).await,
+        session(&*store, "b", LONG_MS).await,
+    );
+    let k = key("session-expiry");
+    let t1 = grant(&*store, &k, a, LONG_MS).await;
+    let t2 = eventually_granted(&*store, &k, b).await;
+    assert!(t2 > t1);
+    assert_eq!(
+        store.heartbeat(a).await,
+        Err(StoreError::SessionExpired(a)),
+        "expired sessions are never revived"
+    );
+    assert_eq!(
+        store.acquire(&key("x"), a, LONG_MS).await,
+        Err(StoreError::SessionExpired(a))
+    );
+}
+
+async fn delete_session_releases_its_locks(store: Arc<dyn LockStore>) {
+    let (a, b) = (
+        session(&*store, "a", LONG_MS).await,
+        session(&*store, "b", LONG_MS).await,
+    );
+    let k = key("bye");
+    let t1 = grant(&*store, &k, a, LONG_MS).await;
+    store.delete_session(a).await.unwrap();
+    assert!(grant(&*store, &k, b, LONG_MS).await > t1);
+}
+
+async fn get_and_revoke(store: Arc<dyn LockStore>) {
+    let a = session(&*store, "owner-a", LONG_MS).await;
+    let k = key("revocable");
+    assert_eq!(store.revoke(&k).await.unwrap(), None, "nothing to revoke");
+    let t = grant(&*store, &k, a, LONG_MS).await;
+    let info = store.get(&k).await.unwrap().expect("held");
+    assert_eq!(
+        (info.fencing_token, info.session_id, info.owner_id.as_str()),
+        (t, a, "owner-a")
+    );
+    assert_eq!(store.revoke(&k).await.unwrap(), Some(t));
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert!(
+        grant(&*store, &k, a, LONG_MS).await > t,
+        "revoked tokens are not reused"
+    );
+}
+
+async fn reaper_removes_expired_grants_and_sessions(store: Arc<dyn LockStore>) {
+    let a = session(&*store, "reaped", SHORT_MS * 2).await;
+    let k = key("reap-me");
+    let t = grant(&*store, &k, a, SHORT_MS).await;
+    let report = poll_until(
+        "the reaper to remove the grant",
+        EXPIRY_DEADLINE,
+        || async {
+            let report = store.reap_expired().await.expect("reap");
+            report
+                .locks
+                .iter()
+                .any(|l| l.lock_key == k)
+                .then_some(report)
+        },
+    )
+    .await;
+    let expired = report.locks.iter().find(|l| l.lock_key == k).unwrap();
+    assert_eq!(
+        (expired.fencing_token, expired.session_id, expired.reason),
+        (t, a, "lease")
+    );
+    assert_eq!(expired.owner_id.as_str(), "reaped");
+    poll_until(
+        "the reaper to remove the session",
+        EXPIRY_DEADLINE,
+        || async { (store.reap_expired().await.expect("reap").sessions > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(store.heartbeat(a).await, Err(StoreError::SessionUnknown(a)));
+    let b = session(&*store, "b", LONG_MS).await;
+    assert!(
+        grant(&*store, &k, b, LONG_MS).await > t,
+        "reaped tokens are not reused"
+    );
+}
+
+async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
+    let k = key("hot");
+    let mut sessions = Vec::new();
+    for i in 0..12 {
+        sessions.push(session(&*store, &format!("racer-{i}"), LONG_MS).await);
+    }
+    let mut last = FencingToken(0);
+    for _round in 0..5 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for &s in &sessions {
+            let (store, k) = (store.clone(), k.clone());
+            tasks.spawn(async move { store.acquire(&k, s, LONG_MS).await.expect("acquire") });
+        }
+        let outcomes = tasks.join_all().await;
+        let winners: Vec<FencingToken> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                AcquireOutcome::Granted { grant, .. } => Some(grant.fencing_token),
+                AcquireOutcome::Held { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "exactly one winner per round: {outcomes:?}"
+        );
+        assert!(
+            winners[0] > last,
+            "tokens rise: {} after {last}",
+            winners[0]
+        );
+        last = winners[0];
+        assert!(store.release(&k, last).await.unwrap());
+    }
+}
+
+async fn ready_when_healthy(store: Arc<dyn LockStore>) {
+    store.ready().await.expect("a fresh store is ready");
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _url) = crate::support::pg_store().await;
+                    super::$case(store).await;
+                }
+            )*
+        }
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(std::sync::Arc::new(super::MemoryStore::new())).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    session_lifecycle,
+    tokens_increase_across_grants,
+    same_session_reacquire_returns_same_token,
+    renew_keeps_token_and_refuses_stale,
+    release_is_compare_and_delete,
+    expired_lease_is_regranted_with_higher_token,
+    session_expiry_frees_its_locks,
+    delete_session_releases_its_locks,
+    get_and_revoke,
+    reaper_removes_expired_grants_and_sessions,
+    concurrent_acquirers_exactly_one_wins,
+    ready_when_healthy,
+);

@@ -1,0 +1,345 @@
+//! L1-L8 through HTTP on PostgreSQL: shapes, clamping, admin credential, drain, metrics.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use test_support::poll_until;
+
+use crate::support::{TestServer, pg_store, token};
+
+#[tokio::test]
+async fn l1_to_l7_round_trip_with_documented_bodies() {
+    let (store, _) = pg_store().await;
+    let server = TestServer::start(store, &[]).await;
+    let api = &server.api;
+
+    let (status, created) = api
+        .post(
+            "/v1/sessions",
+            json!({"owner_id": "worker-1", "ttl_ms": 5000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(created["ttl_ms"], 5000);
+    assert_eq!(created["backend"], "postgres");
+    assert!(created["expires_at"].is_string());
+    let session = created["session_id"].as_str().unwrap().to_owned();
+
+    let (status, beat) = api
+        .post(&format!("/v1/sessions/{session}/heartbeat"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{beat}");
+    assert_eq!(beat["ttl_ms"], 5000);
+
+    let (status, grant) = api.acquire("payout:7", &session, 2000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    assert_eq!(
+        (grant["lock_key"].as_str(), grant["lease_ms"].as_u64()),
+        (Some("payout:7"), Some(2000))
+    );
+    assert_eq!(grant["session_id"], session.as_str());
+    let t = token(&grant);
+
+    let (status, renewed) = api
+        .post(
+            "/v1/locks/payout:7/renew",
+            json!({"session_id": session, "fencing_token": t}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{renewed}");
+    assert_eq!(token(&renewed), t, "renew keeps the token");
+
+    let (status, info) = api.call(Method::GET, "/v1/locks/payout:7", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (info["owner_id"].as_str(), token(&info)),
+        (Some("worker-1"), t)
+    );
+
+    let other = api.session("worker-2", 5000).await;
+    let (status, body) = api.acquire("payout:7", &other, 2000).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("LOCK_HELD"))
+    );
+
+    let (status, body) = api
+        .post(
+            "/v1/locks/payout:7/renew",
+            json!({"session_id": session, "fencing_token": t + 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("LOCK_LOST"))
+    );
+
+    assert!(
+        !api.release("payout:7", t + 1).await,
+        "stale release is false, not an error"
+    );
+    assert!(api.release("payout:7", t).await);
+    let (status, body) = api.call(Method::GET, "/v1/locks/payout:7", None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("LOCK_NOT_HELD"))
+    );
+
+    let (status, grant) = api.acquire("payout:7", &other, 2000).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(token(&grant) > t);
+
+    let (status, body) = api
+        .call(Method::DELETE, &format!("/v1/sessions/{other}"), None)
+        .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::NO_CONTENT, serde_json::Value::Null)
+    );
+    let (status, _) = api.call(Method::GET, "/v1/locks/payout:7", None).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "L3 released the session's locks"
+    );
+    let (status, body) = api
+        .post(&format!("/v1/sessions/{other}/heartbeat"), json!(null))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("SESSION_UNKNOWN"))
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn ttls_are_clamped_and_the_granted_value_returned() {
+    let (store, _) = pg_store().await;
+    let server = TestServer::start(
+        store,
+        &[
+            "--lock.ttl.max",
+            "10s",
+            "--lock.default.ttl",
+            "4s",
+            "--lock.session.ttl",
+            "6s",
+        ],
+    )
+    .await;
+    let api = &server.api;
+    let (_, created) = api
+        .post("/v1/sessions", json!({"owner_id": "w", "ttl_ms": 30_000}))
+        .await;
+    assert_eq!(
+        created["ttl_ms"], 10_000,
+        "session TTL clamped to lock.ttl.max"
+    );
+    let (_, defaulted) = api.post("/v1/sessions", json!({"owner_id": "w"})).await;
+    assert_eq!(
+        defaulted["ttl_ms"], 6_000,
+        "lock.session.ttl when none is asked"
+    );
+    let session = created["session_id"].as_str().unwrap();
+    let (_, grant) = api.acquire("clamped", session, 30_000).await;
+    assert_eq!(grant["lease_ms"], 10_000, "lease clamped to lock.ttl.max");
+    let (_, grant) = api.acquire("raised", session, 1).await;
+    assert_eq!(grant["lease_ms"], 50, "lease raised to lock.ttl.min");
+    let (_, grant) = api
+        .post("/v1/locks/default/acquire", json!({"session_id": session}))
+        .await;
+    assert_eq!(
+        grant["lease_ms"], 4_000,
+        "lock.default.ttl when none is asked"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn revoke_needs_the_admin_token() {
+    let (store, _) = pg_store().await;
+    let disabled = TestServer::start(store.clone(), &[]).await;
+    let (status, body) = disabled.api.post("/v1/locks/k/revoke", json!(null)).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("FORBIDDEN"))
+    );
+    disabled.shutdown().await;
+
+    let server = TestServer::start(store, &["--admin-token", "s3cret"]).await;
+    let api = &server.api;
+    let session = api.session("w", 5000).await;
+    let (_, grant) = api.acquire("k", &session, 5000).await;
+    let t = token(&grant);
+    let revoke = |auth: Option<&'static str>| {
+        let mut request = api.http.post(format!("{}/v1/locks/k/revoke", api.base));
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (
+                response.status(),
+                response.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("s3cret"),
+        Some("Bearer s3cret2"),
+    ] {
+        let (status, body) = revoke(auth).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("UNAUTHENTICATED")),
+            "{auth:?}"
+        );
+    }
+    let (status, body) = revoke(Some("Bearer s3cret")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({"lock_key": "k", "revoked": true, "fencing_token": t})
+    );
+    let (_, body) = revoke(Some("Bearer s3cret")).await;
+    assert_eq!(
+        body,
+        json!({"lock_key": "k", "revoked": false, "fencing_token": null})
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn draining_answers_not_leader_to_mutations_and_fails_readiness() {
+    let (store, _) = pg_store().await;
+    let mut server = TestServer::start(store, &["--drain-grace", "3s"]).await;
+    let api = server.api.clone();
+    let session = api.session("w", 5000).await;
+    let (status, _) = api.call(Method::GET, "/health/ready", None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    server.begin_shutdown();
+    poll_until(
+        "readiness to fail while draining",
+        Duration::from_secs(5),
+        || async {
+            (api.call(Method::GET, "/health/ready", None).await.0
+                == StatusCode::SERVICE_UNAVAILABLE)
+                .then_some(())
+        },
+    )
+    .await;
+    let (status, body) = api.acquire("k", &session, 1000).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("NOT_LEADER"))
+    );
+    let (status, _) = api.call(Method::GET, "/v1/locks/k", None).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "reads still answer while draining"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_only_database_answers_not_leader_until_writable_again() {
+    let (store, url) = pg_store().await;
+    let server = TestServer::start(store, &[]).await;
+    let api = &server.api;
+    let session = api.session("w", 30_000).await;
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let set_read_only = |on: bool| {
+        let admin = admin.clone();
+        async move {
+            let value = if on { "on" } else { "off" };
+            sqlx::query(&format!(
+                "ALTER DATABASE {} SET default_transaction_read_only = {value}",
+                db_name(&admin).await
+            ))
+            .execute(&admin)
+            .await
+            .unwrap();
+            // Existing connections keep their setting: make every other backend reconnect.
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+    };
+    set_read_only(true).await;
+    poll_until(
+        "acquire to answer NOT_LEADER on a read-only database",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = api.acquire("ro", &session, 1000).await;
+            assert_ne!(
+                status,
+                StatusCode::OK,
+                "no grant on a read-only store: {body}"
+            );
+            assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+            (body["code"] == "NOT_LEADER").then_some(())
+        },
+    )
+    .await;
+    let (status, body) = api.call(Method::GET, "/health/ready", None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("NOT_LEADER"))
+    );
+
+    set_read_only(false).await;
+    poll_until(
+        "grants to resume once writable",
+        Duration::from_secs(10),
+        || async { (api.acquire("ro", &session, 1000).await.0 == StatusCode::OK).then_some(()) },
+    )
+    .await;
+    server.shutdown().await;
+}
+
+async fn db_name(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn metrics_and_health_are_served() {
+    let (store, _) = pg_store().await;
+    let server = TestServer::start(store, &[]).await;
+    let api = &server.api;
+    let session = api.session("w", 5000).await;
+    let (_, _) = api.acquire("m", &session, 1000).await;
+    let other = api.session("w2", 5000).await;
+    let (_, _) = api.acquire("m", &other, 1000).await;
+    let (status, _) = api.call(Method::GET, "/health/live", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        "lock_grants_total{backend=\"postgres\"}",
+        "lock_contention_total{backend=\"postgres\"}",
+        "lock_sessions_created_total{backend=\"postgres\"}",
+        "lock_http_request_duration_seconds_bucket",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle} missing from /metrics:\n{text}"
+        );
+    }
+    server.shutdown().await;
+}

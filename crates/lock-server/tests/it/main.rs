@@ -1,0 +1,8 @@
+//! lock-server integration tests: one binary, one module per concern.
+
+mod bad_input;
+mod conformance;
+mod http_api;
+mod process;
+mod replicas;
+mod support;

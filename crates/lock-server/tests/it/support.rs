@@ -1,0 +1,164 @@
+//! Starting in-process replicas and talking to them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use lock_server::store::{LockStore, PostgresStore};
+use lock_server::{Config, Server};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Test defaults: any port, short minimum TTL, a fast reaper, a short drain.
+pub fn config(extra: &[&str]) -> Config {
+    let mut args = vec![
+        "lock-server",
+        "--bind",
+        "127.0.0.1:0",
+        "--lock.ttl.min",
+        "50ms",
+        "--reaper-interval",
+        "100ms",
+        "--drain-grace",
+        "300ms",
+        "--log-format",
+        "text",
+    ];
+    args.extend_from_slice(extra);
+    Config::parse_from(args)
+}
+
+/// A PostgreSQL store on a fresh database.
+pub async fn pg_store() -> (Arc<PostgresStore>, String) {
+    let db = test_support::fresh_database().await;
+    let store = PostgresStore::connect(&db.url, 8)
+        .await
+        .expect("connect the store");
+    (Arc::new(store), db.url)
+}
+
+/// A replica serving in this process.
+#[derive(Debug)]
+pub struct TestServer {
+    pub api: Api,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start(store: Arc<dyn LockStore>, extra: &[&str]) -> Self {
+        let server = Server::with_store(&config(extra), store)
+            .await
+            .expect("start the replica");
+        let base = format!("http://{}", server.local_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run_until(async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            api: Api::new(base),
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Starts draining and returns at once.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Drains and waits for the replica to stop.
+    pub async fn shutdown(mut self) {
+        self.begin_shutdown();
+        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+            .await
+            .expect("replica stops within 10 s")
+            .expect("replica task joins")
+            .expect("replica serves without I/O error");
+    }
+}
+
+/// A JSON client for one replica.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: String) -> Self {
+        Self {
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request reaches the replica");
+        let status = response.status();
+        let text = response.text().await.expect("read body");
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, value)
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// L1 with `ttl_ms`; returns the session id.
+    pub async fn session(&self, owner: &str, ttl_ms: u64) -> String {
+        let (status, body) = self
+            .post(
+                "/v1/sessions",
+                serde_json::json!({"owner_id": owner, "ttl_ms": ttl_ms}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["session_id"].as_str().expect("session_id").to_owned()
+    }
+
+    /// L4; returns status and body.
+    pub async fn acquire(&self, key: &str, session: &str, ttl_ms: u64) -> (StatusCode, Value) {
+        self.post(
+            &format!("/v1/locks/{key}/acquire"),
+            serde_json::json!({"session_id": session, "ttl_ms": ttl_ms}),
+        )
+        .await
+    }
+
+    /// L6; returns `released`.
+    pub async fn release(&self, key: &str, token: u64) -> bool {
+        let (status, body) = self
+            .post(
+                &format!("/v1/locks/{key}/release"),
+                serde_json::json!({"fencing_token": token}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["released"].as_bool().expect("released")
+    }
+}
+
+/// The token of a successful grant body.
+pub fn token(body: &Value) -> u64 {
+    body["fencing_token"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no fencing_token in {body}"))
+}
