@@ -1,4 +1,5 @@
 //! lock-server integration tests: one binary, one module per concern.
+#![allow(clippy::unwrap_used)]
 
 mod bad_input;
 mod conformance;
