@@ -5,12 +5,15 @@
 //! - [`poll`]: wait for a condition with a deadline (never a bare sleep).
 //! - [`process`]: child processes with per-test logs that never outlive the test.
 //! - [`net`]: free loopback ports.
+//! - [`binaries`]: workspace binaries built on demand.
 
+pub mod binaries;
 pub mod net;
 pub mod pg;
 pub mod poll;
 pub mod process;
 
+pub use binaries::cargo_bin;
 pub use net::free_port;
 pub use pg::{TestDb, ThrowawayCluster, fresh_database};
 pub use poll::poll_until;

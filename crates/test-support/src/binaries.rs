@@ -1,0 +1,27 @@
+//! Workspace binaries for end-to-end runs: built on demand with cargo, in the profile of
+//! the calling executable, so `cargo test -p harness` works from a clean clone.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Builds `name` (package and binary of the same name) and returns its path.
+pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
+    let mut dir = exe.parent().ok_or("the executable has no parent directory")?.to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--quiet", "-p", name, "--bin", name]);
+    if release {
+        build.arg("--release");
+    }
+    let status = build.status().map_err(|e| format!("run cargo build for {name}: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build -p {name} failed with {status}"));
+    }
+    let path = dir.join(name);
+    if path.exists() { Ok(path) } else { Err(format!("{} was not built", path.display())) }
+}

@@ -1,0 +1,4 @@
+//! Harness tests: one binary, one module per concern.
+#![allow(clippy::unwrap_used)]
+
+mod module_rule;
