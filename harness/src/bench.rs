@@ -56,7 +56,11 @@ fn figures(mut latencies_us: Vec<u64>, elapsed: Duration) -> Figures {
         let index = ((latencies_us.len() as f64 - 1.0) * q).round() as usize;
         latencies_us[index] as f64 / 1000.0
     };
-    Figures { per_second: latencies_us.len() as f64 / elapsed.as_secs_f64(), p50_ms: pick(0.50), p99_ms: pick(0.99) }
+    Figures {
+        per_second: latencies_us.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: pick(0.50),
+        p99_ms: pick(0.99),
+    }
 }
 
 /// Runs the whole benchmark and prints the report.
@@ -71,12 +75,19 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             (Some(cluster), url, pgbench)
         }
     };
-    let mut admin = PgConnection::connect(&base_url).await.context("connect to PostgreSQL")?;
+    let mut admin = PgConnection::connect(&base_url)
+        .await
+        .context("connect to PostgreSQL")?;
     admin.execute("DROP DATABASE IF EXISTS lockbench").await?;
     admin.execute("CREATE DATABASE lockbench").await?;
     let db_url = with_database(&base_url, "lockbench");
-    let sync: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut admin).await?;
-    println!("PostgreSQL synchronous_commit = {sync}; {} clients, {} s per side", options.clients, options.seconds);
+    let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&mut admin)
+        .await?;
+    println!(
+        "PostgreSQL synchronous_commit = {sync}; {} clients, {} s per side",
+        options.clients, options.seconds
+    );
 
     let binary = test_support::cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
     let port = free_port();
@@ -95,24 +106,45 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     );
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    poll_until("the lock-server to become ready", Duration::from_secs(30), || async {
-        let response = http.get(format!("{base}/health/ready")).send().await.ok()?;
-        (response.status() == StatusCode::OK).then_some(())
-    })
+    poll_until(
+        "the lock-server to become ready",
+        Duration::from_secs(30),
+        || async {
+            let response = http.get(format!("{base}/health/ready")).send().await.ok()?;
+            (response.status() == StatusCode::OK).then_some(())
+        },
+    )
     .await;
 
     let mut db = PgConnection::connect(&db_url).await?;
     let duration = Duration::from_secs(options.seconds);
-    println!("\n| workload | side | cycles/s | p50 ms | p99 ms | ratio ours/pgbench |\n|---|---|---|---|---|---|");
+    println!(
+        "\n| workload | side | cycles/s | p50 ms | p99 ms | ratio ours/pgbench |\n|---|---|---|---|---|---|"
+    );
     for hot in [false, true] {
         let workload = if hot { "hot key" } else { "distinct keys" };
         db.execute("DELETE FROM locks").await?;
         let ours = http_side(&http, &base, options.clients, duration, hot).await?;
         db.execute("DELETE FROM locks").await?;
-        let theirs = pgbench_side(&pgbench, &db_url, &mut db, options.clients, duration, hot, work.path()).await?;
+        let theirs = pgbench_side(
+            &pgbench,
+            &db_url,
+            &mut db,
+            options.clients,
+            duration,
+            hot,
+            work.path(),
+        )
+        .await?;
         let ratio = ours.per_second / theirs.per_second;
-        println!("| {workload} | lock-server over HTTP | {:.0} | {:.2} | {:.2} | {ratio:.2} |", ours.per_second, ours.p50_ms, ours.p99_ms);
-        println!("| {workload} | pgbench, same SQL | {:.0} | {:.2} | {:.2} | 1.00 |", theirs.per_second, theirs.p50_ms, theirs.p99_ms);
+        println!(
+            "| {workload} | lock-server over HTTP | {:.0} | {:.2} | {:.2} | {ratio:.2} |",
+            ours.per_second, ours.p50_ms, ours.p99_ms
+        );
+        println!(
+            "| {workload} | pgbench, same SQL | {:.0} | {:.2} | {:.2} | 1.00 |",
+            theirs.per_second, theirs.p50_ms, theirs.p99_ms
+        );
     }
     if options.sessions > 0 {
         memory_side(&http, &base, &server, options.sessions).await?;
@@ -121,7 +153,13 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn http_side(http: &reqwest::Client, base: &str, clients: usize, duration: Duration, hot: bool) -> anyhow::Result<Figures> {
+async fn http_side(
+    http: &reqwest::Client,
+    base: &str,
+    clients: usize,
+    duration: Duration,
+    hot: bool,
+) -> anyhow::Result<Figures> {
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = tokio::task::JoinSet::new();
@@ -129,7 +167,11 @@ async fn http_side(http: &reqwest::Client, base: &str, clients: usize, duration:
         let (http, base) = (http.clone(), base.to_owned());
         tasks.spawn(async move {
             let session = open_session(&http, &base, &format!("bench-{client}")).await?;
-            let key = if hot { "bench:hot".to_owned() } else { format!("bench:{client}") };
+            let key = if hot {
+                "bench.hot".to_owned()
+            } else {
+                format!("bench.{client}")
+            };
             let mut latencies = Vec::new();
             while Instant::now() < deadline {
                 let begun = Instant::now();
@@ -141,7 +183,9 @@ async fn http_side(http: &reqwest::Client, base: &str, clients: usize, duration:
                 let status = response.status();
                 let body: Value = response.json().await?;
                 if status == StatusCode::OK {
-                    let token = body["fencing_token"].as_u64().context("grant without token")?;
+                    let token = body["fencing_token"]
+                        .as_u64()
+                        .context("grant without token")?;
                     http.post(format!("{base}/v1/locks/{key}/release"))
                         .json(&json!({"fencing_token": token}))
                         .send()
@@ -171,12 +215,19 @@ async fn open_session(http: &reqwest::Client, base: &str, owner: &str) -> anyhow
         .error_for_status()?
         .json()
         .await?;
-    body["session_id"].as_str().map(str::to_owned).context("no session_id")
+    body["session_id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no session_id")
 }
 
 /// The SQL our lock-server issues per cycle, as a pgbench script.
 fn pgbench_script(hot: bool) -> String {
-    let key = if hot { "'bench:hot'".to_owned() } else { "'bench:' || :client_id".to_owned() };
+    let key = if hot {
+        "'bench.hot'".to_owned()
+    } else {
+        "'bench.' || :client_id".to_owned()
+    };
     format!(
         "SELECT CASE WHEN outcome = 'GRANTED' THEN fencing_token ELSE 0 END AS tok \
          FROM lock_acquire({key}, ('00000000-0000-4000-8000-' || lpad(:client_id::text, 12, '0'))::uuid, {BENCH_LEASE_MS}) \\gset\n\
@@ -195,7 +246,8 @@ async fn pgbench_side(
     hot: bool,
     work: &Path,
 ) -> anyhow::Result<Figures> {
-    db.execute("DELETE FROM lock_sessions WHERE owner_id = 'pgbench'").await?;
+    db.execute("DELETE FROM lock_sessions WHERE owner_id = 'pgbench'")
+        .await?;
     sqlx::query(
         "INSERT INTO lock_sessions (session_id, owner_id, ttl_ms, expires_at)
          SELECT ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid, 'pgbench', 3600000, now() + interval '1 hour'
@@ -206,12 +258,27 @@ async fn pgbench_side(
     .await?;
     let script = work.join(if hot { "hot.sql" } else { "distinct.sql" });
     std::fs::write(&script, pgbench_script(hot))?;
-    let logs = work.join(if hot { "pgbench-hot" } else { "pgbench-distinct" });
+    let logs = work.join(if hot {
+        "pgbench-hot"
+    } else {
+        "pgbench-distinct"
+    });
     std::fs::create_dir_all(&logs)?;
     let prefix = logs.join("log");
     let mut command = std::process::Command::new(pgbench);
     command
-        .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", &duration.as_secs().to_string(), "-l"])
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-T",
+            &duration.as_secs().to_string(),
+            "-l",
+        ])
         .arg(format!("--log-prefix={}", prefix.display()))
         .arg("-f")
         .arg(&script)
@@ -219,14 +286,22 @@ async fn pgbench_side(
         .current_dir(work);
     let output = tokio::task::spawn_blocking(move || command.output()).await??;
     if !output.status.success() {
-        bail!("pgbench failed: {}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "pgbench failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let mut latencies = Vec::new();
     for entry in std::fs::read_dir(&logs)? {
         let text = std::fs::read_to_string(entry?.path())?;
         for line in text.lines() {
             // client_id transaction_no time_us script_no time_epoch time_us_fraction
-            if let Some(us) = line.split_whitespace().nth(2).and_then(|v| v.parse::<u64>().ok()) {
+            if let Some(us) = line
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
                 latencies.push(us);
             }
         }
@@ -244,7 +319,12 @@ fn rss_kib(server: &ServiceProcess) -> anyhow::Result<u64> {
         .context("no VmRSS in /proc status")
 }
 
-async fn memory_side(http: &reqwest::Client, base: &str, server: &ServiceProcess, sessions: usize) -> anyhow::Result<()> {
+async fn memory_side(
+    http: &reqwest::Client,
+    base: &str,
+    server: &ServiceProcess,
+    sessions: usize,
+) -> anyhow::Result<()> {
     let before = rss_kib(server)?;
     let started = Instant::now();
     let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(SETUP_CONCURRENCY));

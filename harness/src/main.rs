@@ -4,7 +4,10 @@ use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, run_locks};
 
 #[derive(Debug, Parser)]
-#[command(name = "harness", about = "End-to-end runs, demos and benchmarks of the lock service")]
+#[command(
+    name = "harness",
+    about = "End-to-end runs, demos and benchmarks of the lock service"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,7 +32,9 @@ enum Bench {
 async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench { which: Bench::Locks(options) } => run_locks(&options).await,
+        Command::Bench {
+            which: Bench::Locks(options),
+        } => run_locks(&options).await,
     };
     if let Err(err) = result {
         eprintln!("harness: {err:#}");

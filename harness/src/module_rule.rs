@@ -23,7 +23,9 @@ pub fn violations(metadata: &Value) -> Vec<String> {
     // Workspace-internal edges of every kind (normal, dev, build).
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for package in metadata["packages"].as_array().into_iter().flatten() {
-        let Some(name) = package["name"].as_str() else { continue };
+        let Some(name) = package["name"].as_str() else {
+            continue;
+        };
         let deps = package["dependencies"]
             .as_array()
             .into_iter()
@@ -36,7 +38,9 @@ pub fn violations(metadata: &Value) -> Vec<String> {
     let mut found = Vec::new();
     for reached in reachable(&edges, "payout-executor") {
         if !EXECUTOR_ALLOWED.contains(&reached.as_str()) {
-            found.push(format!("payout-executor depends on {reached}; allowed: {EXECUTOR_ALLOWED:?}"));
+            found.push(format!(
+                "payout-executor depends on {reached}; allowed: {EXECUTOR_ALLOWED:?}"
+            ));
         }
     }
     if reachable(&edges, "lock-client").contains("lock-server") {

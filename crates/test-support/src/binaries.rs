@@ -7,7 +7,10 @@ use std::process::Command;
 /// Builds `name` (package and binary of the same name) and returns its path.
 pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
-    let mut dir = exe.parent().ok_or("the executable has no parent directory")?.to_path_buf();
+    let mut dir = exe
+        .parent()
+        .ok_or("the executable has no parent directory")?
+        .to_path_buf();
     if dir.ends_with("deps") {
         dir.pop();
     }
@@ -18,10 +21,16 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
     if release {
         build.arg("--release");
     }
-    let status = build.status().map_err(|e| format!("run cargo build for {name}: {e}"))?;
+    let status = build
+        .status()
+        .map_err(|e| format!("run cargo build for {name}: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build -p {name} failed with {status}"));
     }
     let path = dir.join(name);
-    if path.exists() { Ok(path) } else { Err(format!("{} was not built", path.display())) }
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!("{} was not built", path.display()))
+    }
 }

@@ -5,14 +5,32 @@ use harness::module_rule::violations;
 #[test]
 fn the_workspace_obeys_the_module_rule() {
     let output = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let names: Vec<&str> = metadata["packages"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
-    assert!(names.contains(&"payout-executor") && names.contains(&"lock-client"), "{names:?}");
+    let names: Vec<&str> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"payout-executor") && names.contains(&"lock-client"),
+        "{names:?}"
+    );
     assert_eq!(violations(&metadata), Vec::<String>::new());
 }
 
@@ -21,7 +39,22 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("../fixtures/bad-graph.json")).unwrap();
     let found = violations(&fixture);
-    assert!(found.iter().any(|v| v.contains("payout-executor depends on payment-resource")), "{found:?}");
-    assert!(found.iter().any(|v| v.contains("payout-executor depends on lock-server")), "transitive edge: {found:?}");
-    assert!(found.iter().any(|v| v.contains("lock-client depends on lock-server")), "{found:?}");
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("payout-executor depends on payment-resource")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("payout-executor depends on lock-server")),
+        "transitive edge: {found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("lock-client depends on lock-server")),
+        "{found:?}"
+    );
 }

@@ -1,0 +1,339 @@
+//! `LockClient`: endpoints, configuration, the clock, and the one heartbeat thread
+//! (`lock-hb-N`) that runs its own current-thread runtime, so a busy application runtime
+//! cannot starve heartbeats.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lock_api::{
+    CreateSessionRequest, FencingToken, LockError, LockKey, OwnerId, ReleaseRequest, RetryVerdict,
+    SessionId,
+};
+use tokio::sync::mpsc;
+
+use crate::clock::{Clock, SystemClock, nanos_until};
+use crate::config::{ConfigError, LockClientConfig};
+use crate::heartbeat;
+use crate::session::{LockClientSession, Shared};
+use crate::transport::{Call, HttpTransport, Reply, Transport, TransportError};
+
+/// Numbers heartbeat threads: `lock-hb-1`, `lock-hb-2`, ...
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(1);
+
+/// Work sent to the heartbeat thread.
+#[derive(Debug)]
+pub(crate) enum Background {
+    /// Recompute the period (a grant with a shorter lease arrived).
+    Wake,
+    /// L6 for a handle dropped without release.
+    Release {
+        endpoint: String,
+        key: LockKey,
+        token: FencingToken,
+    },
+    /// L3 for a session dropped without close.
+    DeleteSession {
+        endpoint: String,
+        session: SessionId,
+    },
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client or the heartbeat thread could not be created.
+    #[error("cannot start the lock client: {0}")]
+    Start(String),
+}
+
+struct Inner {
+    config: Arc<LockClientConfig>,
+    clock: Arc<dyn Clock>,
+    app_transport: Arc<dyn Transport>,
+    sessions: Mutex<Vec<Weak<Shared>>>,
+    frozen: AtomicBool,
+    background: mpsc::UnboundedSender<Background>,
+}
+
+impl Inner {
+    fn live_sessions(&self) -> Vec<Arc<Shared>> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.retain(|s| s.upgrade().is_some_and(|s| !s.is_closed()));
+        sessions.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn period(&self) -> Duration {
+        let sessions = self.live_sessions();
+        let session_ttl = sessions.iter().map(|s| s.ttl_ms).min();
+        let shortest_lease = sessions.iter().filter_map(|s| s.shortest_lease_ms()).min();
+        let basis = session_ttl.unwrap_or_else(|| {
+            u64::try_from(self.config.session_ttl.as_millis()).unwrap_or(u64::MAX)
+        });
+        self.config.heartbeat_period_for(basis, shortest_lease)
+    }
+}
+
+/// The SDK entry point: one per process is the intended use. Dropping it (or [`close`]) stops
+/// the heartbeat thread and joins it.
+///
+/// [`close`]: LockClient::close
+pub struct LockClient {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("endpoints", &self.inner.config.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A client over HTTP with the system clock.
+    pub fn new(config: LockClientConfig) -> Result<Self, ClientError> {
+        config.validate()?;
+        let app = HttpTransport::new(config.request_timeout)
+            .map_err(|e| ClientError::Start(e.to_string()))?;
+        let beat = HttpTransport::new(config.request_timeout)
+            .map_err(|e| ClientError::Start(e.to_string()))?;
+        Self::with_parts(
+            config,
+            Arc::new(SystemClock::new()),
+            Arc::new(app),
+            Arc::new(beat),
+        )
+    }
+
+    /// A client over one transport (tests, simulation) with the system clock.
+    pub fn with_transport(
+        config: LockClientConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, ClientError> {
+        Self::with_parts(
+            config,
+            Arc::new(SystemClock::new()),
+            transport.clone(),
+            transport,
+        )
+    }
+
+    /// A client from its parts: the clock, the transport application calls use, and the one
+    /// the heartbeat thread uses.
+    pub fn with_parts(
+        config: LockClientConfig,
+        clock: Arc<dyn Clock>,
+        app_transport: Arc<dyn Transport>,
+        heartbeat_transport: Arc<dyn Transport>,
+    ) -> Result<Self, ClientError> {
+        config.validate()?;
+        let (background, rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            config: Arc::new(config),
+            clock,
+            app_transport,
+            sessions: Mutex::new(Vec::new()),
+            frozen: AtomicBool::new(false),
+            background,
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let name = format!("lock-hb-{}", NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+        let thread_inner = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run_heartbeat(thread_inner, heartbeat_transport, rx, stopped))
+            .map_err(|e| ClientError::Start(format!("spawn the heartbeat thread: {e}")))?;
+        Ok(Self {
+            inner,
+            thread: Some(thread),
+            stop: Some(stop),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &LockClientConfig {
+        &self.inner.config
+    }
+
+    /// The heartbeat period in force now.
+    pub fn heartbeat_period(&self) -> Duration {
+        self.inner.period()
+    }
+
+    /// Opens a session (L1) for `owner_id`, trying each endpoint once on `NOT_LEADER` or
+    /// no answer. Its deadline starts from the moment the request left.
+    pub async fn open_session(&self, owner_id: &str) -> Result<LockClientSession, LockError> {
+        let owner = OwnerId::parse(owner_id).map_err(|e| LockError::InvalidArgument {
+            message: e.to_string(),
+        })?;
+        let config = &self.inner.config;
+        let ttl_ms = u64::try_from(config.session_ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut last = None;
+        for index in 0..config.endpoints.len() {
+            let endpoint = &config.endpoints[index];
+            let send_nanos = self.inner.clock.now_nanos();
+            let call = Call::CreateSession(CreateSessionRequest {
+                owner_id: owner.clone(),
+                ttl_ms: Some(ttl_ms),
+            });
+            match self.inner.app_transport.send(endpoint, call).await {
+                Ok(Reply::Session(created)) => {
+                    let deadline = send_nanos.wrapping_add(config.usable_nanos(created.ttl_ms));
+                    let shared = Arc::new(Shared::new(
+                        created.session_id,
+                        owner,
+                        created.backend,
+                        created.ttl_ms,
+                        deadline,
+                        index,
+                        config.clone(),
+                        self.inner.clock.clone(),
+                        self.inner.background.clone(),
+                    ));
+                    self.inner
+                        .sessions
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(Arc::downgrade(&shared));
+                    let _ = self.inner.background.send(Background::Wake);
+                    tracing::info!(event = "session_opened", owner = %shared.owner, session = %shared.id, backend = shared.backend.as_str(), ttl_ms = created.ttl_ms);
+                    return Ok(LockClientSession::new(
+                        shared,
+                        self.inner.app_transport.clone(),
+                    ));
+                }
+                Ok(other) => {
+                    return Err(LockError::Protocol {
+                        status: 201,
+                        message: format!("open session answered {other:?}"),
+                    });
+                }
+                Err(err) => {
+                    let err = match err {
+                        TransportError::Unreachable(message) => LockError::Unavailable { message },
+                        TransportError::Status { status, body } => {
+                            LockError::from_wire(status, body, None)
+                        }
+                    };
+                    if err.retry() != RetryVerdict::NextTick {
+                        return Err(err);
+                    }
+                    last = Some(err);
+                }
+            }
+        }
+        Err(last.unwrap_or(LockError::Unavailable {
+            message: "no endpoint configured".into(),
+        }))
+    }
+
+    /// Test and fault-injection hook: the heartbeat thread stops doing anything (no L2, no L5,
+    /// no loss delivery), as if its process were frozen. `check_still_held` still applies the
+    /// local deadline. There is no way back: use it only to observe expiry.
+    pub fn freeze_heartbeat(&self) {
+        tracing::warn!(
+            event = "heartbeat_frozen",
+            "heartbeat frozen by a test hook"
+        );
+        self.inner.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops the heartbeat thread and waits for it. Sessions should be closed first.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!(
+                    event = "heartbeat_thread_panicked",
+                    "the heartbeat thread panicked"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for LockClient {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn run_heartbeat(
+    inner: Arc<Inner>,
+    transport: Arc<dyn Transport>,
+    mut rx: mpsc::UnboundedReceiver<Background>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(event = "heartbeat_failed", error = %err, "cannot build the heartbeat runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let clock = inner.clock.clone();
+        let mut next_tick = clock.now_nanos().wrapping_add(duration_nanos(inner.period()));
+        loop {
+            let wait = Duration::from_nanos(nanos_until(clock.now_nanos(), next_tick));
+            tokio::select! {
+                biased;
+                _ = &mut stopped => break,
+                message = rx.recv() => match message {
+                    None => break,
+                    Some(Background::Wake) => {
+                        let sooner = clock.now_nanos().wrapping_add(duration_nanos(inner.period()));
+                        if nanos_until(sooner, next_tick) > 0 {
+                            next_tick = sooner;
+                        }
+                    }
+                    Some(Background::Release { endpoint, key, token }) => {
+                        let call = Call::Release(key, ReleaseRequest { fencing_token: token });
+                        if let Err(err) = transport.send(&endpoint, call).await {
+                            tracing::debug!(event = "release_failed", token = token.0, error = %err);
+                        }
+                    }
+                    Some(Background::DeleteSession { endpoint, session }) => {
+                        if let Err(err) = transport.send(&endpoint, Call::DeleteSession(session)).await {
+                            tracing::debug!(event = "session_close_failed", session = %session, error = %err);
+                        }
+                    }
+                },
+                _ = clock.sleep(wait) => {
+                    let period = inner.period();
+                    if !inner.frozen.load(Ordering::SeqCst) {
+                        for session in inner.live_sessions() {
+                            heartbeat::tick(&session, transport.as_ref(), period).await;
+                        }
+                    }
+                    next_tick = clock.now_nanos().wrapping_add(duration_nanos(period));
+                }
+            }
+        }
+    });
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,254 @@
+//! SDK configuration (`LockClientConfig`) and the acquire policy (`AcquirePolicy`), with the
+//! keys and environment spellings of `docs/contracts/C5-config-build-and-naming.md`.
+
+use std::time::Duration;
+
+/// Default `lock.session.ttl`.
+pub const DEFAULT_SESSION_TTL_MS: u64 = 10_000;
+/// Default `lock.default.ttl` (lease asked for when the caller names none).
+pub const DEFAULT_LOCK_TTL_MS: u64 = 10_000;
+/// Default `lock.client.safety-margin`.
+pub const DEFAULT_SAFETY_MARGIN: f64 = 0.30;
+/// Default per-request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2_000;
+/// Heartbeat divisor (seed T-040 ASSUMPTION): three periods fit in the usable lease, so two
+/// consecutive lost heartbeats are tolerated before the local deadline passes.
+pub const HEARTBEAT_DIVISOR: u32 = 3;
+/// Shortest heartbeat period, whatever the leases: bounds the tick rate.
+pub const MIN_HEARTBEAT_PERIOD_MS: u64 = 10;
+
+/// A configuration value that cannot be used; the message names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct ConfigError {
+    /// The C5 key (and env spelling).
+    pub key: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Settings of one `LockClient`. Build with [`LockClientConfig::new`] or
+/// [`LockClientConfig::from_env`], adjust fields, then [`LockClientConfig::validate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockClientConfig {
+    /// Base URLs of lock-server replicas (`LOCK_ENDPOINTS`, comma separated). The session
+    /// moves to the next one on `NOT_LEADER` or an I/O error.
+    pub endpoints: Vec<String>,
+    /// `lock.session.ttl` (`LOCK_SESSION_TTL`): the session TTL asked for.
+    pub session_ttl: Duration,
+    /// `lock.default.ttl` (`LOCK_DEFAULT_TTL`): the lease asked for by default.
+    pub default_ttl: Duration,
+    /// `lock.client.safety-margin` (`LOCK_CLIENT_SAFETY_MARGIN`), in (0, 1): the share of
+    /// each granted lease the client gives up to be sure it stops before the server expires it.
+    pub safety_margin: f64,
+    /// `lock.client.heartbeat-period` (`LOCK_CLIENT_HEARTBEAT_PERIOD`): fixed period; when
+    /// `None`, min(session TTL, shortest live lease) × (1 − margin) / 3.
+    pub heartbeat_period: Option<Duration>,
+    /// `lock.client.request-timeout` (`LOCK_CLIENT_REQUEST_TIMEOUT`): budget of one HTTP call.
+    pub request_timeout: Duration,
+}
+
+impl LockClientConfig {
+    /// Defaults for the given endpoints.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            session_ttl: Duration::from_millis(DEFAULT_SESSION_TTL_MS),
+            default_ttl: Duration::from_millis(DEFAULT_LOCK_TTL_MS),
+            safety_margin: DEFAULT_SAFETY_MARGIN,
+            heartbeat_period: None,
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
+        }
+    }
+
+    /// Reads the C5 environment spellings through `lookup` (e.g. `|k| std::env::var(k).ok()`);
+    /// absent keys keep their defaults.
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| "http://127.0.0.1:8081".into());
+        let mut config = Self::new(
+            endpoints
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty()),
+        );
+        let duration = |key: &'static str| -> Result<Option<Duration>, ConfigError> {
+            lookup(key)
+                .map(|raw| {
+                    humantime::parse_duration(raw.trim()).map_err(|e| ConfigError {
+                        key,
+                        reason: format!("{raw:?} is not a duration like 10s or 500ms: {e}"),
+                    })
+                })
+                .transpose()
+        };
+        if let Some(v) = duration("LOCK_SESSION_TTL")? {
+            config.session_ttl = v;
+        }
+        if let Some(v) = duration("LOCK_DEFAULT_TTL")? {
+            config.default_ttl = v;
+        }
+        if let Some(v) = duration("LOCK_CLIENT_REQUEST_TIMEOUT")? {
+            config.request_timeout = v;
+        }
+        config.heartbeat_period = duration("LOCK_CLIENT_HEARTBEAT_PERIOD")?;
+        if let Some(raw) = lookup("LOCK_CLIENT_SAFETY_MARGIN") {
+            config.safety_margin = raw.trim().parse().map_err(|_| ConfigError {
+                key: "lock.client.safety-margin (LOCK_CLIENT_SAFETY_MARGIN)",
+                reason: format!("{raw:?} is not a number"),
+            })?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key, reason: &str| {
+            Err(ConfigError {
+                key,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.endpoints.is_empty() {
+            return fail("LOCK_ENDPOINTS", "at least one lock-server URL is required");
+        }
+        if !(self.safety_margin > 0.0 && self.safety_margin < 1.0) {
+            return fail(
+                "lock.client.safety-margin (LOCK_CLIENT_SAFETY_MARGIN)",
+                "must lie strictly between 0 and 1",
+            );
+        }
+        if self.session_ttl.is_zero() {
+            return fail("lock.session.ttl (LOCK_SESSION_TTL)", "must be positive");
+        }
+        if self.default_ttl.is_zero() {
+            return fail("lock.default.ttl (LOCK_DEFAULT_TTL)", "must be positive");
+        }
+        if self.request_timeout.is_zero() {
+            return fail(
+                "lock.client.request-timeout (LOCK_CLIENT_REQUEST_TIMEOUT)",
+                "must be positive",
+            );
+        }
+        if self.heartbeat_period.is_some_and(|p| p.is_zero()) {
+            return fail(
+                "lock.client.heartbeat-period (LOCK_CLIENT_HEARTBEAT_PERIOD)",
+                "must be positive",
+            );
+        }
+        Ok(())
+    }
+
+    /// The usable part of a granted lease in nanoseconds: `lease × (1 − margin)`, with the
+    /// margin rounded up so the deadline errs early.
+    pub fn usable_nanos(&self, lease_ms: u64) -> u64 {
+        let lease_nanos = lease_ms.saturating_mul(1_000_000);
+        let margin_nanos = (lease_nanos as f64 * self.safety_margin).ceil() as u64;
+        lease_nanos.saturating_sub(margin_nanos)
+    }
+
+    /// The heartbeat period for a session TTL and the shortest live lease (if any).
+    pub fn heartbeat_period_for(
+        &self,
+        session_ttl_ms: u64,
+        shortest_lease_ms: Option<u64>,
+    ) -> Duration {
+        if let Some(fixed) = self.heartbeat_period {
+            return fixed;
+        }
+        let basis_ms = shortest_lease_ms.map_or(session_ttl_ms, |l| l.min(session_ttl_ms));
+        let period_nanos = self.usable_nanos(basis_ms) / u64::from(HEARTBEAT_DIVISOR);
+        Duration::from_nanos(period_nanos).max(Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS))
+    }
+}
+
+/// How `acquire` waits under contention: full-jitter exponential backoff within a budget.
+/// The defaults are assumptions recorded in the ledger (T-041).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquirePolicy {
+    /// Total time `acquire` may spend, measured on the SDK's `Clock`.
+    pub budget: Duration,
+    /// Backoff base: attempt `n` sleeps uniformly in `[0, min(cap, base · 2^n)]`.
+    pub base: Duration,
+    /// Backoff cap.
+    pub cap: Duration,
+    /// Most attempts, whatever the budget says.
+    pub max_attempts: u32,
+}
+
+impl AcquirePolicy {
+    /// Try once; never wait.
+    pub const TRY_ONCE: Self = Self {
+        budget: Duration::ZERO,
+        base: Duration::ZERO,
+        cap: Duration::ZERO,
+        max_attempts: 1,
+    };
+}
+
+impl Default for AcquirePolicy {
+    /// budget 2 s, base 25 ms, cap 500 ms, at most 32 attempts.
+    fn default() -> Self {
+        Self {
+            budget: Duration::from_secs(2),
+            base: Duration::from_millis(25),
+            cap: Duration::from_millis(500),
+            max_attempts: 32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usable_part_is_exact_for_the_default_margin() {
+        let config = LockClientConfig::new(["http://x"]);
+        assert_eq!(config.usable_nanos(10_000), 7_000_000_000);
+        assert_eq!(config.usable_nanos(1_000), 700_000_000);
+    }
+
+    #[test]
+    fn period_follows_the_shortest_lease() {
+        let config = LockClientConfig::new(["http://x"]);
+        assert_eq!(
+            config.heartbeat_period_for(9_000, None),
+            Duration::from_millis(2_100)
+        );
+        assert_eq!(
+            config.heartbeat_period_for(9_000, Some(3_000)),
+            Duration::from_millis(700)
+        );
+    }
+
+    #[test]
+    fn env_keys_are_read_and_bad_values_name_the_key() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let config = LockClientConfig::from_env(env(&[
+            ("LOCK_ENDPOINTS", "http://a:1, http://b:2"),
+            ("LOCK_SESSION_TTL", "6s"),
+            ("LOCK_CLIENT_SAFETY_MARGIN", "0.25"),
+        ]))
+        .unwrap();
+        assert_eq!(config.endpoints, vec!["http://a:1", "http://b:2"]);
+        assert_eq!(config.session_ttl, Duration::from_secs(6));
+        assert!((config.safety_margin - 0.25).abs() < f64::EPSILON);
+        for margin in ["0", "1", "1.5", "-0.1", "abc"] {
+            let err = LockClientConfig::from_env(move |k| {
+                (k == "LOCK_CLIENT_SAFETY_MARGIN").then(|| margin.to_owned())
+            })
+            .unwrap_err();
+            assert!(err.key.contains("safety-margin"), "{margin}: {err}");
+        }
+        let err = LockClientConfig::from_env(env(&[("LOCK_SESSION_TTL", "ten")])).unwrap_err();
+        assert!(err.key.contains("LOCK_SESSION_TTL"));
+    }
+}

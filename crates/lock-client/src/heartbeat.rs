@@ -1,0 +1,99 @@
+//! One heartbeat tick for one session: L2, then L5 for grants under two periods of
+//! remaining time, then the local deadlines, then loss delivery. Runs on the heartbeat
+//! thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
+//! endpoint after `NOT_LEADER` or no answer): only the deadline decides loss.
+
+use std::time::Duration;
+
+use lock_api::{ErrorCode, LossReason, RenewRequest};
+
+use crate::metrics as m;
+use crate::session::Shared;
+use crate::transport::{Call, Reply, Transport, TransportError};
+
+/// How many periods of remaining time trigger a renewal.
+pub const RENEW_BELOW_PERIODS: u32 = 2;
+
+fn result_label(err: &TransportError) -> &'static str {
+    match err.code() {
+        None => "unreachable",
+        Some(ErrorCode::NotLeader) => "not_leader",
+        Some(ErrorCode::SessionUnknown | ErrorCode::SessionExpired | ErrorCode::LockLost) => "lost",
+        Some(_) => "error",
+    }
+}
+
+/// After a failed call: session-level codes lose the session; transient ones rotate.
+fn on_error(shared: &Shared, err: &TransportError) {
+    match err.code() {
+        Some(ErrorCode::SessionUnknown) => shared.lose_session(LossReason::SessionUnknown),
+        Some(ErrorCode::SessionExpired) => shared.lose_session(LossReason::SessionExpired),
+        None | Some(ErrorCode::NotLeader | ErrorCode::StoreUnavailable) => shared.rotate_endpoint(),
+        Some(_) => {}
+    }
+}
+
+/// One tick for `shared` with heartbeat `period`.
+pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Duration) {
+    if shared.is_closed() {
+        return;
+    }
+    let backend = shared.backend.as_str();
+    let send_nanos = shared.clock.now_nanos();
+    match transport
+        .send(&shared.endpoint(), Call::Heartbeat(shared.id))
+        .await
+    {
+        Ok(Reply::Heartbeat(beat)) => {
+            shared.heartbeat_ok(send_nanos, beat.ttl_ms);
+            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "ok")
+                .increment(1);
+        }
+        Ok(other) => {
+            tracing::warn!(event = "heartbeat_failed", session = %shared.id, answer = ?other, "unexpected heartbeat answer");
+            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "error")
+                .increment(1);
+        }
+        Err(err) => {
+            tracing::debug!(event = "heartbeat_failed", session = %shared.id, error = %err);
+            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
+            on_error(shared, &err);
+        }
+    }
+    let now = shared.clock.now_nanos();
+    for (key, token) in shared.due_for_renewal(now, period * RENEW_BELOW_PERIODS) {
+        let send_nanos = shared.clock.now_nanos();
+        let call = Call::Renew(
+            key.clone(),
+            RenewRequest {
+                session_id: shared.id,
+                fencing_token: token,
+            },
+        );
+        match transport.send(&shared.endpoint(), call).await {
+            Ok(Reply::Grant(grant)) if grant.fencing_token == token => {
+                shared.renew_ok(&key, token, send_nanos, grant.lease_ms);
+                metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "ok")
+                    .increment(1);
+            }
+            Ok(other) => {
+                // Renew never changes the token; an answer that does is not our grant.
+                tracing::error!(event = "renew_failed", key = %key, token = token.0, answer = ?other, "renew answered another grant");
+                shared.lose_handle(&key, token, LossReason::RenewRefused);
+                metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "error")
+                    .increment(1);
+            }
+            Err(err) => {
+                tracing::debug!(event = "renew_failed", key = %key, token = token.0, error = %err);
+                metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
+                if err.code() == Some(ErrorCode::LockLost) {
+                    shared.lose_handle(&key, token, LossReason::RenewRefused);
+                } else {
+                    on_error(shared, &err);
+                }
+            }
+        }
+    }
+    shared.expire_local(shared.clock.now_nanos());
+    shared.fire_pending();
+}

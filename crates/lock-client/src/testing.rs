@@ -1,0 +1,216 @@
+//! An in-memory lock service behind the [`Transport`] seam, for unit tests, doc examples and
+//! the simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete
+//! release and sessions behave as the lock-server's do; leases never expire on their own
+//! (tests drive loss with faults and a [`FakeClock`]). Faults: fail the next call of a kind,
+//! fail every call of a kind, clamp leases, delay replies on a fake clock.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use lock_api::{
+    Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken, HeartbeatResponse,
+    LockGrant, LockKey, ReleaseResponse, SessionId,
+};
+
+use crate::clock::FakeClock;
+use crate::transport::{Call, Reply, Transport, TransportError};
+
+#[derive(Debug, Default)]
+struct State {
+    sessions: HashMap<SessionId, u64>,
+    locks: HashMap<LockKey, (FencingToken, SessionId, u64)>,
+    fences: HashMap<LockKey, FencingToken>,
+    calls: Vec<Call>,
+    fail_next: Vec<(&'static str, TransportError)>,
+    fail_always: HashMap<&'static str, TransportError>,
+    max_lease_ms: Option<u64>,
+    reply_delay: Option<(FakeClock, Duration)>,
+}
+
+/// The in-memory lock service.
+#[derive(Debug, Default)]
+pub struct MemoryTransport {
+    state: Mutex<State>,
+}
+
+/// A server error answer, as a transport error.
+pub fn status(code: ErrorCode, message: &str) -> TransportError {
+    TransportError::Status {
+        status: code.http_status(),
+        body: ErrorBody {
+            code,
+            message: message.to_owned(),
+        },
+    }
+}
+
+impl MemoryTransport {
+    /// An empty service.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next call named `call` (see [`Call::name`]) fails with `err`.
+    pub fn fail_next(&self, call: &'static str, err: TransportError) {
+        self.state().fail_next.push((call, err));
+    }
+
+    /// Every call named `call` fails with `err` until [`MemoryTransport::heal`].
+    pub fn fail_always(&self, call: &'static str, err: TransportError) {
+        self.state().fail_always.insert(call, err);
+    }
+
+    /// Ends every `fail_always`.
+    pub fn heal(&self) {
+        self.state().fail_always.clear();
+    }
+
+    /// Leases above `max_ms` are granted as `max_ms`, as a server clamps them.
+    pub fn clamp_leases_to(&self, max_ms: u64) {
+        self.state().max_lease_ms = Some(max_ms);
+    }
+
+    /// Before answering, advance `clock` by `delay`: a slow response leg.
+    pub fn delay_replies(&self, clock: FakeClock, delay: Duration) {
+        self.state().reply_delay = Some((clock, delay));
+    }
+
+    /// Every call received so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    /// How many calls named `call` were received.
+    pub fn count(&self, call: &str) -> usize {
+        self.state()
+            .calls
+            .iter()
+            .filter(|c| c.name() == call)
+            .count()
+    }
+
+    /// The current holder's token of `key`, if any.
+    pub fn holder(&self, key: &LockKey) -> Option<FencingToken> {
+        self.state().locks.get(key).map(|(t, _, _)| *t)
+    }
+
+    fn answer(state: &mut State, call: Call) -> Result<Reply, TransportError> {
+        let now = Utc::now();
+        let known = |state: &State, s: &SessionId| state.sessions.contains_key(s);
+        let unknown = || status(ErrorCode::SessionUnknown, "session unknown");
+        match call {
+            Call::CreateSession(req) => {
+                let id = SessionId::random();
+                let ttl_ms = req.ttl_ms.unwrap_or(10_000);
+                state.sessions.insert(id, ttl_ms);
+                Ok(Reply::Session(CreateSessionResponse {
+                    session_id: id,
+                    ttl_ms,
+                    expires_at: now,
+                    backend: Backend::Memory,
+                }))
+            }
+            Call::Heartbeat(id) => match state.sessions.get(&id) {
+                Some(ttl_ms) => Ok(Reply::Heartbeat(HeartbeatResponse {
+                    ttl_ms: *ttl_ms,
+                    expires_at: now,
+                })),
+                None => Err(unknown()),
+            },
+            Call::DeleteSession(id) => {
+                state.sessions.remove(&id);
+                state.locks.retain(|_, (_, s, _)| *s != id);
+                Ok(Reply::Deleted)
+            }
+            Call::Acquire(key, req) => {
+                if !known(state, &req.session_id) {
+                    return Err(unknown());
+                }
+                let asked = req.ttl_ms.unwrap_or(10_000);
+                let lease_ms = state.max_lease_ms.map_or(asked, |max| asked.min(max));
+                let grant = |token| LockGrant {
+                    lock_key: key.clone(),
+                    fencing_token: token,
+                    lease_ms,
+                    expires_at: now,
+                    session_id: req.session_id,
+                };
+                match state.locks.get(&key) {
+                    Some((token, holder, _)) if *holder == req.session_id => {
+                        Ok(Reply::Grant(grant(*token)))
+                    }
+                    Some(_) => Err(status(ErrorCode::LockHeld, "held by another session")),
+                    None => {
+                        let token = FencingToken(state.fences.get(&key).map_or(1, |t| t.0 + 1));
+                        state.fences.insert(key.clone(), token);
+                        state
+                            .locks
+                            .insert(key.clone(), (token, req.session_id, lease_ms));
+                        Ok(Reply::Grant(grant(token)))
+                    }
+                }
+            }
+            Call::Renew(key, req) => {
+                if !known(state, &req.session_id) {
+                    return Err(unknown());
+                }
+                match state.locks.get(&key) {
+                    Some((token, holder, lease_ms))
+                        if *holder == req.session_id && *token == req.fencing_token =>
+                    {
+                        Ok(Reply::Grant(LockGrant {
+                            lock_key: key.clone(),
+                            fencing_token: *token,
+                            lease_ms: *lease_ms,
+                            expires_at: now,
+                            session_id: *holder,
+                        }))
+                    }
+                    _ => Err(status(
+                        ErrorCode::LockLost,
+                        "not held by this session with this token",
+                    )),
+                }
+            }
+            Call::Release(key, req) => {
+                let released = state
+                    .locks
+                    .get(&key)
+                    .is_some_and(|(t, _, _)| *t == req.fencing_token);
+                if released {
+                    state.locks.remove(&key);
+                }
+                Ok(Reply::Released(ReleaseResponse { released }))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for MemoryTransport {
+    async fn send(&self, _endpoint: &str, call: Call) -> Result<Reply, TransportError> {
+        let mut state = self.state();
+        state.calls.push(call.clone());
+        let name = call.name();
+        if let Some(index) = state.fail_next.iter().position(|(n, _)| *n == name) {
+            return Err(state.fail_next.remove(index).1);
+        }
+        if let Some(err) = state.fail_always.get(name) {
+            return Err(err.clone());
+        }
+        let answer = Self::answer(&mut state, call);
+        if let Some((clock, delay)) = &state.reply_delay {
+            clock.advance(*delay);
+        }
+        answer
+    }
+}

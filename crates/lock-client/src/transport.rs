@@ -1,0 +1,193 @@
+//! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs
+//! over real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its
+//! HTTP implementation are the only place that knows the lock surface's paths (L1-L6).
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_api::{
+    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
+    HeartbeatResponse, LockGrant, LockKey, ReleaseRequest, ReleaseResponse, RenewRequest,
+    SessionId,
+};
+
+/// One call of the lock surface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// L1.
+    CreateSession(CreateSessionRequest),
+    /// L2.
+    Heartbeat(SessionId),
+    /// L3.
+    DeleteSession(SessionId),
+    /// L4.
+    Acquire(LockKey, AcquireRequest),
+    /// L5.
+    Renew(LockKey, RenewRequest),
+    /// L6.
+    Release(LockKey, ReleaseRequest),
+}
+
+impl Call {
+    /// A short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CreateSession(_) => "create_session",
+            Self::Heartbeat(_) => "heartbeat",
+            Self::DeleteSession(_) => "delete_session",
+            Self::Acquire(..) => "acquire",
+            Self::Renew(..) => "renew",
+            Self::Release(..) => "release",
+        }
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// L1 (201).
+    Session(CreateSessionResponse),
+    /// L2 (200).
+    Heartbeat(HeartbeatResponse),
+    /// L3 (204).
+    Deleted,
+    /// L4, L5 (200).
+    Grant(LockGrant),
+    /// L6 (200).
+    Released(ReleaseResponse),
+}
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// The server answered with an error body.
+    #[error("HTTP {status} {}: {}", body.code.as_str(), body.message)]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The `{"code","message"}` body.
+        body: ErrorBody,
+    },
+    /// No answer: connection refused or reset, timeout, or an unreadable answer. The call
+    /// may or may not have been applied.
+    #[error("no usable answer: {0}")]
+    Unreachable(String),
+}
+
+impl TransportError {
+    /// The error code, when the server answered one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Status { body, .. } => Some(body.code),
+            Self::Unreachable(_) => None,
+        }
+    }
+}
+
+/// Sends one call to one endpoint.
+#[async_trait]
+pub trait Transport: Send + Sync + fmt::Debug + 'static {
+    /// Sends `call` to the replica at `endpoint` (a base URL).
+    async fn send(&self, endpoint: &str, call: Call) -> Result<Reply, TransportError>;
+}
+
+/// The production transport: reqwest over HTTP/1.1 with a per-request timeout. Create one per
+/// runtime: the heartbeat thread owns its own, so a busy application runtime never carries
+/// heartbeat connections.
+#[derive(Debug, Clone)]
+pub struct HttpTransport {
+    http: reqwest::Client,
+}
+
+impl HttpTransport {
+    /// A transport whose every request times out after `request_timeout`.
+    pub fn new(request_timeout: Duration) -> Result<Self, TransportError> {
+        let http = reqwest::Client::builder()
+            .timeout(request_timeout)
+            .build()
+            .map_err(|e| TransportError::Unreachable(format!("build HTTP client: {e}")))?;
+        Ok(Self { http })
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        request: reqwest::RequestBuilder,
+        expected: reqwest::StatusCode,
+    ) -> Result<T, TransportError> {
+        let response = Self::checked(request, expected).await?;
+        response
+            .json::<T>()
+            .await
+            .map_err(|e| TransportError::Unreachable(format!("unreadable answer: {e}")))
+    }
+
+    async fn checked(
+        request: reqwest::RequestBuilder,
+        expected: reqwest::StatusCode,
+    ) -> Result<reqwest::Response, TransportError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        let status = response.status();
+        if status == expected {
+            return Ok(response);
+        }
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str::<ErrorBody>(&text).unwrap_or_else(|_| ErrorBody {
+            code: ErrorCode::Internal,
+            message: format!("unexpected HTTP {status}: {text}"),
+        });
+        Err(TransportError::Status {
+            status: status.as_u16(),
+            body,
+        })
+    }
+}
+
+#[async_trait]
+impl Transport for HttpTransport {
+    async fn send(&self, endpoint: &str, call: Call) -> Result<Reply, TransportError> {
+        use reqwest::StatusCode as S;
+        let base = endpoint.trim_end_matches('/');
+        match call {
+            Call::CreateSession(body) => {
+                let request = self.http.post(format!("{base}/v1/sessions")).json(&body);
+                Self::json(request, S::CREATED).await.map(Reply::Session)
+            }
+            Call::Heartbeat(session) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/sessions/{session}/heartbeat"));
+                Self::json(request, S::OK).await.map(Reply::Heartbeat)
+            }
+            Call::DeleteSession(session) => {
+                let request = self.http.delete(format!("{base}/v1/sessions/{session}"));
+                Self::checked(request, S::NO_CONTENT)
+                    .await
+                    .map(|_| Reply::Deleted)
+            }
+            Call::Acquire(key, body) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/locks/{key}/acquire"))
+                    .json(&body);
+                Self::json(request, S::OK).await.map(Reply::Grant)
+            }
+            Call::Renew(key, body) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/locks/{key}/renew"))
+                    .json(&body);
+                Self::json(request, S::OK).await.map(Reply::Grant)
+            }
+            Call::Release(key, body) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/locks/{key}/release"))
+                    .json(&body);
+                Self::json(request, S::OK).await.map(Reply::Released)
+            }
+        }
+    }
+}
