@@ -14,8 +14,10 @@ use anyhow::{Context, bail};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor, PgConnection};
+use test_support::ServiceProcess;
 use test_support::pg::{DURABLE_SETTINGS, ThrowawayCluster, with_database};
-use test_support::{ServiceProcess, free_port, poll_until};
+
+use crate::stack::start_lock_server;
 
 /// Options of `harness bench locks`.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,32 +91,19 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         options.clients, options.seconds
     );
 
-    let binary = test_support::cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
-    let port = free_port();
-    let server = ServiceProcess::spawn(
+    let server = start_lock_server(
         "lock-server",
-        &binary,
-        &[],
+        &db_url,
         &[
-            ("DATABASE_URL", db_url.clone()),
-            ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
             ("LOCK_DB_MAX_CONNECTIONS", options.clients.to_string()),
             ("LOCK_SESSION_TTL", "60s".into()),
             ("RUST_LOG", "warn".into()),
         ],
         work.path(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    poll_until(
-        "the lock-server to become ready",
-        Duration::from_secs(30),
-        || async {
-            let response = http.get(format!("{base}/health/ready")).send().await.ok()?;
-            (response.status() == StatusCode::OK).then_some(())
-        },
     )
-    .await;
+    .await?;
+    let base = server.url.clone();
+    let http = reqwest::Client::new();
 
     let mut db = PgConnection::connect(&db_url).await?;
     let duration = Duration::from_secs(options.seconds);
@@ -147,7 +136,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         );
     }
     if options.sessions > 0 {
-        memory_side(&http, &base, &server, options.sessions).await?;
+        memory_side(&http, &base, &server.process, options.sessions).await?;
     }
     drop(server);
     Ok(())

@@ -2,6 +2,8 @@
 //!
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
 //! - [`bench`]: load generators (`harness bench locks`).
+//! - [`stack`]: the real service binaries as processes.
 
 pub mod bench;
 pub mod module_rule;
+pub mod stack;

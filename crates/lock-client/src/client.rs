@@ -2,7 +2,7 @@
 //! (`lock-hb-N`) that runs its own current-thread runtime, so a busy application runtime
 //! cannot starve heartbeats.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -57,6 +57,7 @@ struct Inner {
     app_transport: Arc<dyn Transport>,
     sessions: Mutex<Vec<Weak<Shared>>>,
     frozen: AtomicBool,
+    ticks: AtomicU64,
     background: mpsc::UnboundedSender<Background>,
 }
 
@@ -88,6 +89,7 @@ impl Inner {
 pub struct LockClient {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
+    thread_name: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -144,18 +146,28 @@ impl LockClient {
             app_transport,
             sessions: Mutex::new(Vec::new()),
             frozen: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
             background,
         });
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let name = format!("lock-hb-{}", NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
         let thread_inner = inner.clone();
+        // The tick grid starts now, on the caller's thread, so no clock movement between
+        // here and the thread's start is missed.
+        let first_tick = inner
+            .clock
+            .now_nanos()
+            .wrapping_add(duration_nanos(inner.period()));
         let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run_heartbeat(thread_inner, heartbeat_transport, rx, stopped))
+            .name(name.clone())
+            .spawn(move || {
+                run_heartbeat(thread_inner, heartbeat_transport, rx, stopped, first_tick)
+            })
             .map_err(|e| ClientError::Start(format!("spawn the heartbeat thread: {e}")))?;
         Ok(Self {
             inner,
             thread: Some(thread),
+            thread_name: name,
             stop: Some(stop),
         })
     }
@@ -163,6 +175,16 @@ impl LockClient {
     /// The configuration in force.
     pub fn config(&self) -> &LockClientConfig {
         &self.inner.config
+    }
+
+    /// The name of this client's heartbeat thread (`lock-hb-N`).
+    pub fn heartbeat_thread(&self) -> &str {
+        &self.thread_name
+    }
+
+    /// How many heartbeat ticks have completed (all sessions sent L2, renewed, checked).
+    pub fn heartbeat_ticks(&self) -> u64 {
+        self.inner.ticks.load(Ordering::SeqCst)
     }
 
     /// The heartbeat period in force now.
@@ -281,6 +303,7 @@ fn run_heartbeat(
     transport: Arc<dyn Transport>,
     mut rx: mpsc::UnboundedReceiver<Background>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
+    first_tick: u64,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -294,7 +317,7 @@ fn run_heartbeat(
     };
     runtime.block_on(async move {
         let clock = inner.clock.clone();
-        let mut next_tick = clock.now_nanos().wrapping_add(duration_nanos(inner.period()));
+        let mut next_tick = first_tick;
         loop {
             let wait = Duration::from_nanos(nanos_until(clock.now_nanos(), next_tick));
             tokio::select! {
@@ -326,8 +349,15 @@ fn run_heartbeat(
                         for session in inner.live_sessions() {
                             heartbeat::tick(&session, transport.as_ref(), period).await;
                         }
+                        inner.ticks.fetch_add(1, Ordering::SeqCst);
                     }
-                    next_tick = clock.now_nanos().wrapping_add(duration_nanos(period));
+                    // Ticks stay on a grid (a slow tick does not push the next one back);
+                    // after a stall longer than a period, start a fresh grid from now.
+                    next_tick = next_tick.wrapping_add(duration_nanos(period));
+                    let now = clock.now_nanos();
+                    if nanos_until(next_tick, now) > duration_nanos(period) {
+                        next_tick = now;
+                    }
                 }
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use lock_api::{
     Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken, HeartbeatResponse,
     LockGrant, LockKey, ReleaseResponse, SessionId,
@@ -104,7 +104,8 @@ impl MemoryTransport {
     }
 
     fn answer(state: &mut State, call: Call) -> Result<Reply, TransportError> {
-        let now = Utc::now();
+        // Display-only timestamps: a fixed instant, never a wall clock.
+        let now = DateTime::<Utc>::UNIX_EPOCH;
         let known = |state: &State, s: &SessionId| state.sessions.contains_key(s);
         let unknown = || status(ErrorCode::SessionUnknown, "session unknown");
         match call {

@@ -16,5 +16,5 @@ pub mod process;
 pub use binaries::cargo_bin;
 pub use net::free_port;
 pub use pg::{TestDb, ThrowawayCluster, fresh_database};
-pub use poll::poll_until;
+pub use poll::{poll_until, wait_until_ok};
 pub use process::ServiceProcess;

@@ -25,3 +25,13 @@ where
         tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
     }
 }
+
+/// Polls `url` until it answers 200, or panics after `timeout` naming `what`.
+pub async fn wait_until_ok(what: &str, url: &str, timeout: Duration) {
+    let http = reqwest::Client::new();
+    poll_until(what, timeout, || async {
+        let response = http.get(url).send().await.ok()?;
+        (response.status() == reqwest::StatusCode::OK).then_some(())
+    })
+    .await;
+}

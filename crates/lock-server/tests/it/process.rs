@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use reqwest::{Method, StatusCode};
-use test_support::{ServiceProcess, free_port, poll_until};
+use test_support::{ServiceProcess, free_port, poll_until, wait_until_ok};
 
 use crate::support::{Api, token};
 
@@ -30,20 +30,8 @@ fn spawn(name: &str, database_url: &str, port: u16, logs: &std::path::Path) -> S
 }
 
 async fn ready(api: &Api) {
-    poll_until(
-        "the lock-server to become ready",
-        START_DEADLINE,
-        || async {
-            let response = api
-                .http
-                .get(format!("{}/health/ready", api.base))
-                .send()
-                .await
-                .ok()?;
-            (response.status() == StatusCode::OK).then_some(())
-        },
-    )
-    .await;
+    let url = format!("{}/health/ready", api.base);
+    wait_until_ok("the lock-server to become ready", &url, START_DEADLINE).await;
 }
 
 async fn stop(mut process: ServiceProcess) -> String {

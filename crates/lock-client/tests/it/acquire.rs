@@ -1,0 +1,148 @@
+//! T-041: the budget on the fake clock, contention between two sessions, reentrancy.
+
+use std::time::Duration;
+
+use lock_api::LockKey;
+use lock_client::{AcquirePolicy, Clock};
+
+use crate::support::Rig;
+
+const QUIET: Duration = Duration::from_secs(3600);
+const LEASE: Duration = Duration::from_secs(10);
+const STEP: Duration = Duration::from_millis(1);
+
+/// Drives `future` to completion, advancing the fake clock by `STEP` whenever it waits.
+async fn drive<T>(rig: &Rig, future: impl std::future::Future<Output = T>) -> T {
+    tokio::pin!(future);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut future => return out,
+            _ = tokio::task::yield_now() => rig.clock.advance(STEP),
+        }
+    }
+}
+
+#[tokio::test]
+async fn contended_acquire_gives_up_within_its_budget_with_none() {
+    let rig = Rig::new(QUIET);
+    let (a, b) = (rig.session("a").await, rig.session("b").await);
+    let key = LockKey::parse("hot").unwrap();
+    let held = a
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let policy = AcquirePolicy {
+        budget: Duration::from_millis(800),
+        ..AcquirePolicy::default()
+    };
+    let start = rig.clock.now_nanos();
+    let outcome = drive(&rig, b.acquire(&key, LEASE, &policy)).await.unwrap();
+    let spent = Duration::from_nanos(rig.clock.now_nanos().wrapping_sub(start));
+    assert!(outcome.is_none(), "contention is Ok(None), not an error");
+    assert!(
+        spent <= policy.budget + STEP,
+        "spent {spent:?} of an {:?} budget",
+        policy.budget
+    );
+    assert!(
+        spent >= policy.budget / 2,
+        "it kept trying for most of the budget: {spent:?}"
+    );
+    let attempts = rig.service.count("acquire") - 1;
+    assert!(attempts >= 3, "retried with backoff: {attempts} attempts");
+    a.release(held).await.unwrap();
+}
+
+#[tokio::test]
+async fn contended_acquire_wins_once_the_holder_releases() {
+    let rig = Rig::new(QUIET);
+    let (a, b) = (rig.session("a").await, rig.session("b").await);
+    let key = LockKey::parse("handover").unwrap();
+    let held = a
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = held.fencing_token();
+    let policy = AcquirePolicy {
+        budget: Duration::from_secs(5),
+        ..AcquirePolicy::default()
+    };
+    let waiter = b.acquire(&key, LEASE, &policy);
+    tokio::pin!(waiter);
+    // Let b fail a few times, then release a's grant.
+    for _ in 0..100 {
+        tokio::select! {
+            biased;
+            _ = &mut waiter => panic!("b cannot win while a holds the key"),
+            _ = tokio::task::yield_now() => rig.clock.advance(STEP),
+        }
+    }
+    a.release(held).await.unwrap();
+    let won = drive(&rig, waiter)
+        .await
+        .unwrap()
+        .expect("b wins within its budget");
+    assert!(
+        won.fencing_token() > first,
+        "a higher token for the new holder"
+    );
+    b.release(won).await.unwrap();
+}
+
+#[tokio::test]
+async fn reacquiring_a_held_key_is_reentrant_and_only_the_last_release_sends_l6() {
+    let rig = Rig::new(QUIET);
+    let session = rig.session("a").await;
+    let key = LockKey::parse("reentrant").unwrap();
+    let outer = session
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let inner = session
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        outer.fencing_token(),
+        inner.fencing_token(),
+        "same grant, same token"
+    );
+    assert_eq!(
+        rig.service.count("acquire"),
+        1,
+        "the second acquire never left the process"
+    );
+    session.release(inner).await.unwrap();
+    assert_eq!(rig.service.count("release"), 0, "one hold remains");
+    session.check_still_held(&outer).unwrap();
+    session.release(outer).await.unwrap();
+    assert_eq!(rig.service.count("release"), 1, "the last release sends L6");
+    assert_eq!(rig.service.holder(&key), None);
+}
+
+#[tokio::test]
+async fn no_leader_anywhere_is_an_error_not_contention() {
+    let rig = Rig::new(QUIET);
+    let session = rig.session("a").await;
+    rig.service.fail_always(
+        "acquire",
+        lock_client::testing::status(lock_api::ErrorCode::NotLeader, "read-only"),
+    );
+    let policy = AcquirePolicy {
+        budget: Duration::from_millis(200),
+        ..AcquirePolicy::default()
+    };
+    let key = LockKey::parse("k").unwrap();
+    let err = drive(&rig, session.acquire(&key, LEASE, &policy))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, lock_api::LockError::NotLeader { .. }),
+        "{err:?}"
+    );
+}
