@@ -20,44 +20,56 @@ pub fn violations(metadata: &Value) -> Vec<String> {
         .flatten()
         .filter_map(|p| p["name"].as_str().map(str::to_owned))
         .collect();
-    // Workspace-internal edges of every kind (normal, dev, build).
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // Workspace-internal edges: of every kind (normal, dev, build) for the crate itself, and
+    // of the kinds that reach its build (normal, build) for what it depends on: a
+    // dependency's dev-dependencies are not part of the dependent's graph.
+    let mut all_edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut build_edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for package in metadata["packages"].as_array().into_iter().flatten() {
         let Some(name) = package["name"].as_str() else {
             continue;
         };
-        let deps = package["dependencies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|d| d["name"].as_str())
-            .filter(|d| members.contains(*d))
-            .map(str::to_owned);
-        edges.entry(name.to_owned()).or_default().extend(deps);
+        all_edges.entry(name.to_owned()).or_default();
+        build_edges.entry(name.to_owned()).or_default();
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let Some(dep_name) = dep["name"].as_str().filter(|d| members.contains(*d)) else {
+                continue;
+            };
+            all_edges
+                .entry(name.to_owned())
+                .or_default()
+                .insert(dep_name.to_owned());
+            if dep["kind"].as_str() != Some("dev") {
+                build_edges
+                    .entry(name.to_owned())
+                    .or_default()
+                    .insert(dep_name.to_owned());
+            }
+        }
     }
+    let reachable = |from: &str| -> BTreeSet<String> {
+        let direct = all_edges.get(from).cloned().unwrap_or_default();
+        let mut seen = direct.clone();
+        let mut stack: Vec<String> = direct.into_iter().collect();
+        while let Some(next) = stack.pop() {
+            for dep in build_edges.get(&next).into_iter().flatten() {
+                if seen.insert(dep.clone()) {
+                    stack.push(dep.clone());
+                }
+            }
+        }
+        seen
+    };
     let mut found = Vec::new();
-    for reached in reachable(&edges, "payout-executor") {
+    for reached in reachable("payout-executor") {
         if !EXECUTOR_ALLOWED.contains(&reached.as_str()) {
             found.push(format!(
                 "payout-executor depends on {reached}; allowed: {EXECUTOR_ALLOWED:?}"
             ));
         }
     }
-    if reachable(&edges, "lock-client").contains("lock-server") {
+    if reachable("lock-client").contains("lock-server") {
         found.push("lock-client depends on lock-server".to_owned());
     }
     found
-}
-
-fn reachable(edges: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet<String> {
-    let mut seen = BTreeSet::new();
-    let mut stack: Vec<&str> = vec![from];
-    while let Some(next) = stack.pop() {
-        for dep in edges.get(next).into_iter().flatten() {
-            if seen.insert(dep.clone()) {
-                stack.push(dep);
-            }
-        }
-    }
-    seen
 }

@@ -49,6 +49,8 @@ pub enum ErrorCode {
     LockNotHeld,
     /// 409: a token lower than the resource's fence was presented.
     FencedOut,
+    /// 409: the payout is already in a terminal state.
+    AlreadyTerminal,
     /// 503: the store behind this replica cannot take writes now (read-only, no leader, draining).
     NotLeader,
     /// 503: the store cannot be reached.
@@ -67,7 +69,7 @@ impl ErrorCode {
             Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
-            Self::LockHeld | Self::LockLost | Self::FencedOut => 409,
+            Self::LockHeld | Self::LockLost | Self::FencedOut | Self::AlreadyTerminal => 409,
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -93,6 +95,7 @@ impl ErrorCode {
             Self::LockLost => "LOCK_LOST",
             Self::LockNotHeld => "LOCK_NOT_HELD",
             Self::FencedOut => "FENCED_OUT",
+            Self::AlreadyTerminal => "ALREADY_TERMINAL",
             Self::NotLeader => "NOT_LEADER",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
@@ -126,6 +129,22 @@ pub enum LossReason {
     RenewRefused,
     /// The session was closed by its owner.
     SessionClosed,
+    /// The release found no live grant with this token (expired, revoked or taken over).
+    NotHeld,
+}
+
+impl LossReason {
+    /// The snake_case spelling used in logs and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DeadlinePassed => "deadline_passed",
+            Self::SessionUnknown => "session_unknown",
+            Self::SessionExpired => "session_expired",
+            Self::RenewRefused => "renew_refused",
+            Self::SessionClosed => "session_closed",
+            Self::NotHeld => "not_held",
+        }
+    }
 }
 
 /// A lock is lost. Terminal: never retryable, no write may follow it.
@@ -216,7 +235,7 @@ impl LockError {
                 }),
                 None => Self::Protocol { status, message },
             },
-            ErrorCode::FencedOut => Self::FencedOut { message },
+            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal => Self::FencedOut { message },
             ErrorCode::LockHeld => Self::Contention { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },
@@ -253,7 +272,8 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 17] = [
+    const ALL: [ErrorCode; 18] = [
+        ErrorCode::AlreadyTerminal,
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,

@@ -34,6 +34,23 @@ impl ValidationError {
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
 
+impl FencingToken {
+    /// The largest token any store issues (PostgreSQL `bigint`): a larger one presented by a
+    /// caller is refused as invalid input.
+    pub const MAX: Self = Self(i64::MAX as u64);
+
+    /// Checks that a presented token is within the range stores issue.
+    pub fn validate(self) -> Result<Self, ValidationError> {
+        if self > Self::MAX {
+            return Err(ValidationError::new(
+                "fencing_token",
+                format!("{} is above the largest token {}", self.0, Self::MAX.0),
+            ));
+        }
+        Ok(self)
+    }
+}
+
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
@@ -59,6 +76,12 @@ impl LockKey {
             return Err(ValidationError::new(
                 "lock_key",
                 format!("is {} bytes, the limit is {LOCK_KEY_MAX_BYTES}", raw.len()),
+            ));
+        }
+        if raw == "." || raw == ".." {
+            return Err(ValidationError::new(
+                "lock_key",
+                "must not be . or .. (URL clients drop such path segments)",
             ));
         }
         if let Some(bad) = raw.chars().find(|c| !is_key_char(*c)) {
@@ -208,6 +231,15 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn tokens_above_bigint_are_refused() {
+        assert!(FencingToken(i64::MAX as u64).validate().is_ok());
+        assert_eq!(
+            FencingToken(u64::MAX).validate().unwrap_err().field,
+            "fencing_token"
+        );
     }
 
     #[test]

@@ -346,8 +346,17 @@ fn run_heartbeat(
                 _ = clock.sleep(wait) => {
                     let period = inner.period();
                     if !inner.frozen.load(Ordering::SeqCst) {
-                        for session in inner.live_sessions() {
-                            heartbeat::tick(&session, transport.as_ref(), period).await;
+                        let ticks = async {
+                            for session in inner.live_sessions() {
+                                heartbeat::tick(&session, transport.as_ref(), period).await;
+                            }
+                        };
+                        // Closing cancels a tick stuck in a slow call: close never waits
+                        // for request timeouts.
+                        tokio::select! {
+                            biased;
+                            _ = &mut stopped => break,
+                            _ = ticks => {}
                         }
                         inner.ticks.fetch_add(1, Ordering::SeqCst);
                     }

@@ -37,7 +37,9 @@ pub fn nanos_until(now_nanos: u64, deadline_nanos: u64) -> u64 {
     u64::try_from(left).unwrap_or(0)
 }
 
-/// The production clock: `std::time::Instant` and tokio's timer.
+/// The production clock: Linux `CLOCK_BOOTTIME` (monotonic, and it keeps counting while the
+/// host is suspended, so a frozen machine wakes up past its deadlines rather than before
+/// them), falling back to `std::time::Instant` elsewhere; sleeps on tokio's timer.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     origin: Instant,
@@ -50,6 +52,19 @@ impl SystemClock {
             origin: Instant::now(),
         }
     }
+
+    #[cfg(target_os = "linux")]
+    fn boottime_nanos() -> Option<u64> {
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+        let secs = u64::try_from(now.tv_sec()).ok()?;
+        let nanos = u64::try_from(now.tv_nsec()).ok()?;
+        Some(secs.wrapping_mul(1_000_000_000).wrapping_add(nanos))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn boottime_nanos() -> Option<u64> {
+        None
+    }
 }
 
 impl Default for SystemClock {
@@ -60,7 +75,8 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now_nanos(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        Self::boottime_nanos()
+            .unwrap_or_else(|| u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
@@ -175,6 +191,20 @@ mod tests {
         assert!(!deadline_passed(before_wrap, after_wrap));
         assert_eq!(nanos_until(before_wrap, after_wrap), 10);
         assert_eq!(nanos_until(after_wrap, before_wrap), 0);
+    }
+
+    #[test]
+    fn the_system_clock_never_goes_back() {
+        let clock = SystemClock::new();
+        let mut last = clock.now_nanos();
+        for _ in 0..1_000 {
+            let now = clock.now_nanos();
+            assert!(
+                !deadline_passed(last, now) || now == last,
+                "time went back: {last} -> {now}"
+            );
+            last = now;
+        }
     }
 
     #[tokio::test]

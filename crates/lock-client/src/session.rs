@@ -278,7 +278,7 @@ impl Shared {
         };
         let backend = self.backend.as_str();
         if let Some(reason) = session_event.filter(|_| events.is_empty()) {
-            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = ?reason, "lock session lost while holding nothing");
+            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = reason.as_str(), "lock session lost while holding nothing");
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
         }
         for lost in &events {
@@ -294,7 +294,7 @@ impl Shared {
                 key = %lost.lock_key,
                 token = lost.fencing_token.0,
                 backend,
-                reason = ?lost.reason,
+                reason = lost.reason.as_str(),
                 "lock lost: stop work guarded by it"
             );
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
@@ -625,8 +625,8 @@ impl LockClientSession {
 
     /// Releases one hold of `handle`. The last hold sends L6 (compare-and-delete on key and
     /// token; transport failures are logged, the lease then simply expires). Returns
-    /// `Err(LockLost)` when the grant had been lost: whatever it guarded may have been done
-    /// by another holder meanwhile.
+    /// `Err(LockLost)` when the grant had been lost, locally or as the server's
+    /// `released: false` shows: whatever it guarded may have been done by another holder.
     pub async fn release(&self, handle: LockHandle) -> Result<(), LockLost> {
         let (key, token) = handle.disarm();
         let lost = |reason| LockLost {
@@ -653,7 +653,12 @@ impl LockClientSession {
         );
         match self.transport.send(&self.shared.endpoint(), call).await {
             Ok(Reply::Released(r)) => {
-                tracing::debug!(event = "released", key = %key, token = token.0, released = r.released)
+                tracing::debug!(event = "released", key = %key, token = token.0, released = r.released);
+                if !r.released && lost_reason.is_none() {
+                    // The server had no live grant with this token: it expired, was revoked
+                    // or was taken over before we noticed. Report it as the loss it was.
+                    return Err(lost(LossReason::NotHeld));
+                }
             }
             Ok(other) => {
                 tracing::warn!(event = "release_failed", key = %key, token = token.0, answer = ?other)

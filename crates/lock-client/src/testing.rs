@@ -98,6 +98,11 @@ impl MemoryTransport {
             .count()
     }
 
+    /// Deletes `key`'s grant behind its holder's back, as an admin revoke would.
+    pub fn revoke(&self, key: &LockKey) {
+        self.state().locks.remove(key);
+    }
+
     /// The current holder's token of `key`, if any.
     pub fn holder(&self, key: &LockKey) -> Option<FencingToken> {
         self.state().locks.get(key).map(|(t, _, _)| *t)

@@ -27,6 +27,19 @@ CREATE TABLE locks (
 CREATE INDEX locks_session_id ON locks (session_id);
 CREATE INDEX locks_expires_at ON locks (expires_at);
 
+-- A live grant re-granted to its own session: lease and expiry never shrink.
+CREATE FUNCTION lock_regrant(p_key text, p_token bigint, p_lease_ms bigint)
+RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
+               took_over boolean)
+LANGUAGE sql AS $$
+    UPDATE locks l
+       SET lease_ms = GREATEST(l.lease_ms, p_lease_ms),
+           expires_at = GREATEST(l.expires_at,
+                                 now() + GREATEST(l.lease_ms, p_lease_ms) * interval '1 millisecond')
+     WHERE l.lock_key = p_key AND l.fencing_token = p_token
+ RETURNING 'GRANTED'::text, l.fencing_token, l.lease_ms, l.expires_at, false;
+$$;
+
 -- L4 acquire in one round trip. Outcomes: GRANTED (new token, or the same token when the
 -- session already holds the key), LOCK_HELD, SESSION_UNKNOWN, SESSION_EXPIRED.
 -- Grantors of one key serialise on its lock_fences row, so tokens strictly increase.
@@ -60,13 +73,10 @@ BEGIN
         RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.expires_at, false;
         RETURN;
     END IF;
-    -- Same session again: the same grant, lease refreshed (idempotent retry of L4).
+    -- Same session again: the same grant (idempotent retry of L4). Lease and expiry only
+    -- grow, so every answer satisfies expires_at >= now() + lease_ms (invariant I4).
     IF FOUND AND v_cur.live THEN
-        RETURN QUERY UPDATE locks l
-                        SET lease_ms = p_lease_ms,
-                            expires_at = now() + p_lease_ms * interval '1 millisecond'
-                      WHERE l.lock_key = p_key AND l.fencing_token = v_cur.fencing_token
-                  RETURNING 'GRANTED'::text, l.fencing_token, l.lease_ms, l.expires_at, false;
+        RETURN QUERY SELECT * FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms);
         IF FOUND THEN RETURN; END IF;
     END IF;
 
@@ -83,7 +93,7 @@ BEGIN
      WHERE l.lock_key = p_key;
     IF FOUND AND v_cur.live THEN
         IF v_cur.session_id = p_session THEN
-            RETURN QUERY SELECT 'GRANTED'::text, v_cur.fencing_token, p_lease_ms, v_cur.expires_at, false;
+            RETURN QUERY SELECT * FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms);
         ELSE
             RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.expires_at, false;
         END IF;

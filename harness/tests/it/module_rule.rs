@@ -39,22 +39,22 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("../fixtures/bad-graph.json")).unwrap();
     let found = violations(&fixture);
+    let has = |needle: &str| found.iter().any(|v| v.contains(needle));
     assert!(
-        found
-            .iter()
-            .any(|v| v.contains("payout-executor depends on payment-resource")),
+        has("payout-executor depends on payment-resource"),
         "{found:?}"
     );
     assert!(
-        found
-            .iter()
-            .any(|v| v.contains("payout-executor depends on lock-server")),
+        has("payout-executor depends on lock-server"),
         "transitive edge: {found:?}"
     );
     assert!(
-        found
-            .iter()
-            .any(|v| v.contains("lock-client depends on lock-server")),
-        "{found:?}"
+        has("lock-client depends on lock-server"),
+        "a dev edge counts for the crate itself: {found:?}"
     );
+    assert!(
+        !has("payout-executor depends on test-support"),
+        "a dependency's dev edges do not: {found:?}"
+    );
+    assert_eq!(found.len(), 3, "{found:?}");
 }

@@ -193,6 +193,16 @@ async fn session_unknown_on_heartbeat_loses_every_grant() {
 }
 
 #[tokio::test]
+async fn releasing_a_grant_the_server_no_longer_has_reports_the_loss() {
+    let rig = Rig::new(Duration::from_secs(3600));
+    let session = rig.session("w").await;
+    let handle = hold(&session, "revoked").await;
+    rig.service.revoke(handle.lock_key());
+    let lost = session.release(handle).await.unwrap_err();
+    assert_eq!(lost.reason, LossReason::NotHeld);
+}
+
+#[tokio::test]
 async fn a_dropped_handle_is_released_in_the_background() {
     let rig = Rig::new(Duration::from_secs(3600));
     let session = rig.session("w").await;

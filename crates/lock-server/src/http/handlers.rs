@@ -124,7 +124,7 @@ pub async fn renew(
     let key = key_from_path(lock_key)?;
     match state
         .store()
-        .renew(&key, req.session_id, req.fencing_token)
+        .renew(&key, req.session_id, req.fencing_token.validate()?)
         .await
     {
         Ok(grant) => Ok(Json(grant)),
@@ -144,7 +144,10 @@ pub async fn release(
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> ApiResult<Json<ReleaseResponse>> {
     let key = key_from_path(lock_key)?;
-    let released = state.store().release(&key, req.fencing_token).await?;
+    let released = state
+        .store()
+        .release(&key, req.fencing_token.validate()?)
+        .await?;
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))
@@ -195,7 +198,9 @@ fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .unwrap_or("");
     if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
         Ok(())

@@ -81,10 +81,11 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = request.method().as_str().to_owned();
+    let mutates = !matches!(*request.method(), Method::GET | Method::HEAD);
     let response = next.run(request).await;
     let code = response.extensions().get::<ErrorCode>().copied();
     let backend = state.backend().as_str();
-    if code == Some(ErrorCode::NotLeader) {
+    if mutates && code == Some(ErrorCode::NotLeader) {
         metrics::counter!(m::NOT_LEADER_TOTAL, "backend" => backend).increment(1);
     }
     metrics::counter!(

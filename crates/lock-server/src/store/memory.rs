@@ -146,7 +146,9 @@ impl LockStore for MemoryStore {
                     holder_token: current.token,
                 });
             }
-            let expires = now + after(lease_ms);
+            // Lease and expiry only grow (invariant I4 for every answer).
+            let lease_ms = current.lease_ms.max(lease_ms);
+            let expires = current.expires.max(now + after(lease_ms));
             state.locks.insert(
                 key.clone(),
                 Grant {

@@ -15,6 +15,8 @@ use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, S
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
 /// database set read-only.
 const SQLSTATE_READ_ONLY: &str = "25006";
+/// SQLSTATE classes that mean "the store, not the request, failed; try again".
+const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
 
@@ -51,8 +53,18 @@ impl PostgresStore {
 
 fn map_err(err: sqlx::Error) -> StoreError {
     if let Some(db) = err.as_database_error() {
-        if db.code().as_deref() == Some(SQLSTATE_READ_ONLY) {
+        let code = db.code().unwrap_or_default();
+        if code == SQLSTATE_READ_ONLY {
             return StoreError::NotLeader(db.message().to_owned());
+        }
+        // Connection exceptions (08), operator intervention such as a terminated backend or
+        // a shutting-down server (57P), and transaction rollbacks (40: serialization failure,
+        // deadlock) are about the store, not the request: retryable.
+        if TRANSIENT_SQLSTATE_PREFIXES
+            .iter()
+            .any(|p| code.starts_with(p))
+        {
+            return StoreError::Unavailable(db.to_string());
         }
         return StoreError::Internal(db.to_string());
     }
@@ -264,33 +276,49 @@ impl LockStore for PostgresStore {
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
-        let rows: Vec<(String, i64, Uuid, String, bool)> = sqlx::query_as(
-            "DELETE FROM locks l USING lock_sessions s
-              WHERE s.session_id = l.session_id
-                AND (l.expires_at <= now() OR s.expires_at <= now())
-          RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id, l.expires_at <= now()",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        let mut locks = Vec::with_capacity(rows.len());
-        for (key, token, session, owner, lease_expired) in rows {
-            locks.push(ExpiredLock {
-                lock_key: LockKey::parse(key)
-                    .map_err(|e| StoreError::Internal(format!("stored key: {e}")))?,
-                fencing_token: FencingToken(to_u64(token)?),
-                session_id: SessionId(session),
-                owner_id: OwnerId::parse(owner)
-                    .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
-                reason: if lease_expired { "lease" } else { "session" },
-            });
-        }
-        let sessions = sqlx::query("DELETE FROM lock_sessions WHERE expires_at <= now()")
-            .execute(&self.pool)
+        // One statement, one snapshot and one now(): the grants of expired sessions are
+        // returned (and logged) before the sessions go, never dropped silently by the cascade.
+        let rows: Vec<(Option<String>, Option<i64>, Option<Uuid>, Option<String>, Option<bool>, Option<i64>)> =
+            sqlx::query_as(
+                "WITH gone AS (
+                     DELETE FROM locks l USING lock_sessions s
+                      WHERE s.session_id = l.session_id
+                        AND (l.expires_at <= now() OR s.expires_at <= now())
+                  RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id,
+                            l.expires_at <= now() AS lease_expired),
+                 dead AS (DELETE FROM lock_sessions WHERE expires_at <= now() RETURNING 1)
+                 SELECT lock_key, fencing_token, session_id, owner_id, lease_expired, NULL::bigint FROM gone
+                 UNION ALL
+                 SELECT NULL, NULL, NULL, NULL, NULL, count(*) FROM dead",
+            )
+            .fetch_all(&self.pool)
             .await
-            .map_err(map_err)?
-            .rows_affected();
-        Ok(ReapReport { locks, sessions })
+            .map_err(map_err)?;
+        let mut report = ReapReport::default();
+        for row in rows {
+            match row {
+                (Some(key), Some(token), Some(session), Some(owner), Some(lease_expired), None) => {
+                    report.locks.push(ExpiredLock {
+                        lock_key: LockKey::parse(key)
+                            .map_err(|e| StoreError::Internal(format!("stored key: {e}")))?,
+                        fencing_token: FencingToken(to_u64(token)?),
+                        session_id: SessionId(session),
+                        owner_id: OwnerId::parse(owner)
+                            .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
+                        reason: if lease_expired { "lease" } else { "session" },
+                    });
+                }
+                (None, None, None, None, None, Some(sessions)) => {
+                    report.sessions = to_u64(sessions)?
+                }
+                other => {
+                    return Err(StoreError::Internal(format!(
+                        "unexpected reaper row {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(report)
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -104,6 +104,13 @@ async fn same_session_reacquire_returns_same_token(store: Arc<dyn LockStore>) {
     let t1 = grant(&*store, &k, a, LONG_MS).await;
     let t2 = grant(&*store, &k, a, LONG_MS).await;
     assert_eq!(t1, t2);
+    // A re-grant never shrinks the lease: every answer's lease is covered by the expiry (I4).
+    match store.acquire(&k, a, SHORT_MS).await.unwrap() {
+        AcquireOutcome::Granted { grant, .. } => {
+            assert_eq!((grant.fencing_token, grant.lease_ms), (t1, LONG_MS));
+        }
+        other => panic!("expected the same grant, got {other:?}"),
+    }
 }
 
 async fn renew_keeps_token_and_refuses_stale(store: Arc<dyn LockStore>) {

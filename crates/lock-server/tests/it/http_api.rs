@@ -190,6 +190,7 @@ async fn revoke_needs_the_admin_token() {
         Some("Bearer wrong"),
         Some("s3cret"),
         Some("Bearer s3cret2"),
+        Some("Basic s3cret"),
     ] {
         let (status, body) = revoke(auth).await;
         assert_eq!(
@@ -198,7 +199,7 @@ async fn revoke_needs_the_admin_token() {
             "{auth:?}"
         );
     }
-    let (status, body) = revoke(Some("Bearer s3cret")).await;
+    let (status, body) = revoke(Some("bearer s3cret")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body,
