@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+pub use service_kit::LogFormat;
 
 /// Which `LockStore` to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -12,15 +13,6 @@ pub enum BackendChoice {
     Postgres,
     /// In-process memory (tests and demos; state dies with the process).
     Memory,
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line (default).
-    Json,
-    /// Human-readable text.
-    Text,
 }
 
 /// lock-server settings. Durations take units: `500ms`, `10s`, `1m`.

@@ -2,12 +2,12 @@
 //!
 //! Map: [`config`] (flags and env), [`store`] (the trait, PostgreSQL and memory stores),
 //! [`http`] (routes L1-L8, errors, extractors, layers), [`state`] (what handlers share),
-//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain),
-//! [`logging`] (JSON logs). `main.rs` only parses flags and calls [`server::Server`].
+//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain).
+//! Plumbing shared with the other services (errors, layers, logs) is in `service-kit`.
+//! `main.rs` only parses flags and calls [`server::Server`].
 
 pub mod config;
 pub mod http;
-pub mod logging;
 pub mod metrics;
 pub mod reaper;
 pub mod server;

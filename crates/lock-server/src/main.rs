@@ -7,7 +7,7 @@ use lock_server::{Config, Server, shutdown_signal};
 #[tokio::main]
 async fn main() {
     let config = Config::parse();
-    lock_server::logging::init(config.log_format);
+    service_kit::logging::init(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("lock-server: {err:#}");
         std::process::exit(1);

@@ -69,12 +69,8 @@ impl Server {
                 addr: config.bind,
                 source,
             })?;
-        let state = AppState::new(
-            store,
-            ttl,
-            config.admin_token.clone(),
-            crate::metrics::install(),
-        );
+        let state = AppState::new(store, ttl, config.admin_token.clone());
+        service_kit::install_metrics();
         Ok(Self {
             listener,
             state,
@@ -139,23 +135,4 @@ impl Server {
 }
 
 /// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sig) => {
-                sig.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-}
+pub use service_kit::shutdown::signal as shutdown_signal;

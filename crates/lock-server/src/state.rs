@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lock_api::Backend;
-use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::TtlPolicy;
 use crate::store::LockStore;
@@ -21,17 +20,11 @@ struct Inner {
     ttl: TtlPolicy,
     admin_token: Option<String>,
     draining: AtomicBool,
-    metrics: PrometheusHandle,
 }
 
 impl AppState {
     /// State over `store` with the given TTL policy and optional admin bearer token.
-    pub fn new(
-        store: Arc<dyn LockStore>,
-        ttl: TtlPolicy,
-        admin_token: Option<String>,
-        metrics: PrometheusHandle,
-    ) -> Self {
+    pub fn new(store: Arc<dyn LockStore>, ttl: TtlPolicy, admin_token: Option<String>) -> Self {
         let admin_token = admin_token.filter(|t| !t.is_empty());
         Self {
             inner: Arc::new(Inner {
@@ -39,7 +32,6 @@ impl AppState {
                 ttl,
                 admin_token,
                 draining: AtomicBool::new(false),
-                metrics,
             }),
         }
     }
@@ -62,11 +54,6 @@ impl AppState {
     /// The configured admin bearer token, if any.
     pub fn admin_token(&self) -> Option<&str> {
         self.inner.admin_token.as_deref()
-    }
-
-    /// The Prometheus renderer.
-    pub fn metrics(&self) -> &PrometheusHandle {
-        &self.inner.metrics
     }
 
     /// From now on, mutations are answered `NOT_LEADER` and readiness fails.

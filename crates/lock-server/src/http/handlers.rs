@@ -2,20 +2,17 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorCode, FencingToken,
     HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
     RenewRequest, SessionId, validate_requested_ttl,
 };
-use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
-use super::json::ApiJson;
 use crate::metrics as m;
 use crate::state::AppState;
 use crate::store::{AcquireOutcome, StoreError};
+use service_kit::{ApiError, ApiJson};
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -189,32 +186,7 @@ pub async fn revoke(
 }
 
 fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-    let Some(expected) = state.admin_token() else {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "revoke is disabled: no LOCK_ADMIN_TOKEN is configured",
-        ));
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .unwrap_or("");
-    if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorCode::Unauthenticated,
-            "Authorization: a valid admin bearer token is required",
-        ))
-    }
-}
-
-/// `GET /health/live`: the process answers.
-pub async fn live() -> StatusCode {
-    StatusCode::OK
+    service_kit::require_bearer(headers, state.admin_token(), "revoke (LOCK_ADMIN_TOKEN)")
 }
 
 /// `GET /health/ready`: the store answers and takes writes, and we are not draining.
@@ -227,17 +199,4 @@ pub async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
     }
     state.store().ready().await?;
     Ok(StatusCode::OK)
-}
-
-/// `GET /metrics`: Prometheus text.
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics().render(),
-    )
-}
-
-/// Any unknown route.
-pub async fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::NotFound, "no such route")
 }

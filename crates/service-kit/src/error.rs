@@ -1,12 +1,10 @@
-//! The service's one error type: every failure leaves as `{"code","message"}` with the
+//! Every service's one error type: every failure leaves as `{"code","message"}` with the
 //! status its [`ErrorCode`] fixes.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lock_api::{ErrorBody, ErrorCode, ValidationError};
-
-use crate::store::StoreError;
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,23 +33,6 @@ impl ApiError {
 impl From<ValidationError> for ApiError {
     fn from(err: ValidationError) -> Self {
         Self::invalid(err.field, err.reason)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(err: StoreError) -> Self {
-        let code = match &err {
-            StoreError::SessionUnknown(_) => ErrorCode::SessionUnknown,
-            StoreError::SessionExpired(_) => ErrorCode::SessionExpired,
-            StoreError::LockLost { .. } => ErrorCode::LockLost,
-            StoreError::NotLeader(_) => ErrorCode::NotLeader,
-            StoreError::Unavailable(_) => ErrorCode::StoreUnavailable,
-            StoreError::Internal(_) => ErrorCode::Internal,
-        };
-        if code == ErrorCode::Internal {
-            tracing::error!(event = "store_error", error = %err, "store failed");
-        }
-        Self::new(code, err.to_string())
     }
 }
 
@@ -84,6 +65,17 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        super::tag(response, code)
+        tag(response, code)
     }
+}
+
+/// Attaches the error code to a response so outer layers (metrics) can see it.
+pub fn tag(mut response: Response, code: ErrorCode) -> Response {
+    response.extensions_mut().insert(code);
+    response
+}
+
+/// An unknown route.
+pub async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such route")
 }

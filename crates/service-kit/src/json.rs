@@ -6,7 +6,7 @@ use axum::http::{StatusCode, header};
 use lock_api::ErrorCode;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// A JSON request body. Refuses a missing or non-JSON content type (415), an oversized body
 /// (413) and anything serde refuses (400, with the path of the offending field).

@@ -1,8 +1,15 @@
 //! Log setup: JSON lines (default) or text, filtered by `RUST_LOG` (default `info`).
 
-use tracing_subscriber::EnvFilter;
+/// Log output format (`LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (default).
+    Json,
+    /// Human-readable text.
+    Text,
+}
 
-use crate::config::LogFormat;
+use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {

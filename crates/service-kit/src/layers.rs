@@ -1,0 +1,111 @@
+//! The layers every service's router gets: body limit, timeout, per-route metrics, JSON
+//! errors for anything below that answered without them, and request tracing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use metrics::Label;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::error::{ApiError, code_for_status};
+
+/// Largest error body a lower layer produced that is quoted into our JSON message.
+const QUOTED_BODY_MAX_BYTES: usize = 1024;
+
+/// Names and constant labels of a service's request metrics.
+#[derive(Debug, Clone)]
+pub struct RequestMetrics {
+    /// Counter of requests by route, method and status.
+    pub requests_total: &'static str,
+    /// Histogram of request latency by route and method.
+    pub duration_seconds: &'static str,
+    /// Labels on every sample (e.g. `service`, `backend`).
+    pub labels: Vec<(&'static str, String)>,
+}
+
+impl RequestMetrics {
+    /// `http_requests_total` and `http_request_duration_seconds` labelled `service`.
+    pub fn for_service(service: &'static str) -> Self {
+        Self {
+            requests_total: "http_requests_total",
+            duration_seconds: "http_request_duration_seconds",
+            labels: vec![("service", service.to_owned())],
+        }
+    }
+}
+
+/// Wraps `router` (already holding its state) in the common layers.
+pub fn common_layers(
+    router: Router,
+    body_limit_bytes: usize,
+    timeout: Duration,
+    metrics: RequestMetrics,
+) -> Router {
+    router
+        .layer(DefaultBodyLimit::max(body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::new(metrics), track))
+        .layer(middleware::map_response(jsonify_errors))
+        .layer(TraceLayer::new_for_http())
+}
+
+/// Counts and times every request by route.
+async fn track(
+    State(metrics): State<Arc<RequestMetrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    let mut labels: Vec<Label> = metrics
+        .labels
+        .iter()
+        .map(|(k, v)| Label::new(*k, v.clone()))
+        .collect();
+    labels.push(Label::new("route", route));
+    labels.push(Label::new("method", method));
+    metrics::histogram!(metrics.duration_seconds, labels.clone())
+        .record(started.elapsed().as_secs_f64());
+    labels.push(Label::new("status", response.status().as_u16().to_string()));
+    metrics::counter!(metrics.requests_total, labels).increment(1);
+    response
+}
+
+/// Turns any error answer that is not already our JSON (router 405, timeouts, limits) into
+/// `{"code","message"}`, keeping the status.
+pub async fn jsonify_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), QUOTED_BODY_MAX_BYTES)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(code_for_status(status), message).into_response();
+    *out.status_mut() = status;
+    out
+}

@@ -1,0 +1,19 @@
+//! HTTP plumbing every service shares, so each service crate holds only its own logic:
+//! [`ApiError`] (the `{"code","message"}` answer), [`ApiJson`] (a body extractor whose
+//! refusals name the field), [`common_layers`] (limits, timeout, metrics, JSON errors,
+//! tracing), Prometheus and health handlers, bearer credentials, logs and shutdown.
+
+mod auth;
+mod error;
+mod json;
+mod layers;
+pub mod logging;
+pub mod shutdown;
+mod telemetry;
+
+pub use auth::require_bearer;
+pub use error::{ApiError, code_for_status, not_found, tag};
+pub use json::ApiJson;
+pub use layers::{RequestMetrics, common_layers, jsonify_errors};
+pub use logging::LogFormat;
+pub use telemetry::{install_metrics, live, render_metrics};
