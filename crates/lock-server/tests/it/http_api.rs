@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use sqlx::Connection;
 use test_support::poll_until;
 
 use crate::support::{TestServer, pg_store, token};
@@ -253,26 +254,8 @@ async fn read_only_database_answers_not_leader_until_writable_again() {
     let server = TestServer::start(store, &[]).await;
     let api = &server.api;
     let session = api.session("w", 30_000).await;
-    let admin = sqlx::PgPool::connect(&url).await.unwrap();
-    let set_read_only = |on: bool| {
-        let admin = admin.clone();
-        async move {
-            let value = if on { "on" } else { "off" };
-            sqlx::query(&format!(
-                "ALTER DATABASE {} SET default_transaction_read_only = {value}",
-                db_name(&admin).await
-            ))
-            .execute(&admin)
-            .await
-            .unwrap();
-            // Existing connections keep their setting: make every other backend reconnect.
-            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-    };
-    set_read_only(true).await;
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    set_read_only(&mut admin, true).await;
     poll_until(
         "acquire to answer NOT_LEADER on a read-only database",
         Duration::from_secs(10),
@@ -294,7 +277,7 @@ async fn read_only_database_answers_not_leader_until_writable_again() {
         (StatusCode::SERVICE_UNAVAILABLE, Some("NOT_LEADER"))
     );
 
-    set_read_only(false).await;
+    set_read_only(&mut admin, false).await;
     poll_until(
         "grants to resume once writable",
         Duration::from_secs(10),
@@ -304,11 +287,18 @@ async fn read_only_database_answers_not_leader_until_writable_again() {
     server.shutdown().await;
 }
 
-async fn db_name(pool: &sqlx::PgPool) -> String {
-    sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+/// Sets the database's default to read-only (or back) and makes every other backend
+/// reconnect, as a demoted primary would look. `admin` is one dedicated connection that is
+/// never terminated and sets its own session writable first.
+async fn set_read_only(admin: &mut sqlx::PgConnection, on: bool) {
+    let value = if on { "on" } else { "off" };
+    let sql = format!(
+        "SET default_transaction_read_only = off;
+         DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = {value}', current_database()); END $$;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid();"
+    );
+    sqlx::raw_sql(&sql).execute(admin).await.unwrap();
 }
 
 #[tokio::test]
