@@ -51,6 +51,14 @@ pub enum ErrorCode {
     FencedOut,
     /// 409: the payout is already in a terminal state.
     AlreadyTerminal,
+    /// 409: the payout already has its one rail submission on record.
+    AlreadySubmitted,
+    /// 409: the rail submission is in flight; its outcome is not known yet.
+    SubmissionInFlight,
+    /// 404: no such payout.
+    PayoutUnknown,
+    /// 404: the payout has no rail submission on record.
+    SubmissionUnknown,
     /// 503: the store behind this replica cannot take writes now (read-only, no leader, draining).
     NotLeader,
     /// 503: the store cannot be reached.
@@ -66,10 +74,19 @@ impl ErrorCode {
             Self::InvalidArgument => 400,
             Self::Unauthenticated => 401,
             Self::Forbidden => 403,
-            Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
+            Self::NotFound
+            | Self::SessionUnknown
+            | Self::LockNotHeld
+            | Self::PayoutUnknown
+            | Self::SubmissionUnknown => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
-            Self::LockHeld | Self::LockLost | Self::FencedOut | Self::AlreadyTerminal => 409,
+            Self::LockHeld
+            | Self::LockLost
+            | Self::FencedOut
+            | Self::AlreadyTerminal
+            | Self::AlreadySubmitted
+            | Self::SubmissionInFlight => 409,
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -96,6 +113,10 @@ impl ErrorCode {
             Self::LockNotHeld => "LOCK_NOT_HELD",
             Self::FencedOut => "FENCED_OUT",
             Self::AlreadyTerminal => "ALREADY_TERMINAL",
+            Self::AlreadySubmitted => "ALREADY_SUBMITTED",
+            Self::SubmissionInFlight => "SUBMISSION_IN_FLIGHT",
+            Self::PayoutUnknown => "PAYOUT_UNKNOWN",
+            Self::SubmissionUnknown => "SUBMISSION_UNKNOWN",
             Self::NotLeader => "NOT_LEADER",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
@@ -235,7 +256,10 @@ impl LockError {
                 }),
                 None => Self::Protocol { status, message },
             },
-            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal => Self::FencedOut { message },
+            ErrorCode::FencedOut
+            | ErrorCode::AlreadyTerminal
+            | ErrorCode::AlreadySubmitted
+            | ErrorCode::SubmissionInFlight => Self::FencedOut { message },
             ErrorCode::LockHeld => Self::Contention { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },
@@ -249,6 +273,8 @@ impl LockError {
             ErrorCode::NotFound
             | ErrorCode::MethodNotAllowed
             | ErrorCode::LockNotHeld
+            | ErrorCode::PayoutUnknown
+            | ErrorCode::SubmissionUnknown
             | ErrorCode::Internal => Self::Protocol { status, message },
         }
     }
@@ -272,8 +298,12 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 18] = [
+    const ALL: [ErrorCode; 22] = [
         ErrorCode::AlreadyTerminal,
+        ErrorCode::AlreadySubmitted,
+        ErrorCode::SubmissionInFlight,
+        ErrorCode::PayoutUnknown,
+        ErrorCode::SubmissionUnknown,
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,

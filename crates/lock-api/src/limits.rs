@@ -8,3 +8,6 @@ pub const OWNER_ID_MAX_BYTES: usize = 128;
 pub const TTL_ABSURD_MS: u64 = 86_400_000;
 /// Largest request body any lock-service endpoint accepts.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
+
+/// The HTTP header every fenced write carries, with the grant's token in decimal.
+pub const FENCING_TOKEN_HEADER: &str = "x-fencing-token";

@@ -1,5 +1,16 @@
-//! Payout workers (tasks T-027 and T-047 end state; not built yet).
+//! payout-executor: workers that take a lock per payout through `lock-client`, claim with
+//! the fencing token, submit through rail-proxy and post the result (task T-047 end state).
+//! Among workspace crates it depends on `lock-api` and `lock-client` only.
 //!
-//! Will take a lock per payout through `lock-client`, claim with the fencing token, submit
-//! through rail-proxy and post the result. Among workspace crates it may depend on
-//! `lock-api` and `lock-client` only (enforced by `deny.toml` and `harness/tests`).
+//! Map: [`config`] (flags and env), [`executor`] (the loop and outcome tags), [`loss`] (the
+//! `on_lock_lost` listener), [`services`] (HTTP to payment-resource and rail-proxy),
+//! [`telemetry`] (logs, `/metrics`, health).
+
+pub mod config;
+pub mod executor;
+pub mod loss;
+pub mod services;
+pub mod telemetry;
+
+pub use config::Config;
+pub use executor::{Executor, Outcome};

@@ -1,4 +1,302 @@
-//! The only door to the payment rail (task T-027; not built yet).
-//!
-//! Will reserve a submission with payment-resource, call the rail within the per-hop
-//! timeout and record the outcome; timeouts become `RAIL_AMBIGUOUS`. Exports nothing yet.
+//! rail-proxy: stateless, and the only service that may call the rail. For each submit it
+//! reserves the payout's one submission with payment-resource (fence and duplicate check),
+//! calls the rail within the per-hop timeout, and records the outcome. A timeout, a lost
+//! connection or a 5xx after sending is `TIMEOUT` (the payout ends `RAIL_AMBIGUOUS`) and is
+//! never retried. Submits that arrive for a payout with a submission on record are refused
+//! before the rail and counted in `rail_duplicate_attempted_total`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Parser;
+use lock_api::{ErrorBody, ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
+use payment_api::{
+    RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer, TransferAnswer,
+};
+use service_kit::{ApiError, FencingTokenHeader, LogFormat, RequestMetrics, common_layers};
+use tokio::net::TcpListener;
+
+/// Submits refused because the payout already has a submission on record.
+pub const DUPLICATE_ATTEMPTED_TOTAL: &str = "rail_duplicate_attempted_total";
+/// Rail calls by `outcome`.
+pub const RAIL_CALLS_TOTAL: &str = "rail_calls_total";
+/// Largest request body (submits have none).
+const BODY_MAX_BYTES: usize = 1024;
+
+/// rail-proxy settings.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "rail-proxy",
+    version,
+    about = "The only door to the payment rail",
+    args_override_self = true
+)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "RAIL_PROXY_BIND", default_value = "0.0.0.0:8083")]
+    pub bind: SocketAddr,
+    /// payment-resource base URL.
+    #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8082")]
+    pub payment_url: String,
+    /// rail base URL.
+    #[arg(long, env = "RAIL_URL", default_value = "http://127.0.0.1:8085")]
+    pub rail_url: String,
+    /// The bearer credential presented to the rail.
+    #[arg(long, env = "RAIL_PROXY_CREDENTIAL", hide_env_values = true)]
+    pub rail_credential: String,
+    /// The bearer token presented to payment-resource's submission endpoints.
+    #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
+    pub payment_token: String,
+    /// `rail.hop-timeout`: how long the rail may take to answer one transfer.
+    #[arg(long = "rail.hop-timeout", env = "RAIL_HOP_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub rail_timeout: Duration,
+    /// `rail.hop-budget`: the whole submit (reserve, rail, record); also the request timeout.
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub hop_budget: Duration,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug)]
+struct Proxy {
+    http: reqwest::Client,
+    payment_url: String,
+    rail_url: String,
+    rail_credential: String,
+    payment_token: String,
+    rail_timeout: Duration,
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn unavailable(what: &str, err: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorCode::StoreUnavailable, format!("{what}: {err}"))
+}
+
+impl Proxy {
+    async fn reserve(&self, payout_id: i64, token: FencingToken) -> ApiResult<Reservation> {
+        let response = self
+            .http
+            .post(format!(
+                "{}/v1/payouts/{payout_id}/submissions",
+                self.payment_url
+            ))
+            .header(FENCING_TOKEN_HEADER, token.0.to_string())
+            .bearer_auth(&self.payment_token)
+            .send()
+            .await
+            .map_err(|e| unavailable("payment-resource", e))?;
+        if response.status().is_success() {
+            return response
+                .json()
+                .await
+                .map_err(|e| unavailable("payment-resource answer", e));
+        }
+        let status = response.status();
+        let body: ErrorBody = response
+            .json()
+            .await
+            .map_err(|e| unavailable("payment-resource answer", e))?;
+        if matches!(
+            body.code,
+            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal | ErrorCode::AlreadySubmitted
+        ) && self.has_submission(payout_id).await?
+        {
+            metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).increment(1);
+            tracing::warn!(
+                event = "rail_duplicate_attempted",
+                payout_id,
+                token = token.0,
+                code = body.code.as_str(),
+                "refused before the rail"
+            );
+        }
+        if status.is_server_error() {
+            return Err(unavailable("payment-resource", body.message));
+        }
+        Err(ApiError::new(body.code, body.message))
+    }
+
+    async fn has_submission(&self, payout_id: i64) -> ApiResult<bool> {
+        let response = self
+            .http
+            .get(format!(
+                "{}/v1/payouts/{payout_id}/submission",
+                self.payment_url
+            ))
+            .send()
+            .await
+            .map_err(|e| unavailable("payment-resource", e))?;
+        Ok(response.status().is_success())
+    }
+
+    /// One rail call, never retried. Anything but a clear answer is `TIMEOUT`.
+    async fn call_rail(&self, reservation: &Reservation) -> (SubmissionOutcome, Option<String>) {
+        let payout = &reservation.payout;
+        let transfer = Transfer {
+            payout_id: payout.payout_id,
+            amount_minor: payout.amount_minor,
+            currency: payout.currency.clone(),
+            beneficiary: payout.beneficiary.clone(),
+            presented_token: reservation.submission.presented_token,
+        };
+        let sent = self
+            .http
+            .post(format!("{}/v1/transfers", self.rail_url))
+            .bearer_auth(&self.rail_credential)
+            .timeout(self.rail_timeout)
+            .json(&transfer)
+            .send()
+            .await;
+        let answer = match sent {
+            Ok(response) if response.status().is_success() => {
+                response.json::<TransferAnswer>().await.ok()
+            }
+            Ok(response) => {
+                tracing::warn!(
+                    event = "rail_error",
+                    payout_id = payout.payout_id,
+                    status = response.status().as_u16()
+                );
+                None
+            }
+            Err(err) => {
+                tracing::warn!(event = "rail_timeout", payout_id = payout.payout_id, error = %err, "no answer within the hop timeout");
+                None
+            }
+        };
+        match answer {
+            Some(a) if a.status == "accepted" => (SubmissionOutcome::Acked, Some(a.rail_reference)),
+            Some(a) if a.status == "rejected" => {
+                (SubmissionOutcome::Rejected, Some(a.rail_reference))
+            }
+            _ => (SubmissionOutcome::Timeout, None),
+        }
+    }
+
+    async fn record(
+        &self,
+        payout_id: i64,
+        token: FencingToken,
+        outcome: RecordOutcome,
+    ) -> ApiResult<()> {
+        let response = self
+            .http
+            .post(format!(
+                "{}/v1/payouts/{payout_id}/submission/outcome",
+                self.payment_url
+            ))
+            .header(FENCING_TOKEN_HEADER, token.0.to_string())
+            .bearer_auth(&self.payment_token)
+            .json(&outcome)
+            .send()
+            .await
+            .map_err(|e| unavailable("payment-resource", e))?;
+        if response.status().is_success() {
+            return Ok(());
+        }
+        let text = response.text().await.unwrap_or_default();
+        Err(unavailable("recording the rail outcome", text))
+    }
+}
+
+async fn submit(
+    State(proxy): State<Arc<Proxy>>,
+    Path(id): Path<String>,
+    FencingTokenHeader(token): FencingTokenHeader,
+) -> ApiResult<Json<SubmitResult>> {
+    let payout_id = id
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))?;
+    let reservation = proxy.reserve(payout_id, token).await?;
+    let (outcome, rail_reference) = proxy.call_rail(&reservation).await;
+    metrics::counter!(RAIL_CALLS_TOTAL, "outcome" => outcome.as_str()).increment(1);
+    tracing::info!(
+        event = "rail_submitted",
+        payout_id,
+        token = token.0,
+        outcome = outcome.as_str()
+    );
+    if let Err(err) = proxy
+        .record(
+            payout_id,
+            token,
+            RecordOutcome {
+                outcome,
+                rail_reference: rail_reference.clone(),
+            },
+        )
+        .await
+    {
+        // The submission stays IN_FLIGHT; after the hop budget it is ambiguous at P3.
+        tracing::error!(event = "record_failed", payout_id, error = %err.message);
+        return Err(err);
+    }
+    Ok(Json(SubmitResult {
+        payout_id,
+        outcome,
+        rail_reference,
+    }))
+}
+
+/// A bound, not yet serving rail-proxy.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    app: Router,
+}
+
+impl Server {
+    /// Binds.
+    pub async fn build(config: &Config) -> anyhow::Result<Self> {
+        service_kit::install_metrics();
+        metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).absolute(0);
+        let http = reqwest::Client::builder()
+            .timeout(config.hop_budget)
+            .build()?;
+        let proxy = Arc::new(Proxy {
+            http,
+            payment_url: config.payment_url.trim_end_matches('/').to_owned(),
+            rail_url: config.rail_url.trim_end_matches('/').to_owned(),
+            rail_credential: config.rail_credential.clone(),
+            payment_token: config.payment_token.clone(),
+            rail_timeout: config.rail_timeout,
+        });
+        let routes = Router::new()
+            .route("/v1/payouts/{payout_id}/submit", post(submit))
+            .route("/health/live", get(service_kit::live))
+            .route("/health/ready", get(service_kit::live))
+            .route("/metrics", get(service_kit::render_metrics))
+            .fallback(service_kit::not_found)
+            .with_state(proxy);
+        let app = common_layers(
+            routes,
+            BODY_MAX_BYTES,
+            config.hop_budget,
+            RequestMetrics::for_service("rail-proxy"),
+        );
+        let listener = TcpListener::bind(config.bind).await?;
+        Ok(Self { listener, app })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        service_kit::serve(self.listener, self.app, shutdown).await
+    }
+}

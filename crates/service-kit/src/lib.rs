@@ -5,15 +5,19 @@
 
 mod auth;
 mod error;
+mod extract;
 mod json;
 mod layers;
 pub mod logging;
+mod serve;
 pub mod shutdown;
 mod telemetry;
 
 pub use auth::require_bearer;
 pub use error::{ApiError, code_for_status, not_found, tag};
+pub use extract::FencingTokenHeader;
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use logging::LogFormat;
+pub use serve::serve;
 pub use telemetry::{install_metrics, live, render_metrics};

@@ -1,0 +1,282 @@
+//! Wire types of the payout pipeline's HTTP surfaces (`docs/contracts/C3-http-surfaces.md`,
+//! sections P, R and S): payment-resource, rail-proxy and rail-stub. No I/O.
+//!
+//! The executor may depend on `lock-api` and `lock-client` only, so it reads these bodies
+//! with its own tolerant structs; this crate serves the services and the harness.
+
+use serde::{Deserialize, Serialize};
+
+/// The header that makes payout creation idempotent.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// Longest accepted beneficiary, in bytes.
+pub const BENEFICIARY_MAX_BYTES: usize = 140;
+/// Longest accepted idempotency key, in bytes.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
+/// Largest amount accepted, in minor units (a sanity bound, not a business limit).
+pub const AMOUNT_MAX_MINOR: i64 = 1_000_000_000_000;
+
+/// Where a payout is. `SETTLED`, `REJECTED` and `RAIL_AMBIGUOUS` are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PayoutState {
+    /// Created, never claimed.
+    Pending,
+    /// Claimed by a fence holder.
+    Claimed,
+    /// A rail submission is on record; the result is not posted yet.
+    Submitted,
+    /// The rail accepted it; the ledger has its posting.
+    Settled,
+    /// The rail rejected it.
+    Rejected,
+    /// The rail's answer is unknown (timeout, lost connection): never submitted again.
+    RailAmbiguous,
+}
+
+impl PayoutState {
+    /// The SQL/JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Claimed => "CLAIMED",
+            Self::Submitted => "SUBMITTED",
+            Self::Settled => "SETTLED",
+            Self::Rejected => "REJECTED",
+            Self::RailAmbiguous => "RAIL_AMBIGUOUS",
+        }
+    }
+
+    /// Parses the SQL/JSON spelling.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [
+            Self::Pending,
+            Self::Claimed,
+            Self::Submitted,
+            Self::Settled,
+            Self::Rejected,
+            Self::RailAmbiguous,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == raw)
+    }
+
+    /// Whether no further transition is possible.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Settled | Self::Rejected | Self::RailAmbiguous)
+    }
+}
+
+/// `POST /v1/payouts` body (with an `Idempotency-Key` header).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePayout {
+    /// Amount in minor units (cents), positive.
+    pub amount_minor: i64,
+    /// ISO 4217 code, three upper-case letters.
+    pub currency: String,
+    /// Who receives the money.
+    pub beneficiary: String,
+}
+
+/// A payout as payment-resource reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payout {
+    /// Its id.
+    pub payout_id: i64,
+    /// Amount in minor units.
+    pub amount_minor: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Who receives the money.
+    pub beneficiary: String,
+    /// Where it is.
+    pub state: PayoutState,
+    /// The highest fencing token accepted for it (0: none yet).
+    pub fence: i64,
+}
+
+/// Outcome of a rail submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SubmissionOutcome {
+    /// Reserved; the rail call is under way.
+    InFlight,
+    /// The rail accepted the transfer.
+    Acked,
+    /// The rail refused the transfer.
+    Rejected,
+    /// No answer within the hop budget, or the connection was lost after sending.
+    Timeout,
+}
+
+impl SubmissionOutcome {
+    /// The SQL/JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "IN_FLIGHT",
+            Self::Acked => "ACKED",
+            Self::Rejected => "REJECTED",
+            Self::Timeout => "TIMEOUT",
+        }
+    }
+
+    /// Parses the SQL/JSON spelling.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::InFlight, Self::Acked, Self::Rejected, Self::Timeout]
+            .into_iter()
+            .find(|s| s.as_str() == raw)
+    }
+}
+
+/// The one rail submission of a payout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    /// The payout.
+    pub payout_id: i64,
+    /// The token that reserved it.
+    pub presented_token: i64,
+    /// What the rail said.
+    pub outcome: SubmissionOutcome,
+    /// The rail's reference, when it answered.
+    pub rail_reference: Option<String>,
+}
+
+/// A reservation granted to rail-proxy: what to send to the rail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The payout to send.
+    pub payout: Payout,
+    /// The submission now on record (`IN_FLIGHT`).
+    pub submission: Submission,
+}
+
+/// `POST /v1/payouts/{id}/submission/outcome` body (rail-proxy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordOutcome {
+    /// `ACKED`, `REJECTED` or `TIMEOUT`.
+    pub outcome: SubmissionOutcome,
+    /// The rail's reference, when it answered.
+    #[serde(default)]
+    pub rail_reference: Option<String>,
+}
+
+/// rail-proxy's answer to a submit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResult {
+    /// The payout.
+    pub payout_id: i64,
+    /// What the rail said (`ACKED`, `REJECTED`, `TIMEOUT`).
+    pub outcome: SubmissionOutcome,
+    /// The rail's reference, when it answered.
+    pub rail_reference: Option<String>,
+}
+
+/// `GET /v1/ledger/summary`: the balance check of invariant I6.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerSummary {
+    /// Sum of all entries per currency: zero when the ledger balances.
+    pub balance_by_currency: Vec<(String, i64)>,
+    /// Settled payouts.
+    pub settled_payouts: i64,
+    /// Postings (debit + credit pairs); equals `settled_payouts` when each has exactly one.
+    pub postings: i64,
+    /// Payouts with more than one posting (must be 0).
+    pub payouts_with_extra_postings: i64,
+}
+
+/// rail-stub `POST /v1/transfers` body (from rail-proxy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transfer {
+    /// The payout being paid.
+    pub payout_id: i64,
+    /// Amount in minor units.
+    pub amount_minor: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Who receives the money.
+    pub beneficiary: String,
+    /// The fencing token behind the submission (for the witness log).
+    pub presented_token: i64,
+}
+
+/// rail-stub's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferAnswer {
+    /// `accepted` or `rejected`.
+    pub status: String,
+    /// The rail's reference.
+    pub rail_reference: String,
+}
+
+/// One request rail-stub received (the duplicate witness).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Received {
+    /// Order of arrival, from 1.
+    pub seq: u64,
+    /// The transfer as received.
+    pub transfer: Transfer,
+}
+
+/// A scripted rail fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", deny_unknown_fields)]
+pub enum FaultKind {
+    /// Answer normally after `delay_ms`.
+    Delay {
+        /// Milliseconds.
+        delay_ms: u64,
+    },
+    /// Hold the request for `hold_ms` (past the proxy's hop budget), then answer.
+    Timeout {
+        /// Milliseconds.
+        hold_ms: u64,
+    },
+    /// Refuse the transfer.
+    Reject,
+    /// Answer 503.
+    Error,
+}
+
+/// rail-stub `POST /v1/faults` body: for one payout, or every payout when `payout_id` is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// The payout, or all.
+    #[serde(default)]
+    pub payout_id: Option<i64>,
+    /// What to do.
+    pub fault: FaultKind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_and_terminality() {
+        for s in [
+            PayoutState::Pending,
+            PayoutState::Settled,
+            PayoutState::RailAmbiguous,
+        ] {
+            assert_eq!(PayoutState::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+        }
+        assert!(PayoutState::RailAmbiguous.is_terminal() && !PayoutState::Submitted.is_terminal());
+    }
+
+    #[test]
+    fn faults_parse_from_tagged_json() {
+        let f: Fault =
+            serde_json::from_str(r#"{"payout_id":3,"fault":{"kind":"timeout","hold_ms":5000}}"#)
+                .unwrap();
+        assert_eq!(f.fault, FaultKind::Timeout { hold_ms: 5000 });
+        let all: Fault = serde_json::from_str(r#"{"fault":{"kind":"reject"}}"#).unwrap();
+        assert_eq!(all.payout_id, None);
+    }
+}

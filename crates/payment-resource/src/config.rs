@@ -1,0 +1,41 @@
+//! payment-resource settings: flags with environment fallbacks (C5).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use service_kit::LogFormat;
+
+/// payment-resource settings. Durations take units: `500ms`, `10s`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "payment-resource",
+    version,
+    about = "Payouts, fences, rail submissions and the ledger",
+    args_override_self = true
+)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "PAYMENT_BIND", default_value = "0.0.0.0:8082")]
+    pub bind: SocketAddr,
+    /// PostgreSQL URL of paydb.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// Most pooled PostgreSQL connections.
+    #[arg(long, env = "PAYMENT_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+    /// Bearer token rail-proxy presents to reserve submissions and record outcomes. When
+    /// unset, those endpoints answer 403.
+    #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
+    pub proxy_token: Option<String>,
+    /// The proxy's whole hop budget: an `IN_FLIGHT` submission older than this has an
+    /// unknowable outcome and ends `RAIL_AMBIGUOUS` when posted.
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub hop_budget: Duration,
+    /// Budget for one request.
+    #[arg(long, env = "PAYMENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}

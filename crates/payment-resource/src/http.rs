@@ -1,0 +1,271 @@
+//! Routes of payment-resource (C3 section P): create, get, list claimable, claim (P2),
+//! reserve and record a rail submission (rail-proxy only), post (P3), ledger summary.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lock_api::ErrorCode;
+use payment_api::{
+    AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, Payout, RecordOutcome, Reservation, Submission,
+};
+use serde::Deserialize;
+use service_kit::{ApiError, ApiJson, FencingTokenHeader, RequestMetrics, common_layers};
+
+use crate::store::{LIST_LIMIT_MAX, PayError, PayStore};
+
+/// Largest request body.
+const BODY_MAX_BYTES: usize = 16 * 1024;
+/// Default page size of the claimable list.
+const LIST_LIMIT_DEFAULT: i64 = 50;
+
+/// What handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// paydb.
+    pub store: PayStore,
+    /// rail-proxy's bearer token.
+    pub proxy_token: Option<Arc<str>>,
+    /// The proxy's hop budget.
+    pub hop_budget: Duration,
+}
+
+impl From<PayError> for ApiError {
+    fn from(err: PayError) -> Self {
+        let code = match &err {
+            PayError::PayoutUnknown(_) => ErrorCode::PayoutUnknown,
+            PayError::FencedOut { .. } => ErrorCode::FencedOut,
+            PayError::AlreadyTerminal { .. } => ErrorCode::AlreadyTerminal,
+            PayError::AlreadySubmitted(_) => ErrorCode::AlreadySubmitted,
+            PayError::SubmissionUnknown(_) => ErrorCode::SubmissionUnknown,
+            PayError::SubmissionInFlight(_) => ErrorCode::SubmissionInFlight,
+            PayError::Invalid(_) => ErrorCode::InvalidArgument,
+            PayError::Unavailable(_) => ErrorCode::StoreUnavailable,
+            PayError::Internal(_) => ErrorCode::Internal,
+        };
+        if code == ErrorCode::Internal {
+            tracing::error!(event = "store_error", error = %err);
+        }
+        if code == ErrorCode::FencedOut {
+            tracing::warn!(event = "fenced_out", error = %err, "a stale token was refused");
+        }
+        Self::new(code, err.to_string())
+    }
+}
+
+/// The router.
+pub fn router(state: AppState, request_timeout: Duration) -> Router {
+    let routes = Router::new()
+        .route("/v1/payouts", post(create).get(list))
+        .route("/v1/payouts/{payout_id}", get(get_payout))
+        .route("/v1/payouts/{payout_id}/claim", post(claim))
+        .route("/v1/payouts/{payout_id}/submissions", post(reserve))
+        .route("/v1/payouts/{payout_id}/submission", get(get_submission))
+        .route(
+            "/v1/payouts/{payout_id}/submission/outcome",
+            post(record_outcome),
+        )
+        .route("/v1/payouts/{payout_id}/post", post(post_result))
+        .route("/v1/ledger/summary", get(ledger_summary))
+        .route("/health/live", get(service_kit::live))
+        .route("/health/ready", get(ready))
+        .route("/metrics", get(service_kit::render_metrics))
+        .fallback(service_kit::not_found)
+        .with_state(state);
+    common_layers(
+        routes,
+        BODY_MAX_BYTES,
+        request_timeout,
+        RequestMetrics::for_service("payment-resource"),
+    )
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn payout_id(raw: &str) -> ApiResult<i64> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))
+}
+
+fn validate(req: &CreatePayout) -> ApiResult<()> {
+    if !(1..=AMOUNT_MAX_MINOR).contains(&req.amount_minor) {
+        return Err(ApiError::invalid(
+            "amount_minor",
+            format!("must be between 1 and {AMOUNT_MAX_MINOR}"),
+        ));
+    }
+    if req.currency.len() != 3 || !req.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(ApiError::invalid(
+            "currency",
+            "must be an ISO 4217 code like EUR",
+        ));
+    }
+    if req.beneficiary.trim().is_empty()
+        || req.beneficiary.len() > BENEFICIARY_MAX_BYTES
+        || req.beneficiary.chars().any(char::is_control)
+    {
+        return Err(ApiError::invalid(
+            "beneficiary",
+            format!("must be 1 to {BENEFICIARY_MAX_BYTES} bytes without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
+    let key = headers
+        .get(IDEMPOTENCY_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or("");
+    if key.is_empty()
+        || key.len() > IDEMPOTENCY_KEY_MAX_BYTES
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!(
+                "header is required: 1 to {IDEMPOTENCY_KEY_MAX_BYTES} visible ASCII characters"
+            ),
+        ));
+    }
+    Ok(key.to_owned())
+}
+
+async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CreatePayout>,
+) -> ApiResult<(StatusCode, Json<Payout>)> {
+    let key = idempotency_key(&headers)?;
+    validate(&req)?;
+    let (payout, created) = state.store.create(&key, &req).await?;
+    if created {
+        metrics::counter!("payouts_created_total").increment(1);
+    }
+    Ok((
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        Json(payout),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    claimable: Option<bool>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Vec<Payout>>> {
+    let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    if query.claimable != Some(true) {
+        return Err(ApiError::invalid(
+            "claimable",
+            "only claimable=true listings are served",
+        ));
+    }
+    let limit = query.limit.unwrap_or(LIST_LIMIT_DEFAULT);
+    if !(1..=LIST_LIMIT_MAX).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {LIST_LIMIT_MAX}"),
+        ));
+    }
+    Ok(Json(state.store.list_claimable(limit).await?))
+}
+
+async fn get_payout(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Payout>> {
+    Ok(Json(state.store.get(payout_id(&id)?).await?))
+}
+
+async fn claim(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    FencingTokenHeader(token): FencingTokenHeader,
+) -> ApiResult<Json<Payout>> {
+    Ok(Json(state.store.claim(payout_id(&id)?, token).await?))
+}
+
+async fn reserve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    FencingTokenHeader(token): FencingTokenHeader,
+) -> ApiResult<(StatusCode, Json<Reservation>)> {
+    service_kit::require_bearer(
+        &headers,
+        state.proxy_token.as_deref(),
+        "submissions (PAYMENT_PROXY_TOKEN)",
+    )?;
+    Ok((
+        StatusCode::CREATED,
+        Json(state.store.reserve(payout_id(&id)?, token).await?),
+    ))
+}
+
+async fn get_submission(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Submission>> {
+    Ok(Json(state.store.submission(payout_id(&id)?).await?))
+}
+
+async fn record_outcome(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    FencingTokenHeader(token): FencingTokenHeader,
+    ApiJson(req): ApiJson<RecordOutcome>,
+) -> ApiResult<Json<Submission>> {
+    service_kit::require_bearer(
+        &headers,
+        state.proxy_token.as_deref(),
+        "submissions (PAYMENT_PROXY_TOKEN)",
+    )?;
+    Ok(Json(
+        state
+            .store
+            .record_outcome(payout_id(&id)?, token, &req)
+            .await?,
+    ))
+}
+
+async fn post_result(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    FencingTokenHeader(token): FencingTokenHeader,
+) -> ApiResult<Json<Payout>> {
+    let payout = state
+        .store
+        .post(payout_id(&id)?, token, state.hop_budget)
+        .await?;
+    metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
+    Ok(Json(payout))
+}
+
+async fn ledger_summary(State(state): State<AppState>) -> ApiResult<Json<LedgerSummary>> {
+    Ok(Json(state.store.ledger_summary().await?))
+}
+
+async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
+    state.store.ready().await?;
+    Ok(StatusCode::OK)
+}

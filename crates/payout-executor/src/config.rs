@@ -1,0 +1,51 @@
+//! Executor settings: its own flags, plus the SDK's pinned keys read by
+//! `LockClientConfig::from_env` (`LOCK_ENDPOINTS`, `LOCK_SESSION_TTL`, `LOCK_DEFAULT_TTL`,
+//! `LOCK_CLIENT_SAFETY_MARGIN`, ...).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Executor settings. Durations take units: `500ms`, `10s`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "payout-executor",
+    version,
+    about = "Executes payouts under fenced locks",
+    args_override_self = true
+)]
+pub struct Config {
+    /// Address of `/metrics` and `/health/*`.
+    #[arg(long, env = "EXECUTOR_BIND", default_value = "0.0.0.0:8084")]
+    pub bind: SocketAddr,
+    /// Owner id of this worker's lock session.
+    #[arg(long, env = "EXECUTOR_ID", default_value = "payout-executor")]
+    pub executor_id: String,
+    /// payment-resource base URL.
+    #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8082")]
+    pub payment_url: String,
+    /// rail-proxy base URL.
+    #[arg(long, env = "RAIL_PROXY_URL", default_value = "http://127.0.0.1:8083")]
+    pub rail_proxy_url: String,
+    /// `rail.hop-budget`: the worst-case submit; the remaining lease must cover it plus the
+    /// safety margin before submitting.
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub hop_budget: Duration,
+    /// Pause between scans when nothing is claimable.
+    #[arg(long, env = "EXECUTOR_POLL_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+    /// Payouts listed per scan.
+    #[arg(long, env = "EXECUTOR_BATCH", default_value_t = 50)]
+    pub batch: u32,
+    /// Timeout of one call to payment-resource (rail-proxy calls get the hop budget).
+    #[arg(long, env = "EXECUTOR_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// TEST-ONLY fault point: stop this whole process with SIGSTOP right after
+    /// `check_still_held` passes for this payout id (scenario S4). Off by default.
+    #[arg(long, env = "EXECUTOR_FAULT_SIGSTOP_PAYOUT")]
+    pub fault_sigstop_payout: Option<i64>,
+    /// Log format: json or text.
+    #[arg(long, env = "LOG_FORMAT", default_value = "json")]
+    pub log_format: String,
+}

@@ -1,0 +1,57 @@
+//! `payout-executor` binary: one lock client and one session for the process, the payout
+//! loop until SIGTERM/SIGINT, then the session and client closed.
+
+use clap::Parser;
+use lock_client::LockClientConfig;
+use payout_executor::{Config, Executor, telemetry};
+
+#[tokio::main]
+async fn main() {
+    let config = Config::parse();
+    telemetry::init_logs(&config.log_format);
+    if let Err(err) = run(config).await {
+        eprintln!("payout-executor: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let metrics = telemetry::install_metrics()?;
+    let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
+    let listener = tokio::net::TcpListener::bind(config.bind).await?;
+    let executor = Executor::start(config, lock_config).await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut server_stop = stopped.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, telemetry::router(metrics))
+            .with_graceful_shutdown(async move {
+                let _ = server_stop.changed().await;
+            })
+            .await
+    });
+    // A signal lets the payout in flight finish, then the loop stops.
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!(
+            event = "draining",
+            "shutdown requested: finishing the payout in flight"
+        );
+        let _ = stop.send(true);
+    });
+    executor.run(stopped).await;
+    executor.shutdown().await;
+    let _ = server.await;
+    tracing::info!(event = "stopped", "payout-executor stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,144 @@
+//! HTTP calls to payment-resource and rail-proxy. The fencing token travels as an explicit
+//! `X-Fencing-Token` header on every write. Bodies are read with tolerant structs (the
+//! executor depends on lock-api and lock-client only, never on the services' crates).
+
+use std::time::Duration;
+
+use lock_api::{ErrorBody, ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
+use serde::Deserialize;
+
+/// The fields of a payout the executor reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PayoutView {
+    /// Its id.
+    pub payout_id: i64,
+    /// `PENDING`, `CLAIMED`, `SUBMITTED`, `SETTLED`, `REJECTED` or `RAIL_AMBIGUOUS`.
+    pub state: String,
+}
+
+/// A refused or failed call.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The service answered an error code.
+    #[error("{} {}: {}", status, code.as_str(), message)]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// Its code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+    /// No usable answer.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl CallError {
+    /// The error code, if the service answered one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Refused { code, .. } => Some(*code),
+            Self::Unreachable(_) => None,
+        }
+    }
+}
+
+/// The two services the executor writes to.
+#[derive(Debug, Clone)]
+pub struct Services {
+    http: reqwest::Client,
+    payment_url: String,
+    rail_proxy_url: String,
+    hop_budget: Duration,
+}
+
+impl Services {
+    /// Clients for the two base URLs.
+    pub fn new(
+        payment_url: &str,
+        rail_proxy_url: &str,
+        request_timeout: Duration,
+        hop_budget: Duration,
+    ) -> reqwest::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .timeout(request_timeout)
+                .build()?,
+            payment_url: payment_url.trim_end_matches('/').to_owned(),
+            rail_proxy_url: rail_proxy_url.trim_end_matches('/').to_owned(),
+            hop_budget,
+        })
+    }
+
+    async fn read<T: serde::de::DeserializeOwned>(
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, CallError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            return response
+                .json()
+                .await
+                .map_err(|e| CallError::Unreachable(format!("unreadable answer: {e}")));
+        }
+        let text = response.text().await.unwrap_or_default();
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => Err(CallError::Refused {
+                status: status.as_u16(),
+                code: body.code,
+                message: body.message,
+            }),
+            Err(_) => Err(CallError::Unreachable(format!("HTTP {status}: {text}"))),
+        }
+    }
+
+    /// Non-terminal payouts, oldest first.
+    pub async fn claimable(&self, limit: u32) -> Result<Vec<PayoutView>, CallError> {
+        Self::read(self.http.get(format!(
+            "{}/v1/payouts?claimable=true&limit={limit}",
+            self.payment_url
+        )))
+        .await
+    }
+
+    /// P2.
+    pub async fn claim(
+        &self,
+        payout_id: i64,
+        token: FencingToken,
+    ) -> Result<PayoutView, CallError> {
+        let url = format!("{}/v1/payouts/{payout_id}/claim", self.payment_url);
+        Self::read(
+            self.http
+                .post(url)
+                .header(FENCING_TOKEN_HEADER, token.0.to_string()),
+        )
+        .await
+    }
+
+    /// Submit through rail-proxy, within the hop budget.
+    pub async fn submit(&self, payout_id: i64, token: FencingToken) -> Result<(), CallError> {
+        let url = format!("{}/v1/payouts/{payout_id}/submit", self.rail_proxy_url);
+        let request = self
+            .http
+            .post(url)
+            .timeout(self.hop_budget)
+            .header(FENCING_TOKEN_HEADER, token.0.to_string());
+        Self::read::<serde_json::Value>(request).await.map(|_| ())
+    }
+
+    /// P3.
+    pub async fn post(&self, payout_id: i64, token: FencingToken) -> Result<PayoutView, CallError> {
+        let url = format!("{}/v1/payouts/{payout_id}/post", self.payment_url);
+        Self::read(
+            self.http
+                .post(url)
+                .header(FENCING_TOKEN_HEADER, token.0.to_string()),
+        )
+        .await
+    }
+}
