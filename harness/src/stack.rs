@@ -1,12 +1,30 @@
-//! Starting the real service binaries as separate processes on free loopback ports.
+//! The real services as separate OS processes on free loopback ports: PostgreSQL (the shared
+//! test helper), two lock-server replicas, payment-resource, rail-proxy, rail-stub and any
+//! number of executors. Each process logs to its own file; every process is killed when the
+//! stack is dropped (also when a test panics, and then the logs' tails are printed).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use test_support::{ServiceProcess, cargo_bin, free_port, wait_until_ok};
+use anyhow::{Context, bail};
+use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submission};
+use reqwest::StatusCode;
+use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
 
 /// How long a service may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
+/// Budget of one harness call to a service: a stopped process must not hang a test.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lines of each log printed when a test fails.
+const LOG_TAIL_LINES: usize = 30;
+/// The binaries a stack runs.
+const BINARIES: [&str; 5] = [
+    "lock-server",
+    "payment-resource",
+    "rail-proxy",
+    "rail-stub",
+    "payout-executor",
+];
 
 /// A running lock-server process.
 #[derive(Debug)]
@@ -26,19 +44,439 @@ pub async fn start_lock_server(
     log_dir: &Path,
 ) -> anyhow::Result<LockServer> {
     let binary = cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
+    spawn_lock_server(&binary, name, database_url, extra_env, log_dir).await
+}
+
+async fn spawn_lock_server(
+    binary: &Path,
+    name: &str,
+    database_url: &str,
+    extra_env: &[(&str, String)],
+    log_dir: &Path,
+) -> anyhow::Result<LockServer> {
     let port = free_port();
     let mut env = vec![
         ("DATABASE_URL", database_url.to_owned()),
         ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
     ];
     env.extend(extra_env.iter().cloned());
-    let process = ServiceProcess::spawn(name, &binary, &[], &env, log_dir);
+    let process = ServiceProcess::spawn(name, binary, &[], &env, log_dir);
     let url = format!("http://127.0.0.1:{port}");
     wait_until_ok(
-        "the lock-server to become ready",
+        &format!("{name} to become ready"),
         &format!("{url}/health/ready"),
         READY_DEADLINE,
     )
     .await;
     Ok(LockServer { process, url })
+}
+
+/// Knobs of a stack. The defaults keep scenarios fast: short leases, short hop budgets.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// `LOCK_SESSION_TTL` of executors.
+    pub session_ttl: &'static str,
+    /// `LOCK_DEFAULT_TTL` (the lease) of executors.
+    pub lease: &'static str,
+    /// `RAIL_HOP_TIMEOUT` of rail-proxy.
+    pub rail_timeout: &'static str,
+    /// `RAIL_HOP_BUDGET` everywhere.
+    pub hop_budget: &'static str,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            session_ttl: "6s",
+            lease: "6s",
+            rail_timeout: "500ms",
+            hop_budget: "1500ms",
+        }
+    }
+}
+
+/// A running stack.
+#[derive(Debug)]
+pub struct Stack {
+    /// Where every process logs.
+    pub log_dir: PathBuf,
+    _logs: Option<tempfile::TempDir>,
+    bins: Vec<PathBuf>,
+    options: StackOptions,
+    /// The two lock-server replicas.
+    pub lock_servers: Vec<LockServer>,
+    /// payment-resource's base URL.
+    pub payment_url: String,
+    /// rail-proxy's base URL.
+    pub proxy_url: String,
+    /// rail-stub's base URL.
+    pub rail_url: String,
+    rail_admin_token: String,
+    services: Vec<ServiceProcess>,
+    /// Executors started so far, by name.
+    pub executors: Vec<Executor>,
+    http: reqwest::Client,
+}
+
+/// A running executor process.
+#[derive(Debug)]
+pub struct Executor {
+    /// Its name (also its `EXECUTOR_ID`).
+    pub name: String,
+    /// The process.
+    pub process: ServiceProcess,
+    /// Base URL of its `/metrics` and health.
+    pub url: String,
+}
+
+fn secret() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+impl Stack {
+    /// Starts PostgreSQL databases and every service but the executors. Logs go to a
+    /// temporary directory, or under `keep_logs_in` when given (the demo keeps them).
+    pub async fn start(
+        options: StackOptions,
+        keep_logs_in: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
+        let bins = tokio::task::spawn_blocking(|| cargo_bins(&BINARIES))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        let (log_dir, logs) = match keep_logs_in {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)?;
+                (dir, None)
+            }
+            None => {
+                let logs = tempfile::Builder::new().prefix("stack-logs-").tempdir()?;
+                (logs.path().to_path_buf(), Some(logs))
+            }
+        };
+        let lockdb = test_support::fresh_database().await;
+        let paydb = test_support::fresh_database().await;
+        let proxy_credential = secret();
+        let payment_token = secret();
+        let rail_admin_token = secret();
+        let lock_env = [
+            ("LOCK_TTL_MIN", "50ms".to_owned()),
+            ("LOCK_REAPER_INTERVAL", "200ms".to_owned()),
+        ];
+        let mut lock_servers = Vec::new();
+        for name in ["lock-server-1", "lock-server-2"] {
+            lock_servers
+                .push(spawn_lock_server(&bins[0], name, &lockdb.url, &lock_env, &log_dir).await?);
+        }
+        let (pay_port, proxy_port, rail_port) = (free_port(), free_port(), free_port());
+        let payment_url = format!("http://127.0.0.1:{pay_port}");
+        let proxy_url = format!("http://127.0.0.1:{proxy_port}");
+        let rail_url = format!("http://127.0.0.1:{rail_port}");
+        let mut services = Vec::new();
+        services.push(ServiceProcess::spawn(
+            "payment-resource",
+            &bins[1],
+            &[],
+            &[
+                ("DATABASE_URL", paydb.url.clone()),
+                ("PAYMENT_BIND", format!("127.0.0.1:{pay_port}")),
+                ("PAYMENT_PROXY_TOKEN", payment_token.clone()),
+                ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
+            ],
+            &log_dir,
+        ));
+        services.push(ServiceProcess::spawn(
+            "rail-stub",
+            &bins[3],
+            &[],
+            &[
+                ("RAIL_STUB_BIND", format!("127.0.0.1:{rail_port}")),
+                ("RAIL_PROXY_CREDENTIAL", proxy_credential.clone()),
+                ("RAIL_STUB_ADMIN_TOKEN", rail_admin_token.clone()),
+            ],
+            &log_dir,
+        ));
+        services.push(ServiceProcess::spawn(
+            "rail-proxy",
+            &bins[2],
+            &[],
+            &[
+                ("RAIL_PROXY_BIND", format!("127.0.0.1:{proxy_port}")),
+                ("PAYMENT_URL", payment_url.clone()),
+                ("RAIL_URL", rail_url.clone()),
+                ("RAIL_PROXY_CREDENTIAL", proxy_credential),
+                ("PAYMENT_PROXY_TOKEN", payment_token),
+                ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
+                ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
+            ],
+            &log_dir,
+        ));
+        for url in [&payment_url, &rail_url, &proxy_url] {
+            wait_until_ok(
+                &format!("{url} to become ready"),
+                &format!("{url}/health/ready"),
+                READY_DEADLINE,
+            )
+            .await;
+        }
+        Ok(Self {
+            log_dir,
+            _logs: logs,
+            bins,
+            options,
+            lock_servers,
+            payment_url,
+            proxy_url,
+            rail_url,
+            rail_admin_token,
+            services,
+            executors: Vec::new(),
+            http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
+        })
+    }
+
+    /// Starts an executor named `name` with `extra_env`, and waits until it serves health.
+    pub async fn start_executor(
+        &mut self,
+        name: &str,
+        extra_env: &[(&str, String)],
+    ) -> anyhow::Result<&Executor> {
+        self.spawn_executor(name, extra_env, true).await
+    }
+
+    /// Starts an executor; waits for its health only when `wait_ready` (an executor armed
+    /// to stop itself may do so before it ever answers).
+    pub async fn spawn_executor(
+        &mut self,
+        name: &str,
+        extra_env: &[(&str, String)],
+        wait_ready: bool,
+    ) -> anyhow::Result<&Executor> {
+        let port = free_port();
+        let endpoints: Vec<&str> = self.lock_servers.iter().map(|l| l.url.as_str()).collect();
+        let mut env = vec![
+            ("EXECUTOR_BIND", format!("127.0.0.1:{port}")),
+            ("EXECUTOR_ID", name.to_owned()),
+            ("PAYMENT_URL", self.payment_url.clone()),
+            ("RAIL_PROXY_URL", self.proxy_url.clone()),
+            ("LOCK_ENDPOINTS", endpoints.join(",")),
+            ("LOCK_SESSION_TTL", self.options.session_ttl.to_owned()),
+            ("LOCK_DEFAULT_TTL", self.options.lease.to_owned()),
+            ("RAIL_HOP_BUDGET", self.options.hop_budget.to_owned()),
+            ("EXECUTOR_POLL_INTERVAL", "50ms".to_owned()),
+        ];
+        env.extend(extra_env.iter().cloned());
+        let process = ServiceProcess::spawn(name, &self.bins[4], &[], &env, &self.log_dir);
+        let url = format!("http://127.0.0.1:{port}");
+        if wait_ready {
+            wait_until_ok(
+                &format!("{name} to become ready"),
+                &format!("{url}/health/ready"),
+                READY_DEADLINE,
+            )
+            .await;
+        }
+        self.executors.push(Executor {
+            name: name.to_owned(),
+            process,
+            url,
+        });
+        self.executors.last().context("just pushed")
+    }
+
+    /// Creates `count` payouts (idempotency keys `{prefix}-{i}`) and returns their ids.
+    pub async fn create_payouts(&self, prefix: &str, count: usize) -> anyhow::Result<Vec<i64>> {
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            let body = CreatePayout {
+                amount_minor: 1_000 + i as i64,
+                currency: "EUR".into(),
+                beneficiary: format!("beneficiary {i}"),
+            };
+            let payout: Payout = self
+                .http
+                .post(format!("{}/v1/payouts", self.payment_url))
+                .header(payment_api::IDEMPOTENCY_KEY_HEADER, format!("{prefix}-{i}"))
+                .json(&body)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            ids.push(payout.payout_id);
+        }
+        Ok(ids)
+    }
+
+    /// One payout.
+    pub async fn payout(&self, id: i64) -> anyhow::Result<Payout> {
+        Ok(self
+            .http
+            .get(format!("{}/v1/payouts/{id}", self.payment_url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// The payout's submission, if any.
+    pub async fn submission(&self, id: i64) -> anyhow::Result<Option<Submission>> {
+        let response = self
+            .http
+            .get(format!("{}/v1/payouts/{id}/submission", self.payment_url))
+            .send()
+            .await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        Ok(Some(response.error_for_status()?.json().await?))
+    }
+
+    /// Everything rail-stub received for `id`.
+    pub async fn rail_received(&self, id: i64) -> anyhow::Result<Vec<Received>> {
+        Ok(self
+            .http
+            .get(format!("{}/v1/received?payout_id={id}", self.rail_url))
+            .bearer_auth(&self.rail_admin_token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Scripts a rail fault.
+    pub async fn rail_fault(&self, fault: &Fault) -> anyhow::Result<()> {
+        self.http
+            .post(format!("{}/v1/faults", self.rail_url))
+            .bearer_auth(&self.rail_admin_token)
+            .json(fault)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    /// The ledger balance check.
+    pub async fn ledger(&self) -> anyhow::Result<LedgerSummary> {
+        Ok(self
+            .http
+            .get(format!("{}/v1/ledger/summary", self.payment_url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// The sum of the samples of `name` whose labels include `labels`, from `url/metrics`.
+    pub async fn metric(
+        &self,
+        url: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<f64> {
+        let text = self
+            .http
+            .get(format!("{url}/metrics"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(metric_value(&text, name, labels))
+    }
+
+    /// Polls until every payout in `ids` is terminal, or fails after `deadline`.
+    pub async fn wait_terminal(
+        &self,
+        ids: &[i64],
+        deadline: Duration,
+    ) -> anyhow::Result<Vec<Payout>> {
+        let started = std::time::Instant::now();
+        loop {
+            let mut payouts = Vec::with_capacity(ids.len());
+            for id in ids {
+                payouts.push(self.payout(*id).await?);
+            }
+            if payouts.iter().all(|p| p.state.is_terminal()) {
+                return Ok(payouts);
+            }
+            if started.elapsed() > deadline {
+                let open: Vec<_> = payouts
+                    .iter()
+                    .filter(|p| !p.state.is_terminal())
+                    .map(|p| (p.payout_id, p.state))
+                    .collect();
+                bail!("payouts still open after {deadline:?}: {open:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(
+                test_support::poll::POLL_INTERVAL_MS * 5,
+            ))
+            .await;
+        }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let processes = self
+            .lock_servers
+            .iter()
+            .map(|l| &l.process)
+            .chain(&self.services)
+            .chain(self.executors.iter().map(|e| &e.process));
+        for process in processes {
+            let log = process.log();
+            let tail: Vec<&str> = log.lines().rev().take(LOG_TAIL_LINES).collect();
+            eprintln!(
+                "---- {} (last {} lines) ----",
+                process.log_path().display(),
+                tail.len()
+            );
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Sums the samples of `name` in Prometheus text whose labels include every pair in `labels`.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, label_text) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if metric != name {
+                return None;
+            }
+            let all = labels.iter().all(|(k, v)| {
+                label_text
+                    .split(',')
+                    .any(|pair| pair == format!("{k}=\"{v}\""))
+            });
+            all.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_value_sums_matching_series() {
+        let text =
+            "# TYPE x counter\nx{outcome=\"acked\",a=\"1\"} 3\nx{outcome=\"fenced\"} 1\nx 2\ny 9\n";
+        assert_eq!(metric_value(text, "x", &[("outcome", "acked")]), 3.0);
+        assert_eq!(metric_value(text, "x", &[]), 6.0);
+        assert_eq!(metric_value(text, "z", &[]), 0.0);
+    }
 }

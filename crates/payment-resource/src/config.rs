@@ -30,7 +30,7 @@ pub struct Config {
     pub proxy_token: Option<String>,
     /// The proxy's whole hop budget: an `IN_FLIGHT` submission older than this has an
     /// unknowable outcome and ends `RAIL_AMBIGUOUS` when posted.
-    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "3s", value_parser = humantime::parse_duration)]
     pub hop_budget: Duration,
     /// Budget for one request.
     #[arg(long, env = "PAYMENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]

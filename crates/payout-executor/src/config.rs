@@ -28,9 +28,11 @@ pub struct Config {
     /// rail-proxy base URL.
     #[arg(long, env = "RAIL_PROXY_URL", default_value = "http://127.0.0.1:8083")]
     pub rail_proxy_url: String,
-    /// `rail.hop-budget`: the worst-case submit; the remaining lease must cover it plus the
-    /// safety margin before submitting.
-    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// `rail.hop-budget`: the worst-case submit. Before submitting, the remaining lease (the
+    /// earlier of the grant's and the session's conservative deadlines) must cover
+    /// `hop budget × (1 + safety margin)`; with heartbeats every `ttl × (1 − m) / 3`, that
+    /// needs `hop budget ≤ session ttl × (1 − m) × 2/3 / (1 + m)` (3 s fits the 10 s default).
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "3s", value_parser = humantime::parse_duration)]
     pub hop_budget: Duration,
     /// Pause between scans when nothing is claimable.
     #[arg(long, env = "EXECUTOR_POLL_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]

@@ -56,7 +56,7 @@ pub struct Config {
     #[arg(long = "rail.hop-timeout", env = "RAIL_HOP_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub rail_timeout: Duration,
     /// `rail.hop-budget`: the whole submit (reserve, rail, record); also the request timeout.
-    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "3s", value_parser = humantime::parse_duration)]
     pub hop_budget: Duration,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]

@@ -6,6 +6,12 @@ use std::process::Command;
 
 /// Builds `name` (package and binary of the same name) and returns its path.
 pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
+    cargo_bins(&[name]).map(|mut paths| paths.remove(0))
+}
+
+/// Builds every binary in `names` (packages and binaries of the same names) with one cargo
+/// call and returns their paths in the same order.
+pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
     let mut dir = exe
         .parent()
@@ -17,20 +23,28 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
     let release = dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
-    build.args(["build", "--quiet", "-p", name, "--bin", name]);
+    build.args(["build", "--quiet"]);
+    for name in names {
+        build.args(["-p", name, "--bin", name]);
+    }
     if release {
         build.arg("--release");
     }
     let status = build
         .status()
-        .map_err(|e| format!("run cargo build for {name}: {e}"))?;
+        .map_err(|e| format!("run cargo build for {names:?}: {e}"))?;
     if !status.success() {
-        return Err(format!("cargo build -p {name} failed with {status}"));
+        return Err(format!("cargo build of {names:?} failed with {status}"));
     }
-    let path = dir.join(name);
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!("{} was not built", path.display()))
-    }
+    names
+        .iter()
+        .map(|name| {
+            let path = dir.join(name);
+            if path.exists() {
+                Ok(path)
+            } else {
+                Err(format!("{} was not built", path.display()))
+            }
+        })
+        .collect()
 }

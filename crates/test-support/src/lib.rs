@@ -13,7 +13,7 @@ pub mod pg;
 pub mod poll;
 pub mod process;
 
-pub use binaries::cargo_bin;
+pub use binaries::{cargo_bin, cargo_bins};
 pub use net::free_port;
 pub use pg::{TestDb, ThrowawayCluster, fresh_database};
 pub use poll::{poll_until, wait_until_ok};

@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// Budget of one readiness probe.
+pub const PROBE_TIMEOUT_MS: u64 = 2_000;
 /// How often a condition is re-checked.
 pub const POLL_INTERVAL_MS: u64 = 20;
 
@@ -28,7 +30,12 @@ where
 
 /// Polls `url` until it answers 200, or panics after `timeout` naming `what`.
 pub async fn wait_until_ok(what: &str, url: &str, timeout: Duration) {
-    let http = reqwest::Client::new();
+    // Each probe has its own short budget: a stopped process accepts connections but never
+    // answers, and must not hang the caller past `timeout`.
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(PROBE_TIMEOUT_MS))
+        .build()
+        .expect("build the probe client");
     poll_until(what, timeout, || async {
         let response = http.get(url).send().await.ok()?;
         (response.status() == reqwest::StatusCode::OK).then_some(())

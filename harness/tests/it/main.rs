@@ -1,5 +1,6 @@
 //! Harness tests: one binary, one module per concern.
 #![allow(clippy::unwrap_used)]
 
+mod m2;
 mod module_rule;
 mod sdk;
