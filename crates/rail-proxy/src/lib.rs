@@ -210,7 +210,18 @@ async fn submit(
     State(proxy): State<Arc<Proxy>>,
     Path(id): Path<String>,
     FencingTokenHeader(token): FencingTokenHeader,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Json<SubmitResult>> {
+    match body {
+        Ok(bytes) if bytes.is_empty() => {}
+        Ok(_) => return Err(ApiError::invalid("body", "submit takes no body")),
+        Err(rejection) => {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("body: {}", rejection.body_text()),
+            ));
+        }
+    }
     let payout_id = id
         .parse::<i64>()
         .ok()

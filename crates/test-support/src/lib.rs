@@ -6,7 +6,9 @@
 //! - [`process`]: child processes with per-test logs that never outlive the test.
 //! - [`net`]: free loopback ports.
 //! - [`binaries`]: workspace binaries built on demand.
+//! - [`bad_input`]: table-driven bad-request checks.
 
+pub mod bad_input;
 pub mod binaries;
 pub mod net;
 pub mod pg;

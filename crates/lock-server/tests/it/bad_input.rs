@@ -2,42 +2,9 @@
 //! field; none gets a 500; the store is unchanged afterwards.
 
 use reqwest::{Method, StatusCode};
+use test_support::bad_input::{BadRequest, check_all};
 
 use crate::support::{TestServer, pg_store};
-
-struct Case {
-    name: &'static str,
-    method: Method,
-    path: String,
-    content_type: Option<&'static str>,
-    body: Vec<u8>,
-    auth: Option<&'static str>,
-    status: u16,
-    code: &'static str,
-    mentions: &'static str,
-}
-
-fn case(
-    name: &'static str,
-    method: Method,
-    path: impl Into<String>,
-    body: &str,
-    status: u16,
-    code: &'static str,
-    mentions: &'static str,
-) -> Case {
-    Case {
-        name,
-        method,
-        path: path.into(),
-        content_type: Some("application/json"),
-        body: body.as_bytes().to_vec(),
-        auth: None,
-        status,
-        code,
-        mentions,
-    }
-}
 
 async fn row_counts(pool: &sqlx::PgPool) -> (i64, i64, i64) {
     sqlx::query_as(
@@ -61,347 +28,197 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
 
     let unknown = "00000000-0000-4000-8000-000000000000";
     let long_key = "k".repeat(lock_api::LOCK_KEY_MAX_BYTES + 1);
-    let acquire_body = format!(r#"{{"session_id":"{session}","ttl_ms":1000}}"#);
-    let mut cases = vec![
-        case(
-            "malformed JSON",
-            Method::POST,
-            "/v1/sessions",
-            r#"{"owner_id":"#,
-            400,
-            "INVALID_ARGUMENT",
-            "EOF",
-        ),
-        case(
-            "missing owner_id",
-            Method::POST,
-            "/v1/sessions",
-            "{}",
-            400,
-            "INVALID_ARGUMENT",
-            "owner_id",
-        ),
-        case(
+    let acquire = format!(r#"{{"session_id":"{session}","ttl_ms":1000}}"#);
+    let (post, get, delete) = (Method::POST, Method::GET, Method::DELETE);
+    let bad = |name, method: &Method, path: &str, body: &str| {
+        BadRequest::new(name, method.clone(), path, body)
+    };
+    let invalid = "INVALID_ARGUMENT";
+    let cases = vec![
+        bad("malformed JSON", &post, "/v1/sessions", r#"{"owner_id":"#).expect(400, invalid, "EOF"),
+        bad("missing owner_id", &post, "/v1/sessions", "{}").expect(400, invalid, "owner_id"),
+        bad(
             "ttl of wrong type",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":"x"}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "ttl_ms",
-        ),
-        case(
+        )
+        .expect(400, invalid, "ttl_ms"),
+        bad(
             "ttl zero",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":0}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "ttl_ms",
-        ),
-        case(
+        )
+        .expect(400, invalid, "ttl_ms"),
+        bad(
             "ttl absurd",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":999999999999}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "ttl_ms",
-        ),
-        case(
+        )
+        .expect(400, invalid, "ttl_ms"),
+        bad(
             "ttl negative",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":-5}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "ttl_ms",
-        ),
-        case(
-            "empty owner",
-            Method::POST,
-            "/v1/sessions",
-            r#"{"owner_id":""}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "owner_id",
-        ),
-        case(
+        )
+        .expect(400, invalid, "ttl_ms"),
+        bad("empty owner", &post, "/v1/sessions", r#"{"owner_id":""}"#)
+            .expect(400, invalid, "owner_id"),
+        bad(
             "control char in owner",
-            Method::POST,
+            &post,
             "/v1/sessions",
             "{\"owner_id\":\"a\\u0007b\"}",
-            400,
-            "INVALID_ARGUMENT",
-            "owner_id",
-        ),
-        case(
+        )
+        .expect(400, invalid, "owner_id"),
+        bad(
             "unknown field",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a","color":"red"}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "color",
-        ),
-        case(
+        )
+        .expect(400, invalid, "color"),
+        bad(
             "trailing garbage",
-            Method::POST,
+            &post,
             "/v1/sessions",
             r#"{"owner_id":"a"} x"#,
-            400,
-            "INVALID_ARGUMENT",
-            "body",
-        ),
-        case(
-            "body is an array",
-            Method::POST,
-            "/v1/sessions",
-            "[]",
-            400,
-            "INVALID_ARGUMENT",
-            "body",
-        ),
-        case(
+        )
+        .expect(400, invalid, "body"),
+        bad("body is an array", &post, "/v1/sessions", "[]").expect(400, invalid, "body"),
+        bad(
             "over-long key",
-            Method::POST,
-            format!("/v1/locks/{long_key}/acquire"),
-            &acquire_body,
-            400,
-            "INVALID_ARGUMENT",
-            "lock_key",
-        ),
-        case(
+            &post,
+            &format!("/v1/locks/{long_key}/acquire"),
+            &acquire,
+        )
+        .expect(400, invalid, "lock_key"),
+        bad(
             "control char in key",
-            Method::POST,
+            &post,
             "/v1/locks/a%07b/acquire",
-            &acquire_body,
-            400,
-            "INVALID_ARGUMENT",
-            "lock_key",
-        ),
-        case(
-            "space in key",
-            Method::POST,
-            "/v1/locks/a%20b/acquire",
-            &acquire_body,
-            400,
-            "INVALID_ARGUMENT",
-            "lock_key",
-        ),
-        case(
-            "empty key",
-            Method::POST,
-            "/v1/locks//acquire",
-            &acquire_body,
-            400,
-            "INVALID_ARGUMENT",
-            "lock_key",
-        ),
-        case(
+            &acquire,
+        )
+        .expect(400, invalid, "lock_key"),
+        bad("space in key", &post, "/v1/locks/a%20b/acquire", &acquire)
+            .expect(400, invalid, "lock_key"),
+        bad("empty key", &post, "/v1/locks//acquire", &acquire).expect(400, invalid, "lock_key"),
+        bad(
             "session id not a UUID",
-            Method::POST,
+            &post,
             "/v1/locks/k/acquire",
             r#"{"session_id":"nope"}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "session_id",
-        ),
-        case(
+        )
+        .expect(400, invalid, "session_id"),
+        bad(
             "unknown session on acquire",
-            Method::POST,
+            &post,
             "/v1/locks/k/acquire",
             &format!(r#"{{"session_id":"{unknown}"}}"#),
-            404,
-            "SESSION_UNKNOWN",
-            unknown,
-        ),
-        case(
+        )
+        .expect(404, "SESSION_UNKNOWN", unknown),
+        bad(
             "acquire ttl zero",
-            Method::POST,
+            &post,
             "/v1/locks/k/acquire",
             &format!(r#"{{"session_id":"{session}","ttl_ms":0}}"#),
-            400,
-            "INVALID_ARGUMENT",
-            "ttl_ms",
-        ),
-        case(
+        )
+        .expect(400, invalid, "ttl_ms"),
+        bad(
             "heartbeat of a non-UUID",
-            Method::POST,
+            &post,
             "/v1/sessions/xyz/heartbeat",
             "",
-            400,
-            "INVALID_ARGUMENT",
-            "session_id",
-        ),
-        case(
+        )
+        .expect(400, invalid, "session_id"),
+        bad(
             "heartbeat of an unknown session",
-            Method::POST,
-            format!("/v1/sessions/{unknown}/heartbeat"),
+            &post,
+            &format!("/v1/sessions/{unknown}/heartbeat"),
             "",
-            404,
-            "SESSION_UNKNOWN",
-            unknown,
-        ),
-        case(
-            "delete a non-UUID session",
-            Method::DELETE,
-            "/v1/sessions/xyz",
-            "",
+        )
+        .expect(404, "SESSION_UNKNOWN", unknown),
+        bad("delete a non-UUID session", &delete, "/v1/sessions/xyz", "").expect(
             400,
-            "INVALID_ARGUMENT",
+            invalid,
             "session_id",
         ),
-        case(
+        bad(
             "renew without token",
-            Method::POST,
+            &post,
             "/v1/locks/held/renew",
             &format!(r#"{{"session_id":"{session}"}}"#),
-            400,
-            "INVALID_ARGUMENT",
-            "fencing_token",
-        ),
-        case(
+        )
+        .expect(400, invalid, "fencing_token"),
+        bad(
             "release with negative token",
-            Method::POST,
+            &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":-1}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "fencing_token",
-        ),
-        case(
+        )
+        .expect(400, invalid, "fencing_token"),
+        bad(
             "release with a token above bigint",
-            Method::POST,
+            &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":18446744073709551615}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "fencing_token",
-        ),
-        case(
+        )
+        .expect(400, invalid, "fencing_token"),
+        bad(
             "renew with a token above bigint",
-            Method::POST,
+            &post,
             "/v1/locks/held/renew",
             &format!(r#"{{"session_id":"{session}","fencing_token":9223372036854775808}}"#),
-            400,
-            "INVALID_ARGUMENT",
-            "fencing_token",
-        ),
-        case(
+        )
+        .expect(400, invalid, "fencing_token"),
+        bad(
             "release with string token",
-            Method::POST,
+            &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":"1"}"#,
-            400,
-            "INVALID_ARGUMENT",
-            "fencing_token",
-        ),
-        case(
-            "wrong method",
-            Method::GET,
+        )
+        .expect(400, invalid, "fencing_token"),
+        bad("wrong method", &get, "/v1/sessions", "").expect(405, "METHOD_NOT_ALLOWED", "Method"),
+        bad("unknown route", &post, "/v2/anything", "{}").expect(404, "NOT_FOUND", "route"),
+        bad("oversized body", &post, "/v1/sessions", "")
+            .body(
+                format!(
+                    r#"{{"owner_id":"{}"}}"#,
+                    "a".repeat(lock_api::REQUEST_BODY_MAX_BYTES + 1)
+                )
+                .into_bytes(),
+            )
+            .expect(413, "PAYLOAD_TOO_LARGE", "bytes"),
+        bad(
+            "no content type",
+            &post,
             "/v1/sessions",
+            r#"{"owner_id":"a"}"#,
+        )
+        .without("content-type")
+        .expect(415, "UNSUPPORTED_MEDIA_TYPE", "Content-Type"),
+        bad(
+            "text content type",
+            &post,
+            "/v1/locks/held/release",
+            r#"{"fencing_token":1}"#,
+        )
+        .header("content-type", "text/plain")
+        .expect(415, "UNSUPPORTED_MEDIA_TYPE", "Content-Type"),
+        bad(
+            "revoke with a wrong admin token",
+            &post,
+            "/v1/locks/held/revoke",
             "",
-            405,
-            "METHOD_NOT_ALLOWED",
-            "Method",
-        ),
-        case(
-            "unknown route",
-            Method::POST,
-            "/v2/anything",
-            "{}",
-            404,
-            "NOT_FOUND",
-            "route",
-        ),
+        )
+        .header("authorization", "Bearer guess")
+        .expect(401, "UNAUTHENTICATED", "bearer"),
     ];
-    let mut oversized = case(
-        "oversized body",
-        Method::POST,
-        "/v1/sessions",
-        "",
-        413,
-        "PAYLOAD_TOO_LARGE",
-        "bytes",
-    );
-    oversized.body = format!(
-        r#"{{"owner_id":"{}"}}"#,
-        "a".repeat(lock_api::REQUEST_BODY_MAX_BYTES + 1)
-    )
-    .into_bytes();
-    cases.push(oversized);
-    let mut no_type = case(
-        "no content type",
-        Method::POST,
-        "/v1/sessions",
-        r#"{"owner_id":"a"}"#,
-        415,
-        "UNSUPPORTED_MEDIA_TYPE",
-        "Content-Type",
-    );
-    no_type.content_type = None;
-    cases.push(no_type);
-    let mut text_type = case(
-        "text content type",
-        Method::POST,
-        "/v1/locks/held/release",
-        r#"{"fencing_token":1}"#,
-        415,
-        "UNSUPPORTED_MEDIA_TYPE",
-        "Content-Type",
-    );
-    text_type.content_type = Some("text/plain");
-    cases.push(text_type);
-    let mut bad_admin = case(
-        "revoke with a wrong admin token",
-        Method::POST,
-        "/v1/locks/held/revoke",
-        "",
-        401,
-        "UNAUTHENTICATED",
-        "bearer",
-    );
-    bad_admin.auth = Some("Bearer guess");
-    cases.push(bad_admin);
     assert!(cases.len() >= 15);
-
-    let mut failures = Vec::new();
-    for case in &cases {
-        let mut request = api
-            .http
-            .request(case.method.clone(), format!("{}{}", api.base, case.path))
-            .body(case.body.clone());
-        if let Some(content_type) = case.content_type {
-            request = request.header("content-type", content_type);
-        }
-        if let Some(auth) = case.auth {
-            request = request.header("authorization", auth);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        let body: serde_json::Value =
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text.clone()));
-        let ok = status == StatusCode::from_u16(case.status).unwrap()
-            && body["code"] == case.code
-            && body["message"]
-                .as_str()
-                .is_some_and(|m| m.contains(case.mentions))
-            && body.as_object().is_some_and(|o| o.len() == 2);
-        assert_ne!(
-            status,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "{}: {text}",
-            case.name
-        );
-        if !ok {
-            failures.push(format!(
-                "{}: got {status} {text}; want {} {} mentioning {:?}",
-                case.name, case.status, case.code, case.mentions
-            ));
-        }
-    }
+    let failures = check_all(&api.base, &cases).await;
     assert!(
         failures.is_empty(),
         "bad-input cases failed:\n{}",

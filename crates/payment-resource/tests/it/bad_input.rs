@@ -1,0 +1,196 @@
+//! Table-driven bad requests: documented 4xx with a JSON error naming the field, never a
+//! 500, nothing written.
+
+use reqwest::Method;
+use test_support::bad_input::{BadRequest, check_all};
+
+use crate::support::{PROXY_TOKEN, create, start};
+
+async fn counts(url: &str) -> (i64, i64, i64) {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    sqlx::query_as("SELECT (SELECT count(*) FROM payouts), (SELECT count(*) FROM rail_submission), (SELECT count(*) FROM ledger_entries)")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn bad_requests_get_documented_json_errors_and_write_nothing() {
+    let service = start().await;
+    let id = create(&service.base, "existing").await;
+    let before = counts(&service.db_url).await;
+    let (post, get, delete) = (Method::POST, Method::GET, Method::DELETE);
+    let payout = |body: &str| {
+        BadRequest::new("create", post.clone(), "/v1/payouts", body)
+            .header("idempotency-key", "k-1")
+    };
+    let invalid = "INVALID_ARGUMENT";
+    let ok_body = r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B"}"#;
+    let bearer = format!("Bearer {PROXY_TOKEN}");
+    let cases = vec![
+        payout(ok_body)
+            .without("idempotency-key")
+            .expect(400, invalid, "Idempotency-Key"),
+        payout(r#"{"amount_minor":0,"currency":"EUR","beneficiary":"B"}"#).expect(
+            400,
+            invalid,
+            "amount_minor",
+        ),
+        payout(r#"{"amount_minor":-3,"currency":"EUR","beneficiary":"B"}"#).expect(
+            400,
+            invalid,
+            "amount_minor",
+        ),
+        payout(r#"{"amount_minor":"5","currency":"EUR","beneficiary":"B"}"#).expect(
+            400,
+            invalid,
+            "amount_minor",
+        ),
+        payout(r#"{"amount_minor":5,"currency":"eur","beneficiary":"B"}"#)
+            .expect(400, invalid, "currency"),
+        payout(r#"{"amount_minor":5,"currency":"EURO","beneficiary":"B"}"#)
+            .expect(400, invalid, "currency"),
+        payout(r#"{"amount_minor":5,"currency":"EUR","beneficiary":" "}"#).expect(
+            400,
+            invalid,
+            "beneficiary",
+        ),
+        payout(r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B","memo":"x"}"#)
+            .expect(400, invalid, "memo"),
+        payout(r#"{"amount_minor":5,"#).expect(400, invalid, "EOF"),
+        payout(ok_body).without("content-type").expect(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            "Content-Type",
+        ),
+        payout("")
+            .body(vec![b' '; 17 * 1024])
+            .expect(413, "PAYLOAD_TOO_LARGE", "bytes"),
+        BadRequest::new(
+            "idempotency key reused with another body",
+            post.clone(),
+            "/v1/payouts",
+            r#"{"amount_minor":9,"currency":"EUR","beneficiary":"Ada"}"#,
+        )
+        .header("idempotency-key", "existing")
+        .expect(400, invalid, "Idempotency-Key"),
+        BadRequest::new(
+            "claim without token",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .expect(400, invalid, "X-Fencing-Token"),
+        BadRequest::new(
+            "claim with a word for a token",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "abc")
+        .expect(400, invalid, "X-Fencing-Token"),
+        BadRequest::new(
+            "claim with token 0",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "0")
+        .expect(400, invalid, "X-Fencing-Token"),
+        BadRequest::new(
+            "claim with a token above bigint",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "9223372036854775808")
+        .expect(400, invalid, "X-Fencing-Token"),
+        BadRequest::new(
+            "claim a non-numeric payout",
+            post.clone(),
+            "/v1/payouts/x/claim",
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .expect(400, invalid, "payout_id"),
+        BadRequest::new(
+            "claim an unknown payout",
+            post.clone(),
+            "/v1/payouts/999999/claim",
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .expect(404, "PAYOUT_UNKNOWN", "999999"),
+        BadRequest::new(
+            "reserve without the proxy's token",
+            post.clone(),
+            format!("/v1/payouts/{id}/submissions"),
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .expect(401, "UNAUTHENTICATED", "bearer"),
+        BadRequest::new(
+            "record IN_FLIGHT as an outcome",
+            post.clone(),
+            format!("/v1/payouts/{id}/submission/outcome"),
+            r#"{"outcome":"IN_FLIGHT"}"#,
+        )
+        .header("x-fencing-token", "1")
+        .header("authorization", bearer.clone())
+        .expect(400, invalid, "outcome"),
+        BadRequest::new(
+            "record an unknown outcome",
+            post.clone(),
+            format!("/v1/payouts/{id}/submission/outcome"),
+            r#"{"outcome":"MAYBE"}"#,
+        )
+        .header("x-fencing-token", "1")
+        .header("authorization", bearer)
+        .expect(400, invalid, "outcome"),
+        BadRequest::new("list without claimable", get.clone(), "/v1/payouts", "").expect(
+            400,
+            invalid,
+            "claimable",
+        ),
+        BadRequest::new(
+            "list limit 0",
+            get.clone(),
+            "/v1/payouts?claimable=true&limit=0",
+            "",
+        )
+        .expect(400, invalid, "limit"),
+        BadRequest::new(
+            "list with a stray parameter",
+            get.clone(),
+            "/v1/payouts?claimable=true&colour=red",
+            "",
+        )
+        .expect(400, invalid, "colour"),
+        BadRequest::new(
+            "post an unknown payout",
+            post.clone(),
+            "/v1/payouts/424242/post",
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .expect(404, "PAYOUT_UNKNOWN", "424242"),
+        BadRequest::new("wrong method", delete, "/v1/payouts", "").expect(
+            405,
+            "METHOD_NOT_ALLOWED",
+            "Method",
+        ),
+        BadRequest::new("unknown route", get, "/v1/nothing", "").expect(404, "NOT_FOUND", "route"),
+    ];
+    assert!(cases.len() >= 10);
+    let failures = check_all(&service.base, &cases).await;
+    assert!(
+        failures.is_empty(),
+        "bad-input cases failed:\n{}",
+        failures.join("\n")
+    );
+    assert_eq!(
+        counts(&service.db_url).await,
+        before,
+        "bad requests wrote something"
+    );
+}

@@ -1,0 +1,53 @@
+//! An in-process payment-resource on a fresh database.
+
+use clap::Parser;
+use payment_resource::{Config, Server};
+
+pub const PROXY_TOKEN: &str = "proxy-secret";
+
+pub struct Running {
+    pub base: String,
+    pub db_url: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn start() -> Running {
+    let db = test_support::fresh_database().await;
+    let config = Config::parse_from([
+        "payment-resource",
+        "--bind",
+        "127.0.0.1:0",
+        "--database-url",
+        &db.url,
+        "--proxy-token",
+        PROXY_TOKEN,
+        "--rail.hop-budget",
+        "200ms",
+    ]);
+    let server = Server::build(&config).await.unwrap();
+    let base = format!("http://{}", server.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run_until(async move {
+        let _ = stopped.await;
+    }));
+    Running {
+        base,
+        db_url: db.url,
+        _stop: stop,
+    }
+}
+
+/// Creates a payout and returns its id.
+pub async fn create(base: &str, key: &str) -> i64 {
+    let payout: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/v1/payouts"))
+        .header("idempotency-key", key)
+        .json(&serde_json::json!({"amount_minor": 500, "currency": "EUR", "beneficiary": "Ada"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    payout["payout_id"].as_i64().unwrap()
+}

@@ -1,0 +1,86 @@
+//! rail-proxy bad input: refused before payment-resource or the rail is called; an
+//! unreachable payment-resource is a 503, never a 500.
+#![allow(clippy::unwrap_used)]
+
+use clap::Parser;
+use reqwest::Method;
+use test_support::bad_input::{BadRequest, check_all};
+
+#[tokio::test]
+async fn bad_requests_are_refused_before_any_call() {
+    let closed = format!("http://127.0.0.1:{}", test_support::free_port());
+    let config = rail_proxy::Config::parse_from([
+        "rail-proxy",
+        "--bind",
+        "127.0.0.1:0",
+        "--payment-url",
+        &closed,
+        "--rail-url",
+        &closed,
+        "--rail-credential",
+        "c",
+        "--payment-token",
+        "t",
+    ]);
+    let server = rail_proxy::Server::build(&config).await.unwrap();
+    let base = format!("http://{}", server.local_addr().unwrap());
+    tokio::spawn(server.run_until(std::future::pending()));
+    let post = Method::POST;
+    let submit = |path: &str| {
+        BadRequest::new("submit", post.clone(), path, "").header("x-fencing-token", "3")
+    };
+    let invalid = "INVALID_ARGUMENT";
+    let cases = vec![
+        submit("/v1/payouts/1/submit")
+            .without("x-fencing-token")
+            .expect(400, invalid, "X-Fencing-Token"),
+        submit("/v1/payouts/1/submit")
+            .header("x-fencing-token", "three")
+            .expect(400, invalid, "X-Fencing-Token"),
+        submit("/v1/payouts/1/submit")
+            .header("x-fencing-token", "-1")
+            .expect(400, invalid, "X-Fencing-Token"),
+        submit("/v1/payouts/1/submit")
+            .header("x-fencing-token", "0")
+            .expect(400, invalid, "X-Fencing-Token"),
+        submit("/v1/payouts/1/submit")
+            .header("x-fencing-token", "18446744073709551615")
+            .expect(400, invalid, "X-Fencing-Token"),
+        submit("/v1/payouts/abc/submit").expect(400, invalid, "payout_id"),
+        submit("/v1/payouts/0/submit").expect(400, invalid, "payout_id"),
+        submit("/v1/payouts/-4/submit").expect(400, invalid, "payout_id"),
+        submit("/v1/payouts/1/submit")
+            .body(vec![b'x'; 4096])
+            .expect(413, "PAYLOAD_TOO_LARGE", "body"),
+        submit("/v1/payouts/1/submit")
+            .body(b"{}".to_vec())
+            .expect(400, invalid, "body"),
+        BadRequest::new("wrong method", Method::GET, "/v1/payouts/1/submit", "").expect(
+            405,
+            "METHOD_NOT_ALLOWED",
+            "Method",
+        ),
+        BadRequest::new("unknown route", Method::POST, "/v1/submit", "").expect(
+            404,
+            "NOT_FOUND",
+            "route",
+        ),
+        submit("/v1/payouts/1/submit").expect(503, "STORE_UNAVAILABLE", "payment-resource"),
+    ];
+    let failures = check_all(&base, &cases).await;
+    assert!(
+        failures.is_empty(),
+        "bad-input cases failed:\n{}",
+        failures.join("\n")
+    );
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("rail_calls_total{"),
+        "the rail was never called:\n{metrics}"
+    );
+}
