@@ -343,3 +343,46 @@ async fn memory_side(
     );
     Ok(())
 }
+
+/// Options of `harness bench pipeline`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PipelineBenchOptions {
+    /// Payouts per run.
+    #[arg(long, default_value_t = 300)]
+    pub payouts: usize,
+    /// Executor counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub executors: Vec<usize>,
+}
+
+/// Payouts per second through the whole pipeline with 1, 2 and 4 executors, each on a fresh
+/// stack, timed from the executors' start until every payout is terminal.
+pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> {
+    println!(
+        "| executors | payouts | seconds | payouts/s | ratio to 1 executor |\n|---|---|---|---|---|"
+    );
+    let mut baseline = None;
+    for &count in &options.executors {
+        let mut stack =
+            crate::stack::Stack::start(crate::stack::StackOptions::default(), None).await?;
+        let ids = stack
+            .create_payouts(&format!("bench-{count}"), options.payouts)
+            .await?;
+        let started = Instant::now();
+        for i in 0..count {
+            stack
+                .start_executor(&format!("executor-{i}"), &[("RUST_LOG", "warn".to_owned())])
+                .await?;
+        }
+        stack.wait_terminal(&ids, Duration::from_secs(600)).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let rate = options.payouts as f64 / seconds;
+        let base = *baseline.get_or_insert(rate);
+        println!(
+            "| {count} | {} | {seconds:.2} | {rate:.1} | {:.2} |",
+            options.payouts,
+            rate / base
+        );
+    }
+    Ok(())
+}

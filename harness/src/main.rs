@@ -1,7 +1,8 @@
-//! `harness` binary: `harness bench locks` (more commands arrive with the payout pipeline).
+//! `harness` binary: `harness demo`, `harness bench locks`, `harness bench pipeline`.
 
 use clap::{Parser, Subcommand};
-use harness::bench::{LockBenchOptions, run_locks};
+use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
+use harness::demo::DemoOptions;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -15,6 +16,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the whole stack, drive payouts through it, freeze one executor, and report.
+    Demo(DemoOptions),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -26,15 +29,21 @@ enum Command {
 enum Bench {
     /// lock-server acquire+release cycles over HTTP against pgbench running the same SQL.
     Locks(LockBenchOptions),
+    /// Payouts per second with 1, 2 and 4 executors.
+    Pipeline(PipelineBenchOptions),
 }
 
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(options) => harness::demo::run(&options).await,
         Command::Bench {
             which: Bench::Locks(options),
         } => run_locks(&options).await,
+        Command::Bench {
+            which: Bench::Pipeline(options),
+        } => run_pipeline(&options).await,
     };
     if let Err(err) = result {
         eprintln!("harness: {err:#}");
