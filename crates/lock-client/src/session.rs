@@ -44,6 +44,8 @@ struct State {
     closed: bool,
     loss_reported: bool,
     handles: HashMap<LockKey, Entry>,
+    /// Losses of grants released before the heartbeat delivered them: still delivered once.
+    undelivered: Vec<LockLost>,
     listeners: Vec<Listener>,
 }
 
@@ -256,7 +258,7 @@ impl Shared {
             if state.closed {
                 return;
             }
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut state.undelivered);
             for (key, entry) in state.handles.iter_mut() {
                 if let (Some(reason), false) = (entry.lost, entry.notified) {
                     entry.notified = true;
@@ -316,7 +318,15 @@ impl Shared {
         if entry.holds > 0 {
             return Unhold::StillHeld(lost);
         }
-        state.handles.remove(key);
+        if let Some(entry) = state.handles.remove(key) {
+            if let (Some(reason), false) = (entry.lost, entry.notified) {
+                state.undelivered.push(LockLost {
+                    lock_key: key.clone(),
+                    fencing_token: entry.token,
+                    reason,
+                });
+            }
+        }
         Unhold::Last(lost)
     }
 

@@ -5,7 +5,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+
+/// Where the test-only fault point stops the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultStep {
+    /// Right after `check_still_held` passes, before the submit.
+    Submit,
+    /// After the submit returned, before the guard of P3.
+    Post,
+}
 
 /// Executor settings. Durations take units: `500ms`, `10s`.
 #[derive(Debug, Clone, Parser)]
@@ -47,6 +56,16 @@ pub struct Config {
     /// `check_still_held` passes for this payout id (scenario S4). Off by default.
     #[arg(long, env = "EXECUTOR_FAULT_SIGSTOP_PAYOUT")]
     pub fault_sigstop_payout: Option<i64>,
+    /// TEST-ONLY: where the fault point stops the process: `submit` (after
+    /// `check_still_held`, before submitting; S4) or `post` (after the submit returned,
+    /// before the guard of P3).
+    #[arg(
+        long,
+        env = "EXECUTOR_FAULT_SIGSTOP_STEP",
+        value_enum,
+        default_value = "submit"
+    )]
+    pub fault_sigstop_step: FaultStep,
     /// Log format: json or text.
     #[arg(long, env = "LOG_FORMAT", default_value = "json")]
     pub log_format: String,

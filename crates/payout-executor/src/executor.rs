@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lock_api::{ErrorCode, LockHandle, LockKey};
 use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
 
-use crate::config::Config;
+use crate::config::{Config, FaultStep};
 use crate::loss::SessionLossHandler;
 use crate::services::{CallError, Services};
 
@@ -211,7 +211,7 @@ impl Executor {
             if !self.still_held(handle, lost) {
                 return Outcome::Lost;
             }
-            self.fault_point(payout_id);
+            self.fault_point(payout_id, FaultStep::Submit);
             match self.services.submit(payout_id, token).await {
                 Ok(()) => {}
                 // Crash recovery: the submission is on record; post its outcome.
@@ -219,6 +219,7 @@ impl Executor {
                 Err(err) => return refusal(payout_id, "submit", &err),
             }
         }
+        self.fault_point(payout_id, FaultStep::Post);
         if !self.still_held(handle, lost) {
             return Outcome::Lost;
         }
@@ -236,9 +237,11 @@ impl Executor {
         }
     }
 
-    /// The S4 fault point: stop this whole process (every thread, heartbeat included).
-    fn fault_point(&self, payout_id: i64) {
+    /// The test-only fault point: stop this whole process (every thread, heartbeat included)
+    /// at `step` of the armed payout, once.
+    fn fault_point(&self, payout_id: i64, step: FaultStep) {
         if self.config.fault_sigstop_payout == Some(payout_id)
+            && self.config.fault_sigstop_step == step
             && self.sigstop_armed.swap(false, Ordering::SeqCst)
         {
             tracing::warn!(

@@ -1,6 +1,8 @@
 //! `SessionLossHandler`: the executor's `on_lock_lost` listener. It runs on the SDK's
-//! heartbeat thread, so it only flips the in-flight payout's flag and logs `session_lost`:
-//! no I/O, no compensating write (a lost lease is not evidence about the rail).
+//! heartbeat thread, so it only flips the in-flight payout's flag and logs
+//! `payout_abandoned`: no I/O, no compensating write (a lost lease is not evidence about the
+//! rail). The `session_lost` line itself (owner, session, key, token, backend, reason) is
+//! logged once per lost grant by the SDK that delivers the loss.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +33,7 @@ impl SessionLossHandler {
                 flag.store(true, Ordering::SeqCst);
             }
             tracing::warn!(
-                event = "session_lost",
+                event = "payout_abandoned",
                 owner = %owner,
                 session = %session_id,
                 key = %lost.lock_key,

@@ -307,3 +307,112 @@ async fn scans(stack: &Stack) -> f64 {
         .await
         .unwrap()
 }
+
+/// T-047 criteria 7 and 8: a worker frozen between the rail's answer and P3 loses its lock;
+/// on waking it writes nothing (no P3, no ledger row, no rail call), `session_lost` is logged
+/// once with its fields, the listener counted it, and the next holder posts the recorded
+/// outcome (crash recovery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
+    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    let ids = stack.create_payouts("lost", 1).await.unwrap();
+    let id = ids[0];
+    let fault = [
+        ("EXECUTOR_FAULT_SIGSTOP_PAYOUT", id.to_string()),
+        ("EXECUTOR_FAULT_SIGSTOP_STEP", "post".to_owned()),
+    ];
+    stack
+        .spawn_executor("executor-a", &fault, false)
+        .await
+        .unwrap();
+    let a_pid = stack.executors[0].process.pid().as_raw();
+    poll_until(
+        "executor A to stop itself before posting",
+        Duration::from_secs(20),
+        || async {
+            let stat = std::fs::read_to_string(format!("/proc/{a_pid}/stat")).ok()?;
+            (stat.rsplit_once(')')?.1.split_whitespace().next()? == "T").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        stack.payout(id).await.unwrap().state,
+        PayoutState::Submitted,
+        "A submitted, then froze"
+    );
+    assert_eq!(stack.ledger().await.unwrap().postings, 0);
+
+    stack.start_executor("executor-b", &[]).await.unwrap();
+    let settled = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
+    assert_eq!(
+        settled[0].state,
+        PayoutState::Settled,
+        "B posted the recorded outcome"
+    );
+
+    stack.executors[0].process.signal(Signal::SIGCONT);
+    poll_until(
+        "A to abandon the payout as lost",
+        Duration::from_secs(20),
+        || async {
+            (stack
+                .metric(
+                    &stack.executors[0].url,
+                    "payout_execute_seconds_count",
+                    &[("outcome", "lost")],
+                )
+                .await
+                .ok()?
+                >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let a = &stack.executors[0];
+    assert_eq!(
+        stack
+            .metric(
+                &a.url,
+                "payout_execute_seconds_count",
+                &[("outcome", "fenced")]
+            )
+            .await
+            .unwrap(),
+        0.0,
+        "A tried no write"
+    );
+    let lost = stack
+        .metric(
+            &a.url,
+            "lock_session_lost_total",
+            &[("backend", "postgres")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        lost, 1.0,
+        "lock_session_lost_total{{backend=\"postgres\"}} counted the loss once"
+    );
+    let log = a.process.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.contains("\"event\":\"session_lost\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "one session_lost line:\n{log}");
+    for field in ["owner", "session", "key", "token", "backend", "reason"] {
+        assert!(
+            !lines[0][field].is_null(),
+            "session_lost lacks {field}: {}",
+            lines[0]
+        );
+    }
+    assert_eq!(lines[0]["key"], format!("payout:{id}"));
+    let final_state = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
+    check_invariants(&stack, &final_state, 0.0).await; // B saw SUBMITTED and went straight to P3
+    assert_eq!(
+        stack.ledger().await.unwrap().postings,
+        1,
+        "one posting, by B"
+    );
+}

@@ -203,6 +203,25 @@ async fn releasing_a_grant_the_server_no_longer_has_reports_the_loss() {
 }
 
 #[tokio::test]
+async fn a_loss_noticed_and_released_before_the_tick_is_still_delivered_once() {
+    let rig = Rig::new(PERIOD);
+    let session = rig.session("w").await;
+    let fired = counter(&session);
+    let handle = hold(&session, "noticed-first").await;
+    rig.clock.advance(LEASE); // past the deadline, before any tick ran
+    assert!(session.check_still_held(&handle).is_err());
+    assert!(session.release(handle).await.is_err());
+    rig.tick(PERIOD).await;
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        1,
+        "the listener still hears of it, once"
+    );
+    rig.tick(PERIOD).await;
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_dropped_handle_is_released_in_the_background() {
     let rig = Rig::new(Duration::from_secs(3600));
     let session = rig.session("w").await;
