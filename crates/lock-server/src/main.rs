@@ -1,12 +1,11 @@
 //! `lock-server` binary: parse flags, set up logs, serve until SIGTERM/SIGINT.
 //! A startup failure is one line on stderr and exit code 1.
 
-use clap::Parser;
 use lock_server::{Config, Server, shutdown_signal};
 
 #[tokio::main]
 async fn main() {
-    let config = Config::parse();
+    let config: Config = service_kit::parse_or_exit("lock-server");
     service_kit::logging::init(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("lock-server: {err:#}");

@@ -1,12 +1,11 @@
 //! `payment-resource` binary: flags, logs, serve until SIGTERM/SIGINT. A startup failure is
 //! one line on stderr and exit code 1.
 
-use clap::Parser;
 use payment_resource::{Config, Server};
 
 #[tokio::main]
 async fn main() {
-    let config = Config::parse();
+    let config: Config = service_kit::parse_or_exit("payment-resource");
     service_kit::logging::init(config.log_format);
     let result = async {
         let server = Server::build(&config).await?;

@@ -7,6 +7,15 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable text.
+    Text,
+}
+
 /// Where the test-only fault point stops the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FaultStep {
@@ -47,7 +56,7 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_POLL_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
     /// Payouts listed per scan.
-    #[arg(long, env = "EXECUTOR_BATCH", default_value_t = 50)]
+    #[arg(long, env = "EXECUTOR_BATCH", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub batch: u32,
     /// Timeout of one call to payment-resource (rail-proxy calls get the hop budget).
     #[arg(long, env = "EXECUTOR_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
@@ -66,7 +75,7 @@ pub struct Config {
         default_value = "submit"
     )]
     pub fault_sigstop_step: FaultStep,
-    /// Log format: json or text.
-    #[arg(long, env = "LOG_FORMAT", default_value = "json")]
-    pub log_format: String,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
 }

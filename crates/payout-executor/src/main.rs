@@ -2,13 +2,36 @@
 //! loop until SIGTERM/SIGINT, then the session and client closed.
 
 use clap::Parser;
+use clap::error::ErrorKind;
 use lock_client::LockClientConfig;
 use payout_executor::{Config, Executor, telemetry};
 
 #[tokio::main]
 async fn main() {
-    let config = Config::parse();
-    telemetry::init_logs(&config.log_format);
+    let config = match Config::try_parse() {
+        Ok(config) => config,
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) =>
+        {
+            err.exit()
+        }
+        Err(err) => {
+            let rendered = err.to_string();
+            eprintln!(
+                "payout-executor: {}",
+                rendered
+                    .lines()
+                    .next()
+                    .unwrap_or("invalid arguments")
+                    .trim_start_matches("error: ")
+            );
+            std::process::exit(2);
+        }
+    };
+    telemetry::init_logs(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("payout-executor: {err:#}");
         std::process::exit(1);

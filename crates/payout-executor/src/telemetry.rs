@@ -6,16 +6,18 @@ use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
+use crate::config::LogFormat;
+
 /// Histogram buckets for `payout_execute_seconds` and the SDK's wait histogram.
 const BUCKETS_SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// JSON (default) or text logs, filtered by `RUST_LOG`.
-pub fn init_logs(format: &str) {
+pub fn init_logs(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = if format == "text" {
+    let _ = if format == LogFormat::Text {
         builder.try_init()
     } else {
         builder.json().flatten_event(true).try_init()

@@ -1,11 +1,10 @@
 //! `rail-stub` binary: flags, logs, serve until SIGTERM/SIGINT.
 
-use clap::Parser;
 use rail_stub::{Config, Server};
 
 #[tokio::main]
 async fn main() {
-    let config = Config::parse();
+    let config: Config = service_kit::parse_or_exit("rail-stub");
     service_kit::logging::init(config.log_format);
     let result = async {
         let server = Server::build(&config).await?;

@@ -4,6 +4,7 @@
 //! tracing), Prometheus and health handlers, bearer credentials, logs and shutdown.
 
 mod auth;
+mod cli;
 mod error;
 mod extract;
 mod json;
@@ -14,6 +15,7 @@ pub mod shutdown;
 mod telemetry;
 
 pub use auth::require_bearer;
+pub use cli::parse_or_exit;
 pub use error::{ApiError, code_for_status, not_found, tag};
 pub use extract::FencingTokenHeader;
 pub use json::ApiJson;

@@ -1,0 +1,63 @@
+//! The executor's input is its configuration: each bad value ends the process at start with
+//! one line naming the key and a non-zero exit, before it touches any service.
+
+use std::process::Command;
+
+#[test]
+fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
+    let binary = test_support::cargo_bin("payout-executor").unwrap();
+    let closed = format!("http://127.0.0.1:{}", test_support::free_port());
+    let cases: [(&str, &str, &str); 13] = [
+        (
+            "LOCK_CLIENT_SAFETY_MARGIN",
+            "0",
+            "LOCK_CLIENT_SAFETY_MARGIN",
+        ),
+        (
+            "LOCK_CLIENT_SAFETY_MARGIN",
+            "1",
+            "LOCK_CLIENT_SAFETY_MARGIN",
+        ),
+        (
+            "LOCK_CLIENT_SAFETY_MARGIN",
+            "abc",
+            "LOCK_CLIENT_SAFETY_MARGIN",
+        ),
+        ("LOCK_SESSION_TTL", "ten", "LOCK_SESSION_TTL"),
+        ("LOCK_DEFAULT_TTL", "0s", "LOCK_DEFAULT_TTL"),
+        (
+            "LOCK_CLIENT_REQUEST_TIMEOUT",
+            "0s",
+            "LOCK_CLIENT_REQUEST_TIMEOUT",
+        ),
+        ("LOCK_ENDPOINTS", ",", "LOCK_ENDPOINTS"),
+        ("EXECUTOR_BATCH", "0", "batch"),
+        ("EXECUTOR_BATCH", "many", "batch"),
+        ("RAIL_HOP_BUDGET", "soon", "rail.hop-budget"),
+        ("EXECUTOR_BIND", "nowhere", "bind"),
+        (
+            "EXECUTOR_FAULT_SIGSTOP_STEP",
+            "middle",
+            "fault-sigstop-step",
+        ),
+        ("LOG_FORMAT", "xml", "log-format"),
+    ];
+    let mut failures = Vec::new();
+    for (key, value, mentions) in cases {
+        let output = Command::new(&binary)
+            .env("LOCK_ENDPOINTS", &closed)
+            .env("EXECUTOR_BIND", "127.0.0.1:0")
+            .env(key, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let one_line = stderr.trim().lines().count() == 1;
+        if output.status.success() || !one_line || !stderr.contains(mentions) {
+            failures.push(format!(
+                "{key}={value}: exit {:?}, stderr {stderr:?}",
+                output.status.code()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
