@@ -256,10 +256,11 @@ impl LockError {
                 }),
                 None => Self::Protocol { status, message },
             },
-            ErrorCode::FencedOut
-            | ErrorCode::AlreadyTerminal
-            | ErrorCode::AlreadySubmitted
-            | ErrorCode::SubmissionInFlight => Self::FencedOut { message },
+            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal | ErrorCode::AlreadySubmitted => {
+                Self::FencedOut { message }
+            }
+            // The outcome is not known yet: ask again later.
+            ErrorCode::SubmissionInFlight => Self::Unavailable { message },
             ErrorCode::LockHeld => Self::Contention { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },

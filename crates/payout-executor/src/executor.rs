@@ -81,6 +81,7 @@ impl Executor {
     /// Opens the process's one lock client and session.
     pub async fn start(config: Config, lock_config: LockClientConfig) -> anyhow::Result<Self> {
         let lease = lock_config.default_ttl;
+        check_hop_budget(&config, &lock_config)?;
         let client = LockClient::new(lock_config)?;
         let session = client.open_session(&config.executor_id).await?;
         let loss = SessionLossHandler::register(&session, config.executor_id.clone());
@@ -265,6 +266,26 @@ impl Executor {
     pub fn heartbeat_thread(&self) -> &str {
         self.client.heartbeat_thread()
     }
+}
+
+/// Refuses a configuration where no submit could ever pass the lease check: the remaining
+/// lease right after a heartbeat is at least two periods of the usable TTL (2/3 of it).
+fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<()> {
+    let margin = lock.safety_margin;
+    let needed = config.hop_budget.mul_f64(1.0 + margin);
+    let worst_remaining = lock
+        .session_ttl
+        .min(lock.default_ttl)
+        .mul_f64((1.0 - margin) * 2.0 / 3.0);
+    if needed > worst_remaining {
+        anyhow::bail!(
+            "rail.hop-budget (RAIL_HOP_BUDGET) {:?} needs {:?} of lease, but LOCK_SESSION_TTL/LOCK_DEFAULT_TTL leave as little as {:?} between heartbeats: lower the budget or raise the TTLs",
+            config.hop_budget,
+            needed,
+            worst_remaining
+        );
+    }
+    Ok(())
 }
 
 fn refusal(payout_id: i64, step: &str, err: &CallError) -> Outcome {

@@ -51,4 +51,11 @@ pub fn router(metrics: PrometheusHandle) -> Router {
         )
         .route("/health/live", get(|| async { "ok" }))
         .route("/health/ready", get(|| async { "ok" }))
+        .fallback(|| async {
+            let body = lock_api::ErrorBody {
+                code: lock_api::ErrorCode::NotFound,
+                message: "no such route".into(),
+            };
+            (axum::http::StatusCode::NOT_FOUND, axum::Json(body))
+        })
 }

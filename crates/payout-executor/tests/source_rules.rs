@@ -42,8 +42,17 @@ fn the_executor_speaks_locks_only_through_the_sdk_and_passes_tokens_explicitly()
 
 #[test]
 fn the_rules_catch_planted_violations() {
-    assert_eq!(violations("x.rs", r#"http.post("/v1/locks/k/acquire")"#).len(), 2);
-    assert_eq!(violations("x.rs", "thread_local! { static T: u64 = 0; }").len(), 1);
-    assert_eq!(violations("x.rs", "struct TemporaryLockServerClient;").len(), 1);
+    assert_eq!(
+        violations("x.rs", r#"http.post("/v1/locks/k/acquire")"#).len(),
+        2
+    );
+    assert_eq!(
+        violations("x.rs", "thread_local! { static T: u64 = 0; }").len(),
+        1
+    );
+    assert_eq!(
+        violations("x.rs", "struct TemporaryLockServerClient;").len(),
+        1
+    );
     assert!(violations("x.rs", "session.acquire(&key, lease, &policy)").is_empty());
 }

@@ -7,7 +7,8 @@ use std::process::Command;
 fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
     let binary = test_support::cargo_bin("payout-executor").unwrap();
     let closed = format!("http://127.0.0.1:{}", test_support::free_port());
-    let cases: [(&str, &str, &str); 13] = [
+    let cases: [(&str, &str, &str); 14] = [
+        ("RAIL_HOP_BUDGET", "9s", "RAIL_HOP_BUDGET"),
         (
             "LOCK_CLIENT_SAFETY_MARGIN",
             "0",

@@ -2,7 +2,6 @@
 //! path, S2 contention, S3 rail ambiguity, S4 the zombie. Each scenario checks invariants
 //! I1-I7 through the services' own APIs and metrics.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use harness::stack::{Stack, StackOptions};
@@ -14,7 +13,9 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
 
 /// I1-I7 over `payouts` (all terminal, I7), with `expected_duplicates` refused submits.
 async fn check_invariants(stack: &Stack, payouts: &[Payout], expected_duplicates: f64) {
-    let mut tokens_seen: HashMap<(i64, i64), usize> = HashMap::new();
+    // I3 (tokens unique and rising per key, across restarts and replicas) and I4 (conservative
+    // expiry) are proven where they live: lock-server's conformance, replica and restart
+    // tests, and the SDK's deadline tests (unit and against a real server in sdk.rs).
     for payout in payouts {
         let id = payout.payout_id;
         assert!(
@@ -49,7 +50,6 @@ async fn check_invariants(stack: &Stack, payouts: &[Payout], expected_duplicates
                     "I2: fence {} is at least the token {token} used",
                     payout.fence
                 );
-                *tokens_seen.entry((id, token)).or_default() += 1;
                 if payout.state == PayoutState::RailAmbiguous {
                     assert_eq!(
                         submission.outcome,
@@ -61,10 +61,6 @@ async fn check_invariants(stack: &Stack, payouts: &[Payout], expected_duplicates
             other => panic!("payout {id} is {other:?}"),
         }
     }
-    assert!(
-        tokens_seen.values().all(|n| *n == 1),
-        "I3: one (payout, token) per submission"
-    );
     let ledger = stack.ledger().await.unwrap();
     assert!(
         ledger.balance_by_currency.iter().all(|(_, sum)| *sum == 0),
