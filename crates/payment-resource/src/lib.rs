@@ -8,52 +8,21 @@ pub mod config;
 pub mod http;
 pub mod store;
 
-use std::future::Future;
-use std::net::SocketAddr;
-
-use tokio::net::TcpListener;
-
 pub use config::Config;
+use service_kit::Service;
 
-/// A bound, not yet serving payment-resource.
-#[derive(Debug)]
-pub struct Server {
-    listener: TcpListener,
-    app: axum::Router,
-}
-
-impl Server {
-    /// Connects paydb (running migrations) and binds.
-    pub async fn build(config: &Config) -> anyhow::Result<Self> {
-        let store =
-            store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
-        service_kit::install_metrics();
-        let state = http::AppState {
-            store,
-            proxy_token: config
-                .proxy_token
-                .as_deref()
-                .filter(|t| !t.is_empty())
-                .map(Into::into),
-            hop_budget: config.hop_budget,
-        };
-        let listener = TcpListener::bind(config.bind).await?;
-        Ok(Self {
-            listener,
-            app: http::router(state, config.request_timeout),
-        })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves until `shutdown` completes.
-    pub async fn run_until(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        service_kit::serve(self.listener, self.app, shutdown).await
-    }
+/// Connects paydb (running migrations) and binds: a service ready to run.
+pub async fn build(config: &Config) -> anyhow::Result<Service> {
+    let store = store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
+    service_kit::install_metrics();
+    let state = http::AppState {
+        store,
+        proxy_token: config
+            .proxy_token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(Into::into),
+        hop_budget: config.hop_budget,
+    };
+    Ok(Service::bind(config.bind, http::router(state, config.request_timeout)).await?)
 }

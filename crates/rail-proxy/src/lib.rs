@@ -5,7 +5,6 @@
 //! never retried. Submits that arrive for a payout with a submission on record are refused
 //! before the rail and counted in `rail_duplicate_attempted_total`.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +17,9 @@ use lock_api::{ErrorBody, ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
 use payment_api::{
     RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer, TransferAnswer,
 };
-use service_kit::{ApiError, FencingTokenHeader, LogFormat, RequestMetrics, common_layers};
-use tokio::net::TcpListener;
+use service_kit::{
+    ApiError, FencingTokenHeader, LogFormat, RequestMetrics, Service, common_layers,
+};
 
 /// Submits refused because the payout already has a submission on record.
 pub const DUPLICATE_ATTEMPTED_TOTAL: &str = "rail_duplicate_attempted_total";
@@ -258,56 +258,33 @@ async fn submit(
     }))
 }
 
-/// A bound, not yet serving rail-proxy.
-#[derive(Debug)]
-pub struct Server {
-    listener: TcpListener,
-    app: Router,
-}
-
-impl Server {
-    /// Binds.
-    pub async fn build(config: &Config) -> anyhow::Result<Self> {
-        service_kit::install_metrics();
-        metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).absolute(0);
-        let http = reqwest::Client::builder()
-            .timeout(config.hop_budget)
-            .build()?;
-        let proxy = Arc::new(Proxy {
-            http,
-            payment_url: config.payment_url.trim_end_matches('/').to_owned(),
-            rail_url: config.rail_url.trim_end_matches('/').to_owned(),
-            rail_credential: config.rail_credential.clone(),
-            payment_token: config.payment_token.clone(),
-            rail_timeout: config.rail_timeout,
-        });
-        let routes = Router::new()
-            .route("/v1/payouts/{payout_id}/submit", post(submit))
-            .route("/health/live", get(service_kit::live))
-            .route("/health/ready", get(service_kit::live))
-            .route("/metrics", get(service_kit::render_metrics))
-            .fallback(service_kit::not_found)
-            .with_state(proxy);
-        let app = common_layers(
-            routes,
-            BODY_MAX_BYTES,
-            config.hop_budget,
-            RequestMetrics::for_service("rail-proxy"),
-        );
-        let listener = TcpListener::bind(config.bind).await?;
-        Ok(Self { listener, app })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves until `shutdown` completes.
-    pub async fn run_until(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        service_kit::serve(self.listener, self.app, shutdown).await
-    }
+/// Binds: a service ready to run.
+pub async fn build(config: &Config) -> anyhow::Result<Service> {
+    service_kit::install_metrics();
+    metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).absolute(0);
+    let http = reqwest::Client::builder()
+        .timeout(config.hop_budget)
+        .build()?;
+    let proxy = Arc::new(Proxy {
+        http,
+        payment_url: config.payment_url.trim_end_matches('/').to_owned(),
+        rail_url: config.rail_url.trim_end_matches('/').to_owned(),
+        rail_credential: config.rail_credential.clone(),
+        payment_token: config.payment_token.clone(),
+        rail_timeout: config.rail_timeout,
+    });
+    let routes = Router::new()
+        .route("/v1/payouts/{payout_id}/submit", post(submit))
+        .route("/health/live", get(service_kit::live))
+        .route("/health/ready", get(service_kit::live))
+        .route("/metrics", get(service_kit::render_metrics))
+        .fallback(service_kit::not_found)
+        .with_state(proxy);
+    let app = common_layers(
+        routes,
+        BODY_MAX_BYTES,
+        config.hop_budget,
+        RequestMetrics::for_service("rail-proxy"),
+    );
+    Ok(Service::bind(config.bind, app).await?)
 }

@@ -4,7 +4,6 @@
 //! admin endpoint. Only callers with the proxy's credential may send transfers.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,8 +16,7 @@ use clap::Parser;
 use lock_api::ErrorCode;
 use payment_api::{Fault, FaultKind, Received, Transfer, TransferAnswer};
 use serde::Deserialize;
-use service_kit::{ApiError, ApiJson, LogFormat, RequestMetrics, common_layers};
-use tokio::net::TcpListener;
+use service_kit::{ApiError, ApiJson, LogFormat, RequestMetrics, Service, common_layers};
 
 /// Largest request body.
 const BODY_MAX_BYTES: usize = 16 * 1024;
@@ -220,40 +218,14 @@ fn router(state: AppState, request_timeout: Duration) -> Router {
     )
 }
 
-/// A bound, not yet serving rail-stub.
-#[derive(Debug)]
-pub struct Server {
-    listener: TcpListener,
-    app: Router,
-}
-
-impl Server {
-    /// Binds.
-    pub async fn build(config: &Config) -> anyhow::Result<Self> {
-        service_kit::install_metrics();
-        let clean = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Arc::from);
-        let state = AppState {
-            rail: Arc::default(),
-            proxy_credential: clean(&config.proxy_credential),
-            admin_token: clean(&config.admin_token),
-        };
-        let listener = TcpListener::bind(config.bind).await?;
-        Ok(Self {
-            listener,
-            app: router(state, config.request_timeout),
-        })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves until `shutdown` completes.
-    pub async fn run_until(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        service_kit::serve(self.listener, self.app, shutdown).await
-    }
+/// Binds: a service ready to run.
+pub async fn build(config: &Config) -> anyhow::Result<Service> {
+    service_kit::install_metrics();
+    let clean = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Arc::from);
+    let state = AppState {
+        rail: Arc::default(),
+        proxy_credential: clean(&config.proxy_credential),
+        admin_token: clean(&config.admin_token),
+    };
+    Ok(Service::bind(config.bind, router(state, config.request_timeout)).await?)
 }

@@ -21,5 +21,5 @@ pub use extract::FencingTokenHeader;
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use logging::LogFormat;
-pub use serve::serve;
+pub use serve::{Service, run_main, serve};
 pub use telemetry::{install_metrics, live, render_metrics};

@@ -1,7 +1,7 @@
 //! An in-process payment-resource on a fresh database.
 
 use clap::Parser;
-use payment_resource::{Config, Server};
+use payment_resource::Config;
 
 pub const PROXY_TOKEN: &str = "proxy-secret";
 
@@ -24,7 +24,7 @@ pub async fn start() -> Running {
         "--rail.hop-budget",
         "200ms",
     ]);
-    let server = Server::build(&config).await.unwrap();
+    let server = payment_resource::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(server.run_until(async move {

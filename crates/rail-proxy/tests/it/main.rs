@@ -22,7 +22,7 @@ async fn bad_requests_are_refused_before_any_call() {
         "--payment-token",
         "t",
     ]);
-    let server = rail_proxy::Server::build(&config).await.unwrap();
+    let server = rail_proxy::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     tokio::spawn(server.run_until(std::future::pending()));
     let post = Method::POST;

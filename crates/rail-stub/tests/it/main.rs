@@ -19,7 +19,7 @@ async fn start() -> String {
         "--admin-token",
         ADMIN,
     ]);
-    let server = rail_stub::Server::build(&config).await.unwrap();
+    let server = rail_stub::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     tokio::spawn(server.run_until(std::future::pending()));
     base
