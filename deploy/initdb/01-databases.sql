@@ -1,0 +1,3 @@
+-- lockdb for the lock-server replicas, paydb for payment-resource.
+CREATE DATABASE lockdb;
+CREATE DATABASE paydb;
