@@ -158,6 +158,17 @@ impl Proxy {
             Ok(response) if response.status().is_success() => {
                 response.json::<TransferAnswer>().await.ok()
             }
+            Ok(response) if response.status().is_client_error() => {
+                // The rail refused the request itself (credential, body): nothing was paid,
+                // but the submission is on record, so it still ends ambiguous for an operator.
+                tracing::error!(
+                    event = "rail_refused_request",
+                    payout_id = payout.payout_id,
+                    status = response.status().as_u16(),
+                    "the rail refused our request: check RAIL_PROXY_CREDENTIAL and RAIL_URL"
+                );
+                None
+            }
             Ok(response) => {
                 tracing::warn!(
                     event = "rail_error",

@@ -20,7 +20,8 @@ use service_kit::{ApiError, ApiJson, LogFormat, RequestMetrics, Service, common_
 
 /// Largest request body.
 const BODY_MAX_BYTES: usize = 16 * 1024;
-/// Most requests kept in the witness log; older ones are dropped (and counted).
+/// Most requests kept in the witness log; older ones are dropped (the log is for tests and
+/// demos, not an archive).
 pub const RECEIVED_MAX: usize = 1_000_000;
 /// Longest scripted delay or hold.
 pub const FAULT_MAX_MS: u64 = 120_000;

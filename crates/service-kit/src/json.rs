@@ -7,6 +7,7 @@ use lock_api::ErrorCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::layers::BodyLimit;
 
 /// A JSON request body. Refuses a missing or non-JSON content type (415), an oversized body
 /// (413) and anything serde refuses (400, with the path of the offending field).
@@ -33,14 +34,15 @@ where
                 "body: expected Content-Type: application/json",
             ));
         }
+        let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     ErrorCode::PayloadTooLarge,
-                    format!(
-                        "body: larger than {} bytes",
-                        lock_api::REQUEST_BODY_MAX_BYTES
-                    ),
+                    match limit {
+                        Some(bytes) => format!("body: larger than {bytes} bytes"),
+                        None => "body: larger than this endpoint accepts".to_owned(),
+                    },
                 )
             } else {
                 ApiError::invalid("body", rejection.body_text())

@@ -18,6 +18,10 @@ use crate::error::{ApiError, code_for_status};
 /// Largest error body a lower layer produced that is quoted into our JSON message.
 const QUOTED_BODY_MAX_BYTES: usize = 1024;
 
+/// The body limit in force, for messages (set by [`common_layers`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
 /// Names and constant labels of a service's request metrics.
 #[derive(Debug, Clone)]
 pub struct RequestMetrics {
@@ -49,6 +53,7 @@ pub fn common_layers(
 ) -> Router {
     router
         .layer(DefaultBodyLimit::max(body_limit_bytes))
+        .layer(axum::Extension(BodyLimit(body_limit_bytes)))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             timeout,
