@@ -14,7 +14,6 @@ use anyhow::{Context, bail};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor, PgConnection};
-use test_support::ServiceProcess;
 use test_support::pg::{DURABLE_SETTINGS, ThrowawayCluster, with_database};
 
 use crate::stack::start_lock_server;
@@ -298,7 +297,7 @@ async fn pgbench_side(
     Ok(figures(latencies, duration))
 }
 
-fn rss_kib(server: &ServiceProcess) -> anyhow::Result<u64> {
+fn rss_kib(server: &crate::stack::Proc) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))?;
     status
         .lines()
@@ -311,7 +310,7 @@ fn rss_kib(server: &ServiceProcess) -> anyhow::Result<u64> {
 async fn memory_side(
     http: &reqwest::Client,
     base: &str,
-    server: &ServiceProcess,
+    server: &crate::stack::Proc,
     sessions: usize,
 ) -> anyhow::Result<()> {
     let before = rss_kib(server)?;

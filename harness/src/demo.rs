@@ -102,11 +102,7 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     if options.keep {
         println!("\nThe stack is up. Metrics:");
         for server in &stack.lock_servers {
-            println!(
-                "  {} {}/metrics",
-                server.process.log_path().display(),
-                server.url
-            );
+            println!("  {} {}/metrics", server.process.describe(), server.url);
         }
         for (name, url) in [
             ("payment-resource", &stack.payment_url),

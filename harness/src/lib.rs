@@ -3,9 +3,11 @@
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
 //! - [`bench`]: load generators (`harness bench locks`, `harness bench pipeline`).
 //! - [`demo`]: the whole stack, payouts, a frozen executor and a report (`harness demo`).
-//! - [`stack`]: the real service binaries as processes.
+//! - [`stack`]: the real services as processes, or (`HARNESS_STACK=compose`) containers.
+//! - [`compose`]: the compose project and containers behind compose mode.
 
 pub mod bench;
+pub mod compose;
 pub mod demo;
 pub mod module_rule;
 pub mod stack;

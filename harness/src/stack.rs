@@ -7,9 +7,64 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submission};
 use reqwest::StatusCode;
 use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
+
+use crate::compose::{self, Container};
+
+/// A service as the harness sees it: a local process, or a container (compose mode).
+#[derive(Debug)]
+pub enum Proc {
+    /// A child process of the harness.
+    Local(ServiceProcess),
+    /// A container.
+    Container(Container),
+}
+
+impl Proc {
+    /// The host pid of the service process.
+    pub fn pid(&self) -> Pid {
+        match self {
+            Self::Local(p) => p.pid(),
+            Self::Container(c) => c.pid().expect("the container's service pid"),
+        }
+    }
+
+    /// Sends `signal` to the service process.
+    pub fn signal(&self, signal: Signal) {
+        match self {
+            Self::Local(p) => p.signal(signal),
+            Self::Container(c) => c.signal(signal).expect("signal the container's service"),
+        }
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        match self {
+            Self::Local(p) => p.log(),
+            Self::Container(c) => c.log(),
+        }
+    }
+
+    /// Where its log is, for humans.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Local(p) => p.log_path().display().to_string(),
+            Self::Container(c) => format!("docker logs {}", c.name),
+        }
+    }
+
+    /// The container, in compose mode.
+    pub fn container(&self) -> Option<&Container> {
+        match self {
+            Self::Container(c) => Some(c),
+            Self::Local(_) => None,
+        }
+    }
+}
 
 /// How long a service may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
@@ -30,7 +85,7 @@ const BINARIES: [&str; 5] = [
 #[derive(Debug)]
 pub struct LockServer {
     /// The process (killed when dropped).
-    pub process: ServiceProcess,
+    pub process: Proc,
     /// Its base URL, `http://127.0.0.1:PORT`.
     pub url: String,
 }
@@ -68,7 +123,10 @@ async fn spawn_lock_server(
         READY_DEADLINE,
     )
     .await;
-    Ok(LockServer { process, url })
+    Ok(LockServer {
+        process: Proc::Local(process),
+        url,
+    })
 }
 
 /// Knobs of a stack. The defaults keep scenarios fast: short leases, short hop budgets.
@@ -85,12 +143,23 @@ pub struct StackOptions {
 }
 
 impl Default for StackOptions {
+    /// Fast settings for local processes; in compose mode, settings that fit the compose
+    /// stack's own (its services run with a 3 s hop budget and a 2 s rail timeout).
     fn default() -> Self {
-        Self {
-            session_ttl: "6s",
-            lease: "6s",
-            rail_timeout: "500ms",
-            hop_budget: "1500ms",
+        if compose::selected() {
+            Self {
+                session_ttl: "10s",
+                lease: "10s",
+                rail_timeout: "2s",
+                hop_budget: "3s",
+            }
+        } else {
+            Self {
+                session_ttl: "6s",
+                lease: "6s",
+                rail_timeout: "500ms",
+                hop_budget: "1500ms",
+            }
         }
     }
 }
@@ -112,7 +181,8 @@ pub struct Stack {
     /// rail-stub's base URL.
     pub rail_url: String,
     rail_admin_token: String,
-    services: Vec<ServiceProcess>,
+    services: Vec<Proc>,
+    compose: bool,
     /// Executors started so far, by name.
     pub executors: Vec<Executor>,
     http: reqwest::Client,
@@ -124,7 +194,7 @@ pub struct Executor {
     /// Its name (also its `EXECUTOR_ID`).
     pub name: String,
     /// The process.
-    pub process: ServiceProcess,
+    pub process: Proc,
     /// Base URL of its `/metrics` and health.
     pub url: String,
 }
@@ -140,6 +210,9 @@ impl Stack {
         options: StackOptions,
         keep_logs_in: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
+        if compose::selected() {
+            return Self::start_compose(options).await;
+        }
         let bins = tokio::task::spawn_blocking(|| cargo_bins(&BINARIES))
             .await?
             .map_err(anyhow::Error::msg)?;
@@ -172,7 +245,7 @@ impl Stack {
         let proxy_url = format!("http://127.0.0.1:{proxy_port}");
         let rail_url = format!("http://127.0.0.1:{rail_port}");
         let mut services = Vec::new();
-        services.push(ServiceProcess::spawn(
+        services.push(Proc::Local(ServiceProcess::spawn(
             "payment-resource",
             &bins[1],
             &[],
@@ -183,8 +256,8 @@ impl Stack {
                 ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
             ],
             &log_dir,
-        ));
-        services.push(ServiceProcess::spawn(
+        )));
+        services.push(Proc::Local(ServiceProcess::spawn(
             "rail-stub",
             &bins[3],
             &[],
@@ -194,8 +267,8 @@ impl Stack {
                 ("RAIL_STUB_ADMIN_TOKEN", rail_admin_token.clone()),
             ],
             &log_dir,
-        ));
-        services.push(ServiceProcess::spawn(
+        )));
+        services.push(Proc::Local(ServiceProcess::spawn(
             "rail-proxy",
             &bins[2],
             &[],
@@ -209,7 +282,7 @@ impl Stack {
                 ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
             ],
             &log_dir,
-        ));
+        )));
         for url in [&payment_url, &rail_url, &proxy_url] {
             wait_until_ok(
                 &format!("{url} to become ready"),
@@ -229,6 +302,66 @@ impl Stack {
             rail_url,
             rail_admin_token,
             services,
+            compose: false,
+            executors: Vec::new(),
+            http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
+        })
+    }
+
+    /// Compose mode: the infrastructure from compose.yaml, from a clean state.
+    async fn start_compose(options: StackOptions) -> anyhow::Result<Self> {
+        let env = compose::env_file()?;
+        let secret = |key: &str| {
+            env.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .context(format!("{key} in .env"))
+        };
+        let rail_admin_token = secret("RAIL_STUB_ADMIN_TOKEN")?;
+        tokio::task::spawn_blocking(compose::up).await??;
+        let local = |port: u16| format!("http://127.0.0.1:{port}");
+        let (payment_url, proxy_url, rail_url) = (local(8082), local(8083), local(8085));
+        let mut lock_servers = Vec::new();
+        for (service, port) in [("lock-server-1", 8081), ("lock-server-2", 8091)] {
+            let url = local(port);
+            wait_until_ok(
+                &format!("{service} to become ready"),
+                &format!("{url}/health/ready"),
+                READY_DEADLINE * 3,
+            )
+            .await;
+            lock_servers.push(LockServer {
+                process: Proc::Container(Container::of_service(service)?),
+                url,
+            });
+        }
+        let mut services = Vec::new();
+        for (service, url) in [
+            ("payment-resource", &payment_url),
+            ("rail-proxy", &proxy_url),
+            ("rail-stub", &rail_url),
+        ] {
+            wait_until_ok(
+                &format!("{service} to become ready"),
+                &format!("{url}/health/ready"),
+                READY_DEADLINE * 3,
+            )
+            .await;
+            services.push(Proc::Container(Container::of_service(service)?));
+        }
+        let logs = tempfile::Builder::new().prefix("stack-logs-").tempdir()?;
+        Ok(Self {
+            log_dir: logs.path().to_path_buf(),
+            _logs: Some(logs),
+            bins: Vec::new(),
+            options,
+            lock_servers,
+            payment_url,
+            proxy_url,
+            rail_url,
+            rail_admin_token,
+            services,
+            compose: true,
             executors: Vec::new(),
             http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
         })
@@ -251,22 +384,42 @@ impl Stack {
         extra_env: &[(&str, String)],
         wait_ready: bool,
     ) -> anyhow::Result<&Executor> {
-        let port = free_port();
-        let endpoints: Vec<&str> = self.lock_servers.iter().map(|l| l.url.as_str()).collect();
-        let mut env = vec![
-            ("EXECUTOR_BIND", format!("127.0.0.1:{port}")),
+        let common = [
             ("EXECUTOR_ID", name.to_owned()),
-            ("PAYMENT_URL", self.payment_url.clone()),
-            ("RAIL_PROXY_URL", self.proxy_url.clone()),
-            ("LOCK_ENDPOINTS", endpoints.join(",")),
             ("LOCK_SESSION_TTL", self.options.session_ttl.to_owned()),
             ("LOCK_DEFAULT_TTL", self.options.lease.to_owned()),
             ("RAIL_HOP_BUDGET", self.options.hop_budget.to_owned()),
             ("EXECUTOR_POLL_INTERVAL", "50ms".to_owned()),
         ];
-        env.extend(extra_env.iter().cloned());
-        let process = ServiceProcess::spawn(name, &self.bins[4], &[], &env, &self.log_dir);
-        let url = format!("http://127.0.0.1:{port}");
+        let (process, url) = if self.compose {
+            let mut env = vec![
+                ("EXECUTOR_BIND", "0.0.0.0:8084".to_owned()),
+                ("PAYMENT_URL", "http://payment-resource:8082".to_owned()),
+                ("RAIL_PROXY_URL", "http://rail-proxy:8083".to_owned()),
+                (
+                    "LOCK_ENDPOINTS",
+                    "http://lock-server-1:8081,http://lock-server-2:8081".to_owned(),
+                ),
+            ];
+            env.extend(common.iter().cloned());
+            env.extend(extra_env.iter().cloned());
+            let container = tokio::task::block_in_place(|| Container::run_executor(name, &env))?;
+            let url = format!("http://{}:8084", container.ip()?);
+            (Proc::Container(container), url)
+        } else {
+            let port = free_port();
+            let endpoints: Vec<&str> = self.lock_servers.iter().map(|l| l.url.as_str()).collect();
+            let mut env = vec![
+                ("EXECUTOR_BIND", format!("127.0.0.1:{port}")),
+                ("PAYMENT_URL", self.payment_url.clone()),
+                ("RAIL_PROXY_URL", self.proxy_url.clone()),
+                ("LOCK_ENDPOINTS", endpoints.join(",")),
+            ];
+            env.extend(common.iter().cloned());
+            env.extend(extra_env.iter().cloned());
+            let process = ServiceProcess::spawn(name, &self.bins[4], &[], &env, &self.log_dir);
+            (Proc::Local(process), format!("http://127.0.0.1:{port}"))
+        };
         if wait_ready {
             wait_until_ok(
                 &format!("{name} to become ready"),
@@ -420,26 +573,29 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let processes = self
-            .lock_servers
-            .iter()
-            .map(|l| &l.process)
-            .chain(&self.services)
-            .chain(self.executors.iter().map(|e| &e.process));
-        for process in processes {
-            let log = process.log();
-            let tail: Vec<&str> = log.lines().rev().take(LOG_TAIL_LINES).collect();
-            eprintln!(
-                "---- {} (last {} lines) ----",
-                process.log_path().display(),
-                tail.len()
-            );
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
+        if std::thread::panicking() {
+            let processes = self
+                .lock_servers
+                .iter()
+                .map(|l| &l.process)
+                .chain(&self.services)
+                .chain(self.executors.iter().map(|e| &e.process));
+            for process in processes {
+                let log = process.log();
+                let tail: Vec<&str> = log.lines().rev().take(LOG_TAIL_LINES).collect();
+                eprintln!(
+                    "---- {} (last {} lines) ----",
+                    process.describe(),
+                    tail.len()
+                );
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
             }
+        }
+        if self.compose {
+            self.executors.clear();
+            compose::down();
         }
     }
 }

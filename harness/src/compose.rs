@@ -1,0 +1,219 @@
+//! Compose mode of the stack: the infrastructure from `compose.yaml` (PostgreSQL, two
+//! lock-server replicas, payment-resource, rail-proxy, rail-stub) as one compose project,
+//! and executors as containers on its network, started with the env each scenario needs.
+//! Selected with `HARNESS_STACK=compose`; needs the images of `deploy/build-images.sh`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The compose project the harness runs (one at a time: the ports are the published ones).
+pub const PROJECT: &str = "payouts-harness";
+/// The services the harness takes from compose.yaml.
+const INFRA: [&str; 6] = [
+    "postgres",
+    "lock-server-1",
+    "lock-server-2",
+    "payment-resource",
+    "rail-proxy",
+    "rail-stub",
+];
+/// The image executors run.
+pub const EXECUTOR_IMAGE: &str = "payouts/payout-executor:local";
+
+/// Whether the harness should run against compose.
+pub fn selected() -> bool {
+    std::env::var("HARNESS_STACK").is_ok_and(|v| v == "compose")
+}
+
+/// The repository root (where compose.yaml is).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn run(command: &mut Command) -> anyhow::Result<String> {
+    let output = command
+        .output()
+        .with_context(|| format!("run {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+fn compose() -> Command {
+    let mut command = Command::new("docker-compose");
+    command.current_dir(repo_root()).args(["-p", PROJECT]);
+    command
+}
+
+/// Reads `KEY=value` lines of the project's `.env`, writing one with fresh random secrets
+/// first when there is none (it is git-ignored; `.env.example` documents it).
+pub fn env_file() -> anyhow::Result<Vec<(String, String)>> {
+    let path = repo_root().join(".env");
+    if !path.exists() {
+        let secret = || uuid::Uuid::new_v4().simple().to_string();
+        let text = format!(
+            "POSTGRES_PASSWORD={}\nLOCK_ADMIN_TOKEN={}\nPAYMENT_PROXY_TOKEN={}\nRAIL_PROXY_CREDENTIAL={}\nRAIL_STUB_ADMIN_TOKEN={}\n",
+            secret(),
+            secret(),
+            secret(),
+            secret(),
+            secret()
+        );
+        std::fs::write(&path, text)?;
+    }
+    Ok(std::fs::read_to_string(&path)?
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect())
+}
+
+/// Brings the infrastructure up from a clean state (volumes included).
+pub fn up() -> anyhow::Result<()> {
+    let _ = run(compose().args(["down", "-v", "--remove-orphans"]));
+    run(compose().args(["up", "-d"]).args(INFRA))?;
+    Ok(())
+}
+
+/// Tears the project down, volumes included.
+pub fn down() {
+    if let Err(err) = run(compose().args(["down", "-v", "--remove-orphans"])) {
+        eprintln!("compose down failed: {err}");
+    }
+}
+
+/// The project's network.
+pub fn network() -> String {
+    format!("{PROJECT}_default")
+}
+
+/// A container the harness started or that compose runs.
+#[derive(Debug)]
+pub struct Container {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Remove it when dropped (executors: yes; compose services: compose does).
+    pub owned: bool,
+}
+
+impl Container {
+    /// Starts an executor container on the project's network with `env`.
+    pub fn run_executor(name: &str, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        let full = format!("{PROJECT}-{name}");
+        let _ = run(Command::new("docker").args(["rm", "-f", &full]));
+        let mut command = Command::new("docker");
+        command.args([
+            "run",
+            "-d",
+            "--init",
+            "--name",
+            &full,
+            "--network",
+            &network(),
+        ]);
+        for (key, value) in env {
+            command.args(["-e", &format!("{key}={value}")]);
+        }
+        command.arg(EXECUTOR_IMAGE);
+        let id = run(&mut command)?;
+        Ok(Self {
+            id,
+            name: full,
+            owned: true,
+        })
+    }
+
+    /// A compose service's container.
+    pub fn of_service(service: &str) -> anyhow::Result<Self> {
+        let id = run(compose().args(["ps", "-q", service]))?;
+        if id.is_empty() {
+            bail!("compose service {service} has no container");
+        }
+        Ok(Self {
+            id,
+            name: service.to_owned(),
+            owned: false,
+        })
+    }
+
+    /// Its address on the project network.
+    pub fn ip(&self) -> anyhow::Result<String> {
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            network()
+        );
+        run(Command::new("docker").args(["inspect", "-f", &format, &self.id]))
+    }
+
+    /// The host pid of the service process (the child of the container's init).
+    pub fn pid(&self) -> anyhow::Result<Pid> {
+        let init: i32 =
+            run(Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", &self.id]))?
+                .parse()?;
+        let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+            .unwrap_or_default();
+        let pid = children
+            .split_whitespace()
+            .next()
+            .map_or(Ok(init), str::parse)?;
+        Ok(Pid::from_raw(pid))
+    }
+
+    /// Sends `signal` to the service process (the kernel's signal, not through init: SIGSTOP
+    /// cannot be forwarded).
+    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        kill(self.pid()?, signal)?;
+        Ok(())
+    }
+
+    /// What the container logged.
+    pub fn log(&self) -> String {
+        Command::new("docker")
+            .args(["logs", &self.id])
+            .output()
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// Cuts it off the project network.
+    pub fn disconnect(&self) -> anyhow::Result<()> {
+        run(Command::new("docker").args(["network", "disconnect", &network(), &self.id]))
+            .map(|_| ())
+    }
+
+    /// Reconnects it to the project network.
+    pub fn connect(&self) -> anyhow::Result<()> {
+        run(Command::new("docker").args(["network", "connect", &network(), &self.id])).map(|_| ())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = Command::new("docker").args(["rm", "-f", &self.id]).output();
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! S5, compose only: executor A is cut off the network (`docker network disconnect`) while it
+//! holds a payout's lock mid-submit. A declares the lock lost by its own clock within
+//! ttl × (1 − margin) + one heartbeat period; B settles the payout; A is reconnected and
+//! writes nothing; the rail saw the payout once.
+//!
+//! Run: `deploy/build-images.sh`, then
+//! `HARNESS_STACK=compose cargo test -p harness --features compose --test compose`.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, SystemTime};
+
+use harness::stack::{Stack, StackOptions};
+use payment_api::{Fault, FaultKind, PayoutState};
+use test_support::poll_until;
+
+/// The executors' TTL in compose mode (StackOptions::default) and the default margin.
+const TTL: Duration = Duration::from_secs(10);
+const MARGIN: f64 = 0.30;
+/// Log timestamps have microseconds; docker and the host share one clock. Allowance for
+/// the disconnect call itself and log flushing.
+const SLACK: Duration = Duration::from_millis(1_500);
+
+fn log_time(line: &serde_json::Value) -> SystemTime {
+    let stamp = line["timestamp"].as_str().unwrap();
+    let parsed = chrono::DateTime::parse_from_rfc3339(stamp).unwrap();
+    SystemTime::UNIX_EPOCH
+        + Duration::from_micros(u64::try_from(parsed.timestamp_micros()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_a_partitioned_executor_gives_up_its_lock_in_time_and_writes_nothing() {
+    assert!(
+        harness::compose::selected(),
+        "S5 runs against compose: set HARNESS_STACK=compose"
+    );
+    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    let ids = stack.create_payouts("s5", 1).await.unwrap();
+    let id = ids[0];
+    // A holds the lock through a slow (but in-budget) rail call.
+    stack
+        .rail_fault(&Fault {
+            payout_id: Some(id),
+            fault: FaultKind::Delay { delay_ms: 1_500 },
+        })
+        .await
+        .unwrap();
+    stack.start_executor("executor-a", &[]).await.unwrap();
+    poll_until("A to be mid-submit", Duration::from_secs(30), || async {
+        (stack.payout(id).await.ok()?.state == PayoutState::Submitted).then_some(())
+    })
+    .await;
+    let a = stack.executors[0].process.container().unwrap();
+    a.disconnect().unwrap();
+    let cut_at = SystemTime::now();
+
+    let period = Duration::from_secs_f64(TTL.as_secs_f64() * (1.0 - MARGIN) / 3.0);
+    let bound = TTL.mul_f64(1.0 - MARGIN) + period;
+    let lost = poll_until(
+        "A to declare its lock lost",
+        bound + Duration::from_secs(10),
+        || async {
+            a.log()
+                .lines()
+                .filter(|l| l.contains("\"event\":\"session_lost\""))
+                .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        },
+    )
+    .await;
+    let after = log_time(&lost).duration_since(cut_at).unwrap_or_default();
+    assert!(
+        after <= bound + SLACK,
+        "A declared the loss {after:?} after the cut; bound {bound:?}"
+    );
+    for field in ["owner", "session", "backend", "reason"] {
+        assert!(!lost[field].is_null(), "session_lost lacks {field}: {lost}");
+    }
+
+    stack.start_executor("executor-b", &[]).await.unwrap();
+    let settled = stack
+        .wait_terminal(&ids, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        settled[0].state,
+        PayoutState::Settled,
+        "B settled the payout"
+    );
+
+    let fence_before = settled[0].fence;
+    stack.executors[0]
+        .process
+        .container()
+        .unwrap()
+        .connect()
+        .unwrap();
+    // Reconnected, A may get another address (B may hold its old one by now).
+    let a_url = format!(
+        "http://{}:8084",
+        stack.executors[0]
+            .process
+            .container()
+            .unwrap()
+            .ip()
+            .unwrap()
+    );
+    // A reconnected: it answers again, and has written nothing since the cut.
+    poll_until("A to answer again", Duration::from_secs(30), || async {
+        stack
+            .metric(&a_url, "payout_execute_seconds_count", &[])
+            .await
+            .ok()
+    })
+    .await;
+    let acked_by_a = stack
+        .metric(
+            &a_url,
+            "payout_execute_seconds_count",
+            &[("outcome", "acked")],
+        )
+        .await
+        .unwrap();
+    let a_log = stack.executors[0].process.log();
+    let events: Vec<&str> = a_log
+        .lines()
+        .filter(|l| {
+            l.contains("payout_attempted")
+                || l.contains("step_failed")
+                || l.contains("session_lost")
+        })
+        .collect();
+    assert_eq!(
+        acked_by_a,
+        0.0,
+        "A never posted; cut at {cut_at:?}; A's events:\n{}",
+        events.join("\n")
+    );
+    let after_reconnect = stack.payout(id).await.unwrap();
+    assert_eq!(
+        (after_reconnect.state, after_reconnect.fence),
+        (PayoutState::Settled, fence_before),
+        "nothing moved"
+    );
+    assert_eq!(
+        stack.rail_received(id).await.unwrap().len(),
+        1,
+        "I1: the rail saw the payout once"
+    );
+    let ledger = stack.ledger().await.unwrap();
+    assert_eq!((ledger.postings, ledger.settled_payouts), (1, 1));
+}
