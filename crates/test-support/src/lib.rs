@@ -1,7 +1,8 @@
 //! Shared test support for every crate of the workspace.
 //!
-//! - [`pg`]: PostgreSQL for tests: `DATABASE_URL` when set, otherwise one throwaway cluster per
-//!   test process started from the machine's own binaries; a fresh database per test.
+//! - [`pg`]: PostgreSQL for tests: `DATABASE_URL` when set, a container of the locally built
+//!   image with `TEST_POSTGRES=container`, otherwise one throwaway cluster per test process
+//!   started from the machine's own binaries; a fresh database per test.
 //! - [`poll`]: wait for a condition with a deadline (never a bare sleep).
 //! - [`process`]: child processes with per-test logs that never outlive the test.
 //! - [`net`]: free loopback ports.
@@ -17,6 +18,6 @@ pub mod process;
 
 pub use binaries::{cargo_bin, cargo_bins};
 pub use net::free_port;
-pub use pg::{TestDb, ThrowawayCluster, fresh_database};
+pub use pg::{PgContainer, TestDb, ThrowawayCluster, fresh_database};
 pub use poll::{poll_until, wait_until_ok};
 pub use process::ServiceProcess;

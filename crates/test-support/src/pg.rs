@@ -1,10 +1,13 @@
 //! PostgreSQL for tests.
 //!
 //! [`fresh_database`] gives each test its own database on one server per test process:
-//! the server at `DATABASE_URL` when that is set, otherwise a [`ThrowawayCluster`] started
-//! from the machine's PostgreSQL binaries in a temporary directory on a free port. As root,
-//! the cluster runs as the `postgres` user. A watchdog stops it and deletes its directory
-//! when the test process exits, however it exits.
+//! 1. the server at `DATABASE_URL` when that is set;
+//! 2. with `TEST_POSTGRES=container` and a Docker engine that answers, a [`PgContainer`] of
+//!    the locally built image (`TEST_POSTGRES_IMAGE`, default `payouts/postgres:15` from
+//!    `deploy/build-images.sh`), removed when the test process exits;
+//! 3. otherwise a [`ThrowawayCluster`] started from the machine's PostgreSQL binaries in a
+//!    temporary directory on a free port (as root, run as the `postgres` user). A watchdog
+//!    stops it and deletes its directory when the test process exits, however it exits.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -57,15 +60,29 @@ pub async fn fresh_database() -> TestDb {
 
 /// The URL of the server tests use (a maintenance database on it).
 pub fn server_url() -> &'static str {
-    static SERVER: OnceLock<(Option<ThrowawayCluster>, String)> = OnceLock::new();
-    let (_, url) = SERVER.get_or_init(|| match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => (None, url),
-        _ => {
-            let cluster = ThrowawayCluster::start(TEST_SETTINGS)
-                .unwrap_or_else(|e| panic!("start a throwaway PostgreSQL: {e}"));
-            let url = cluster.url("postgres");
-            (Some(cluster), url)
+    static SERVER: OnceLock<(Option<ThrowawayCluster>, Option<PgContainer>, String)> =
+        OnceLock::new();
+    let (_, _, url) = SERVER.get_or_init(|| {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            if !url.trim().is_empty() {
+                return (None, None, url);
+            }
         }
+        if std::env::var("TEST_POSTGRES").is_ok_and(|v| v == "container") {
+            match PgContainer::start() {
+                Ok(container) => {
+                    let url = container.url.clone();
+                    return (None, Some(container), url);
+                }
+                Err(e) => {
+                    eprintln!("TEST_POSTGRES=container: {e}; using a throwaway cluster instead")
+                }
+            }
+        }
+        let cluster = ThrowawayCluster::start(TEST_SETTINGS)
+            .unwrap_or_else(|e| panic!("start a throwaway PostgreSQL: {e}"));
+        let url = cluster.url("postgres");
+        (Some(cluster), None, url)
     });
     url
 }
@@ -234,6 +251,91 @@ impl Drop for ThrowawayCluster {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
         }
+    }
+}
+
+/// How long a PostgreSQL container may take to accept connections.
+const CONTAINER_START_DEADLINE_MS: u64 = 60_000;
+
+/// PostgreSQL in a container of a locally built image, on a free loopback port; removed by a
+/// watchdog when the owning process exits.
+#[derive(Debug)]
+pub struct PgContainer {
+    /// The container id.
+    pub id: String,
+    /// URL of the `postgres` database.
+    pub url: String,
+}
+
+impl PgContainer {
+    /// Starts the image named by `TEST_POSTGRES_IMAGE` (default `payouts/postgres:15`).
+    pub fn start() -> Result<Self, String> {
+        let image =
+            std::env::var("TEST_POSTGRES_IMAGE").unwrap_or_else(|_| "payouts/postgres:15".into());
+        let docker = |args: &[&str]| -> Result<String, String> {
+            let output = Command::new("docker")
+                .args(args)
+                .output()
+                .map_err(|e| format!("docker: {e}"))?;
+            if output.status.success() {
+                Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+            } else {
+                Err(format!(
+                    "docker {args:?}: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ))
+            }
+        };
+        docker(&["info", "--format", "{{.ServerVersion}}"])?;
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let id = docker(&[
+            "run",
+            "-d",
+            "-e",
+            &format!("POSTGRES_PASSWORD={password}"),
+            "-p",
+            "127.0.0.1::5432",
+            &image,
+        ])?;
+        let watchdog = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; docker rm -f {id} >/dev/null 2>&1",
+            pid = std::process::id()
+        );
+        Command::new("setsid")
+            .args(["sh", "-c", &watchdog])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn the container watchdog: {e}"))?;
+        let port = docker(&["port", &id, "5432/tcp"])?;
+        let addr = port.lines().next().unwrap_or_default().to_owned();
+        let started = std::time::Instant::now();
+        // The image's entrypoint listens on TCP only once initialisation is done (the host
+        // port answers at once through Docker's proxy, so ask inside the container).
+        while docker(&[
+            "exec",
+            &id,
+            "pg_isready",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+        ])
+        .is_err()
+        {
+            if started.elapsed().as_millis() > u128::from(CONTAINER_START_DEADLINE_MS) {
+                return Err(format!(
+                    "container {id} did not accept connections on {addr}"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Ok(Self {
+            url: format!("postgres://postgres:{password}@{addr}/postgres"),
+            id,
+        })
     }
 }
 
