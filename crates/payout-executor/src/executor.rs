@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_api::{ErrorCode, LockHandle, LockKey};
+use lock_api::{ErrorCode, LockError, LockHandle, LockKey};
 use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
 
 use crate::config::{Config, FaultStep};
@@ -65,12 +65,19 @@ impl Outcome {
     }
 }
 
-/// One worker process: exactly one `LockClient` and one long-lived session.
+/// The process's session and its loss listener.
+#[derive(Debug)]
+struct Current {
+    session: LockClientSession,
+    loss: SessionLossHandler,
+}
+
+/// One worker process: exactly one `LockClient` and one long-lived session (replaced by a
+/// new one only after the old one is lost for good: expired or unknown at the server).
 #[derive(Debug)]
 pub struct Executor {
     client: LockClient,
-    session: LockClientSession,
-    loss: SessionLossHandler,
+    current: tokio::sync::RwLock<Current>,
     services: Services,
     config: Config,
     lease: Duration,
@@ -101,8 +108,7 @@ impl Executor {
         let sigstop_armed = AtomicBool::new(config.fault_sigstop_payout.is_some());
         Ok(Self {
             client,
-            session,
-            loss,
+            current: tokio::sync::RwLock::new(Current { session, loss }),
             services,
             config,
             lease,
@@ -156,22 +162,26 @@ impl Executor {
         let Ok(key) = LockKey::parse(format!("payout:{payout_id}")) else {
             return Outcome::Error;
         };
-        let handle = match self
-            .session
-            .acquire(&key, self.lease, &ACQUIRE_POLICY)
-            .await
-        {
+        let current = self.current.read().await;
+        let session = &current.session;
+        let handle = match session.acquire(&key, self.lease, &ACQUIRE_POLICY).await {
             Ok(Some(handle)) => handle,
             Ok(None) => return Outcome::Contended,
+            Err(err @ (LockError::SessionExpired { .. } | LockError::SessionUnknown { .. })) => {
+                tracing::warn!(event = "acquire_failed", payout_id, error = %err, "the session is lost for good: opening a new one");
+                drop(current);
+                self.replace_session().await;
+                return Outcome::Error;
+            }
             Err(err) => {
                 tracing::warn!(event = "acquire_failed", payout_id, error = %err);
                 return Outcome::Error;
             }
         };
-        let lost = self.loss.watch(&key);
-        let outcome = self.under_lock(payout_id, &handle, &lost).await;
-        self.loss.unwatch(&key);
-        if let Err(lost) = self.session.release(handle).await {
+        let lost = current.loss.watch(&key);
+        let outcome = self.under_lock(session, payout_id, &handle, &lost).await;
+        current.loss.unwatch(&key);
+        if let Err(lost) = session.release(handle).await {
             tracing::debug!(
                 event = "release_after_loss",
                 payout_id,
@@ -181,19 +191,40 @@ impl Executor {
         outcome
     }
 
-    /// Guard clause before a write: the lock is still ours by the SDK's conservative clock.
-    fn still_held(&self, handle: &LockHandle, lost: &AtomicBool) -> bool {
-        self.session.check_still_held(handle).is_ok() && !lost.load(Ordering::SeqCst)
+    /// Opens a new session in place of a lost one (still one session at a time), then closes
+    /// the old one best effort. On failure the old one stays and the next attempt retries.
+    async fn replace_session(&self) {
+        let mut current = self.current.write().await;
+        match self.client.open_session(&self.config.executor_id).await {
+            Ok(session) => {
+                let loss = SessionLossHandler::register(&session, self.config.executor_id.clone());
+                let old = std::mem::replace(&mut *current, Current { session, loss });
+                tracing::info!(event = "session_replaced", old = %old.session.id(), new = %current.session.id());
+                old.session.close().await;
+            }
+            Err(err) => tracing::warn!(event = "session_reopen_failed", error = %err),
+        }
     }
 
-    async fn under_lock(&self, payout_id: i64, handle: &LockHandle, lost: &AtomicBool) -> Outcome {
+    /// Guard clause before a write: the lock is still ours by the SDK's conservative clock.
+    fn still_held(session: &LockClientSession, handle: &LockHandle, lost: &AtomicBool) -> bool {
+        session.check_still_held(handle).is_ok() && !lost.load(Ordering::SeqCst)
+    }
+
+    async fn under_lock(
+        &self,
+        session: &LockClientSession,
+        payout_id: i64,
+        handle: &LockHandle,
+        lost: &AtomicBool,
+    ) -> Outcome {
         let token = handle.fencing_token();
         let claimed = match self.services.claim(payout_id, token).await {
             Ok(payout) => payout,
             Err(err) => return refusal(payout_id, "claim", &err),
         };
         if claimed.state != "SUBMITTED" {
-            let Ok(remaining) = self.session.remaining(handle) else {
+            let Ok(remaining) = session.remaining(handle) else {
                 return Outcome::Lost;
             };
             let needed = self
@@ -209,7 +240,7 @@ impl Executor {
                 );
                 return Outcome::LeaseShort;
             }
-            if !self.still_held(handle, lost) {
+            if !Self::still_held(session, handle, lost) {
                 return Outcome::Lost;
             }
             self.fault_point(payout_id, FaultStep::Submit);
@@ -221,7 +252,7 @@ impl Executor {
             }
         }
         self.fault_point(payout_id, FaultStep::Post);
-        if !self.still_held(handle, lost) {
+        if !Self::still_held(session, handle, lost) {
             return Outcome::Lost;
         }
         match self.services.post(payout_id, token).await {
@@ -258,7 +289,7 @@ impl Executor {
 
     /// Closes the session (L3) and the client (joins the heartbeat thread).
     pub async fn shutdown(self) {
-        self.session.close().await;
+        self.current.into_inner().session.close().await;
         self.client.close();
     }
 

@@ -411,4 +411,22 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         1,
         "one posting, by B"
     );
+
+    // A's session is gone for good: it opens a new one and works again once B is gone.
+    drop(stack.executors.remove(1));
+    let more = stack.create_payouts("after-loss", 3).await.unwrap();
+    let done = stack.wait_terminal(&more, SETTLE_DEADLINE).await.unwrap();
+    assert!(
+        done.iter().all(|p| p.state == PayoutState::Settled),
+        "{done:?}"
+    );
+    let acked = stack
+        .metric(
+            &stack.executors[0].url,
+            "payout_execute_seconds_count",
+            &[("outcome", "acked")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(acked, 3.0, "A settled the new payouts on a new session");
 }
