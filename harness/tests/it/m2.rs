@@ -132,9 +132,11 @@ async fn s1_happy_path_settles_every_payout_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s2_two_executors_share_the_work_without_paying_twice() {
     let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
-    let ids = stack.create_payouts("s2", 40).await.unwrap();
+    // Both executors run before the payouts exist, so neither gets a head start (a container
+    // takes a second or two to start).
     stack.start_executor("executor-a", &[]).await.unwrap();
     stack.start_executor("executor-b", &[]).await.unwrap();
+    let ids = stack.create_payouts("s2", 40).await.unwrap();
     let payouts = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
     assert!(
         payouts.iter().all(|p| p.state == PayoutState::Settled),
