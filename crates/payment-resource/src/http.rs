@@ -253,11 +253,13 @@ async fn post_result(
     Path(id): Path<String>,
     FencingTokenHeader(token): FencingTokenHeader,
 ) -> ApiResult<Json<Payout>> {
-    let payout = state
+    let (payout, posted) = state
         .store
         .post(payout_id(&id)?, token, state.hop_budget)
         .await?;
-    metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
+    if posted {
+        metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
+    }
     Ok(Json(payout))
 }
 

@@ -367,16 +367,19 @@ impl PayStore {
 
     /// P3: posts the recorded outcome for the current fence holder: `ACKED` → `SETTLED` with
     /// its ledger posting, `REJECTED` → `REJECTED`, `TIMEOUT` (or `IN_FLIGHT` older than the
-    /// hop budget) → `RAIL_AMBIGUOUS`. Posting an outcome already posted returns the payout.
+    /// hop budget) → `RAIL_AMBIGUOUS`. Posting an outcome already posted returns the payout
+    /// unchanged. The flag says whether this call posted it.
     pub async fn post(
         &self,
         payout_id: i64,
         token: FencingToken,
         hop_budget: Duration,
-    ) -> Result<Payout, PayError> {
+    ) -> Result<(Payout, bool), PayError> {
         let mut tx = self.pool.begin().await?;
         let current = match fenced(&mut tx, payout_id, token, FenceRule::Holder).await {
-            Err(PayError::AlreadyTerminal { .. }) => return self.get(payout_id).await,
+            Err(PayError::AlreadyTerminal { .. }) => {
+                return self.get(payout_id).await.map(|p| (p, false));
+            }
             other => other?,
         };
         let row = sqlx::query(
@@ -420,7 +423,7 @@ impl PayStore {
             None => return Err(PayError::Internal(format!("stored outcome {outcome}"))),
         }
         tx.commit().await?;
-        self.get(payout_id).await
+        self.get(payout_id).await.map(|p| (p, true))
     }
 
     /// The ledger balance check of invariant I6.
