@@ -244,45 +244,47 @@ impl Stack {
         let payment_url = format!("http://127.0.0.1:{pay_port}");
         let proxy_url = format!("http://127.0.0.1:{proxy_port}");
         let rail_url = format!("http://127.0.0.1:{rail_port}");
-        let mut services = Vec::new();
-        services.push(Proc::Local(ServiceProcess::spawn(
-            "payment-resource",
-            &bins[1],
-            &[],
-            &[
-                ("DATABASE_URL", paydb.url.clone()),
-                ("PAYMENT_BIND", format!("127.0.0.1:{pay_port}")),
-                ("PAYMENT_PROXY_TOKEN", payment_token.clone()),
-                ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
-            ],
-            &log_dir,
-        )));
-        services.push(Proc::Local(ServiceProcess::spawn(
-            "rail-stub",
-            &bins[3],
-            &[],
-            &[
-                ("RAIL_STUB_BIND", format!("127.0.0.1:{rail_port}")),
-                ("RAIL_PROXY_CREDENTIAL", proxy_credential.clone()),
-                ("RAIL_STUB_ADMIN_TOKEN", rail_admin_token.clone()),
-            ],
-            &log_dir,
-        )));
-        services.push(Proc::Local(ServiceProcess::spawn(
-            "rail-proxy",
-            &bins[2],
-            &[],
-            &[
-                ("RAIL_PROXY_BIND", format!("127.0.0.1:{proxy_port}")),
-                ("PAYMENT_URL", payment_url.clone()),
-                ("RAIL_URL", rail_url.clone()),
-                ("RAIL_PROXY_CREDENTIAL", proxy_credential),
-                ("PAYMENT_PROXY_TOKEN", payment_token),
-                ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
-                ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
-            ],
-            &log_dir,
-        )));
+        // (name, binary, env): every service but the executors, in start order.
+        let specs = [
+            (
+                "payment-resource",
+                &bins[1],
+                vec![
+                    ("DATABASE_URL", paydb.url.clone()),
+                    ("PAYMENT_BIND", format!("127.0.0.1:{pay_port}")),
+                    ("PAYMENT_PROXY_TOKEN", payment_token.clone()),
+                    ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
+                ],
+            ),
+            (
+                "rail-stub",
+                &bins[3],
+                vec![
+                    ("RAIL_STUB_BIND", format!("127.0.0.1:{rail_port}")),
+                    ("RAIL_PROXY_CREDENTIAL", proxy_credential.clone()),
+                    ("RAIL_STUB_ADMIN_TOKEN", rail_admin_token.clone()),
+                ],
+            ),
+            (
+                "rail-proxy",
+                &bins[2],
+                vec![
+                    ("RAIL_PROXY_BIND", format!("127.0.0.1:{proxy_port}")),
+                    ("PAYMENT_URL", payment_url.clone()),
+                    ("RAIL_URL", rail_url.clone()),
+                    ("RAIL_PROXY_CREDENTIAL", proxy_credential),
+                    ("PAYMENT_PROXY_TOKEN", payment_token),
+                    ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
+                    ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
+                ],
+            ),
+        ];
+        let services: Vec<Proc> = specs
+            .into_iter()
+            .map(|(name, binary, env)| {
+                Proc::Local(ServiceProcess::spawn(name, binary, &[], &env, &log_dir))
+            })
+            .collect();
         for url in [&payment_url, &rail_url, &proxy_url] {
             wait_until_ok(
                 &format!("{url} to become ready"),
