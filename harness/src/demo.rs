@@ -1,14 +1,16 @@
 //! `harness demo`: the whole stack as local processes, payouts driven through it by two
-//! executors, one of them frozen mid-payout on purpose (SIGSTOP after `check_still_held`),
-//! then a short report proving nothing was paid twice.
+//! executors, one of them frozen mid-payout on purpose (SIGSTOP after its guard passed),
+//! then a report of the zombie episode and of the run, proving nothing was paid twice. It
+//! fails unless it shows exactly one fenced stale write.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::Signal;
+use payment_api::PayoutState;
 
 use crate::stack::{Stack, StackOptions};
 
@@ -28,8 +30,26 @@ pub struct DemoOptions {
 
 /// How long the demo waits for every payout to end.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(300);
+/// How long executor A may take to reach its fault point and stop.
+const FREEZE_DEADLINE: Duration = Duration::from_secs(60);
+/// How long A's stale write may take to be refused once it is woken.
+const FENCED_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Runs the demo.
+/// The zombie episode, as observed.
+#[derive(Debug)]
+struct Episode {
+    payout_id: i64,
+    a_token: i64,
+    b_token: i64,
+    frozen_for: Duration,
+}
+
+/// Runs the demo. Executor A starts alone on the first quarter of the payouts, armed to
+/// freeze on one of them: with nobody else running it is certain to reach that payout, claim
+/// it and stop (SIGSTOP) after its guard passes. Only then are the other payouts created and
+/// executor B started, so B always finds the frozen payout held, waits out A's lease, and
+/// settles it with a higher token. Once everything is terminal, A is woken: its stale submit
+/// must be fenced, exactly once.
 pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     if options.payouts < 2 {
         bail!("--payouts must be at least 2");
@@ -42,13 +62,12 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
         logs.display()
     );
     let mut stack = Stack::start(StackOptions::default(), Some(logs)).await?;
-    let ids = stack
-        .create_payouts(&format!("demo-{}", std::process::id()), options.payouts)
-        .await?;
-    let frozen_payout = ids[ids.len() / 4];
+    let prefix = format!("demo-{}", std::process::id());
+    let first = (options.payouts / 4).max(1);
+    let mut ids = stack.create_payouts(&format!("{prefix}-a"), first).await?;
+    let frozen_payout = ids[first - 1];
     println!(
-        "Created {} payouts. Executor A will freeze itself on payout {frozen_payout}.",
-        ids.len()
+        "Created {first} payouts. Executor A starts alone and will freeze itself on payout {frozen_payout}."
     );
     stack
         .spawn_executor(
@@ -57,6 +76,27 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
             false,
         )
         .await?;
+    stack.executors[0]
+        .process
+        .wait_stopped("executor A to freeze at its fault point", FREEZE_DEADLINE)
+        .await;
+    let frozen_at = Instant::now();
+    let claimed = stack.payout(frozen_payout).await?;
+    if claimed.state != PayoutState::Claimed {
+        bail!(
+            "executor A froze, but payout {frozen_payout} is {:?}, not CLAIMED",
+            claimed.state
+        );
+    }
+    let a_token = claimed.fence;
+    println!(
+        "Executor A is frozen (SIGSTOP) holding payout {frozen_payout} with token {a_token}. Starting executor B."
+    );
+    ids.extend(
+        stack
+            .create_payouts(&format!("{prefix}-b"), options.payouts - first)
+            .await?,
+    );
     stack.start_executor("executor-b", &[]).await?;
 
     let started = Instant::now();
@@ -64,45 +104,41 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} payouts terminal  {msg}",
     )?);
-    let a_pid = stack.executors[0].process.pid().as_raw();
-    let mut resumed = false;
+    bar.set_message("executor A is frozen (SIGSTOP)");
     loop {
         let mut done = 0;
         for id in &ids {
             done += usize::from(stack.payout(*id).await?.state.is_terminal());
         }
         bar.set_position(done as u64);
-        let a_stopped = process_stopped(a_pid);
-        bar.set_message(if a_stopped {
-            "executor A is frozen (SIGSTOP)"
-        } else {
-            ""
-        });
         if done == ids.len() {
-            if a_stopped && !resumed {
-                bar.println(format!("All terminal. Waking executor A: its stale submit for payout {frozen_payout} must be fenced."));
-                stack.executors[0].process.signal(Signal::SIGCONT);
-                resumed = true;
-                continue;
-            }
-            if resumed || !a_stopped {
-                break;
-            }
+            break;
         }
         if started.elapsed() > SETTLE_DEADLINE {
             bail!("payouts still open after {SETTLE_DEADLINE:?}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    if resumed {
-        wait_for_fenced(&stack).await?;
-    }
+    let settled = stack.payout(frozen_payout).await?;
+    bar.println(format!(
+        "All terminal. Waking executor A: its stale submit for payout {frozen_payout} (token {a_token}) must be fenced."
+    ));
+    let frozen_for = frozen_at.elapsed();
+    stack.executors[0].process.signal(Signal::SIGCONT);
+    bar.set_message("");
+    wait_for_fenced(&stack).await?;
     bar.finish();
-    report(&stack, &ids, started.elapsed()).await?;
+    let episode = Episode {
+        payout_id: frozen_payout,
+        a_token,
+        b_token: settled.fence,
+        frozen_for,
+    };
+    report(&stack, &ids, &episode, started.elapsed()).await?;
     if options.keep {
         println!("\nThe stack is up. Metrics:");
-        for server in &stack.lock_servers {
-            println!("  {} {}/metrics", server.process.describe(), server.url);
+        for (i, server) in stack.lock_servers.iter().enumerate() {
+            println!("  lock-server-{}: {}/metrics", i + 1, server.url);
         }
         for (name, url) in [
             ("payment-resource", &stack.payment_url),
@@ -114,41 +150,32 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
         for executor in &stack.executors {
             println!("  {}: {}/metrics", executor.name, executor.url);
         }
+        println!("Logs: {}", stack.log_dir.display());
         println!("Press Ctrl-C to stop everything.");
         tokio::signal::ctrl_c().await?;
     }
     Ok(())
 }
 
-fn process_stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
 async fn wait_for_fenced(stack: &Stack) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + FENCED_DEADLINE;
     while Instant::now() < deadline {
         let url = &stack.executors[0].url;
-        if stack
+        // A is just waking: its /metrics may not answer for a moment.
+        if let Ok(fenced) = stack
             .metric(
                 url,
                 "payout_execute_seconds_count",
                 &[("outcome", "fenced")],
             )
             .await
-            .unwrap_or(0.0)
-            >= 1.0
+            && fenced >= 1.0
         {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("executor A's stale submit was not refused within 30 s")
+    bail!("executor A's stale submit was not refused within {FENCED_DEADLINE:?}")
 }
 
 /// The quantile `q` of a Prometheus histogram from its cumulative buckets (upper bound of the
@@ -164,7 +191,12 @@ pub fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
         .map(|(le, _)| *le)
 }
 
-async fn report(stack: &Stack, ids: &[i64], elapsed: Duration) -> anyhow::Result<()> {
+async fn report(
+    stack: &Stack,
+    ids: &[i64],
+    episode: &Episode,
+    elapsed: Duration,
+) -> anyhow::Result<()> {
     let mut by_state: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut max_submissions = 0;
     for id in ids {
@@ -176,47 +208,32 @@ async fn report(stack: &Stack, ids: &[i64], elapsed: Duration) -> anyhow::Result
         .metric(&stack.proxy_url, "rail_duplicate_attempted_total", &[])
         .await?;
     let mut fenced = 0.0;
-    let mut buckets: BTreeMap<String, f64> = BTreeMap::new();
+    let mut cumulative: Vec<(f64, f64)> = Vec::new();
     for executor in &stack.executors {
-        fenced += stack
-            .metric(
-                &executor.url,
-                "payout_execute_seconds_count",
-                &[("outcome", "fenced")],
-            )
-            .await?;
-        let text = reqwest::get(format!("{}/metrics", executor.url))
-            .await?
-            .text()
-            .await?;
-        for line in text.lines().filter(|l| {
-            l.starts_with("payout_execute_seconds_bucket{") && l.contains("outcome=\"acked\"")
-        }) {
-            let le = line
-                .split("le=\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .context("bucket without le")?;
-            let count: f64 = line
-                .rsplit_once(' ')
-                .and_then(|(_, v)| v.parse().ok())
-                .unwrap_or(0.0);
-            *buckets.entry(le.to_owned()).or_default() += count;
+        let metrics = stack.metrics(&executor.url).await?;
+        fenced += metrics.sum("payout_execute_seconds_count", &[("outcome", "fenced")])?;
+        for (le, count) in metrics.buckets("payout_execute_seconds", &[("outcome", "acked")])? {
+            match cumulative.iter_mut().find(|(l, _)| *l == le) {
+                Some((_, n)) => *n += count,
+                None => cumulative.push((le, count)),
+            }
         }
     }
-    let mut cumulative: Vec<(f64, f64)> = buckets
-        .iter()
-        .map(|(le, n)| (le.parse().unwrap_or(f64::INFINITY), *n))
-        .collect();
     cumulative.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let zombie_rail = stack.rail_received(episode.payout_id).await?;
+    let fenced_lines: Vec<serde_json::Value> = stack.executors[0]
+        .process
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["event"] == "fenced" && l["payout_id"] == episode.payout_id)
+        .collect();
     let ledger = stack.ledger().await?;
     println!("\n== Report ({:.1} s) ==", elapsed.as_secs_f64());
     for (state, count) in &by_state {
         println!("  {state:<15} {count}");
     }
     println!("  rail submissions per payout: max {max_submissions} (must be 1)");
-    println!("  fenced attempts (stale tokens refused): {fenced}");
-    println!("  submits refused before the rail (rail_duplicate_attempted_total): {duplicates}");
     let fmt = |q| {
         histogram_quantile(&cumulative, q)
             .map_or("n/a".to_owned(), |s| format!("<= {:.0} ms", s * 1000.0))
@@ -230,10 +247,59 @@ async fn report(stack: &Stack, ids: &[i64], elapsed: Duration) -> anyhow::Result
         "  ledger: balances {:?}, postings {} for {} settled",
         ledger.balance_by_currency, ledger.postings, ledger.settled_payouts
     );
+    println!("\n== The zombie (payout {}) ==", episode.payout_id);
+    println!(
+        "  executor A's token:  {}  (claimed, passed its guard, then frozen)",
+        episode.a_token
+    );
+    println!(
+        "  A frozen for:        {:.1} s  (its lease ran out meanwhile)",
+        episode.frozen_for.as_secs_f64()
+    );
+    println!(
+        "  executor B's token:  {}  (took the payout over and settled it)",
+        episode.b_token
+    );
+    for line in &fenced_lines {
+        println!(
+            "  A's stale write:     {} with token {} -> refused: {}",
+            line["step"].as_str().unwrap_or("?"),
+            episode.a_token,
+            line["error"].as_str().unwrap_or("?")
+        );
+    }
+    println!(
+        "  the rail saw it:     {} time(s), token {:?}",
+        zombie_rail.len(),
+        zombie_rail
+            .iter()
+            .map(|r| r.transfer.presented_token)
+            .collect::<Vec<_>>()
+    );
+    println!("  fenced stale writes (all executors): {fenced}");
+    println!("  rail_duplicate_attempted_total: {duplicates}");
     if max_submissions > 1 {
         bail!("a payout reached the rail more than once");
     }
-    println!("Nothing was paid twice.");
+    if episode.b_token <= episode.a_token {
+        bail!(
+            "B's token {} is not above A's {}",
+            episode.b_token,
+            episode.a_token
+        );
+    }
+    if fenced != 1.0 || fenced_lines.len() != 1 || duplicates != 1.0 {
+        bail!(
+            "the demo must show exactly one fenced stale write: fenced {fenced}, A's fenced lines {}, rail_duplicate_attempted_total {duplicates}",
+            fenced_lines.len()
+        );
+    }
+    if zombie_rail.len() != 1 || zombie_rail[0].transfer.presented_token != episode.b_token {
+        bail!("the rail must have seen the zombie's payout once, with B's token");
+    }
+    println!(
+        "\nNothing was paid twice: A's stale write was fenced, B's was the only one the rail saw."
+    );
     Ok(())
 }
 

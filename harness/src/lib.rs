@@ -9,5 +9,6 @@
 pub mod bench;
 pub mod compose;
 pub mod demo;
+pub mod metrics;
 pub mod module_rule;
 pub mod stack;

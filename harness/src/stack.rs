@@ -14,6 +14,7 @@ use reqwest::StatusCode;
 use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
 
 use crate::compose::{self, Container};
+use crate::metrics::Metrics;
 
 /// A service as the harness sees it: a local process, or a container (compose mode).
 #[derive(Debug)]
@@ -39,6 +40,24 @@ impl Proc {
             Self::Local(p) => p.signal(signal),
             Self::Container(c) => c.signal(signal).expect("signal the container's service"),
         }
+    }
+
+    /// Whether the process is stopped (state `T` in `/proc/PID/stat`: SIGSTOP).
+    pub fn is_stopped(&self) -> bool {
+        let pid = self.pid().as_raw();
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+            .unwrap_or(false)
+    }
+
+    /// Polls until the process is stopped; panics naming `what` after `deadline`.
+    pub async fn wait_stopped(&self, what: &str, deadline: Duration) {
+        test_support::poll_until(what, deadline, || async { self.is_stopped().then_some(()) })
+            .await;
     }
 
     /// Everything it logged so far.
@@ -524,13 +543,8 @@ impl Stack {
             .await?)
     }
 
-    /// The sum of the samples of `name` whose labels include `labels`, from `url/metrics`.
-    pub async fn metric(
-        &self,
-        url: &str,
-        name: &str,
-        labels: &[(&str, &str)],
-    ) -> anyhow::Result<f64> {
+    /// One scrape of `url/metrics`.
+    pub async fn metrics(&self, url: &str) -> anyhow::Result<Metrics> {
         let text = self
             .http
             .get(format!("{url}/metrics"))
@@ -539,7 +553,18 @@ impl Stack {
             .error_for_status()?
             .text()
             .await?;
-        Ok(metric_value(&text, name, labels))
+        Metrics::parse(&text)
+    }
+
+    /// The sum of the series of `name` whose labels include `labels`, from `url/metrics`.
+    /// A series that is not exported is an error, never 0.
+    pub async fn metric(
+        &self,
+        url: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<f64> {
+        self.metrics(url).await?.sum(name, labels)
     }
 
     /// Polls until every payout in `ids` is terminal, or fails after `deadline`.
@@ -599,42 +624,5 @@ impl Drop for Stack {
             self.executors.clear();
             compose::down();
         }
-    }
-}
-
-/// Sums the samples of `name` in Prometheus text whose labels include every pair in `labels`.
-pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, label_text) = match series.split_once('{') {
-                Some((m, rest)) => (m, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            if metric != name {
-                return None;
-            }
-            let all = labels.iter().all(|(k, v)| {
-                label_text
-                    .split(',')
-                    .any(|pair| pair == format!("{k}=\"{v}\""))
-            });
-            all.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metric_value_sums_matching_series() {
-        let text =
-            "# TYPE x counter\nx{outcome=\"acked\",a=\"1\"} 3\nx{outcome=\"fenced\"} 1\nx 2\ny 9\n";
-        assert_eq!(metric_value(text, "x", &[("outcome", "acked")]), 3.0);
-        assert_eq!(metric_value(text, "x", &[]), 6.0);
-        assert_eq!(metric_value(text, "z", &[]), 0.0);
     }
 }

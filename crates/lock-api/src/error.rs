@@ -1,8 +1,11 @@
-//! Error codes of the HTTP surface and the typed errors SDK callers see.
+//! Error codes of the lock surface and of HTTP plumbing every service shares, and the typed
+//! errors SDK callers see.
 //!
-//! Every service answers errors as [`ErrorBody`] `{"code","message"}`. [`ErrorCode`] fixes
-//! the HTTP status of each code; [`LockError::from_wire`] turns an answer back into a typed
-//! error with a retry verdict (`docs/contracts/C2-rust-api.md`).
+//! Every service answers errors as `{"code","message"}`. [`ErrorCode`] fixes the HTTP
+//! status of each code it owns; [`WireCode`] is the code-and-status pair any service's own
+//! code enum converts into (payout codes live in `payment-api`). [`LockError::from_wire`]
+//! turns a lock-server answer back into a typed error with a retry verdict
+//! (`docs/contracts/C2-rust-api.md`).
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +20,28 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// Every error code any service answers, with a fixed HTTP status.
+/// A code as it goes on the wire, with the HTTP status it is always sent with. Every
+/// service's code enum converts into it, so one error type can answer any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WireCode {
+    /// The wire spelling, e.g. `"NOT_LEADER"`.
+    pub code: &'static str,
+    /// The HTTP status.
+    pub status: u16,
+}
+
+impl From<ErrorCode> for WireCode {
+    fn from(code: ErrorCode) -> Self {
+        Self {
+            code: code.as_str(),
+            status: code.http_status(),
+        }
+    }
+}
+
+/// The codes of the lock surface and of the HTTP plumbing every service shares, with a
+/// fixed HTTP status. `FENCED_OUT` lives here because it is the fencing protocol's answer,
+/// spoken by any resource that checks tokens; payout-specific codes are `payment-api`'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
@@ -49,16 +73,6 @@ pub enum ErrorCode {
     LockNotHeld,
     /// 409: a token lower than the resource's fence was presented.
     FencedOut,
-    /// 409: the payout is already in a terminal state.
-    AlreadyTerminal,
-    /// 409: the payout already has its one rail submission on record.
-    AlreadySubmitted,
-    /// 409: the rail submission is in flight; its outcome is not known yet.
-    SubmissionInFlight,
-    /// 404: no such payout.
-    PayoutUnknown,
-    /// 404: the payout has no rail submission on record.
-    SubmissionUnknown,
     /// 503: the store behind this replica cannot take writes now (read-only, no leader, draining).
     NotLeader,
     /// 503: the store cannot be reached.
@@ -74,19 +88,10 @@ impl ErrorCode {
             Self::InvalidArgument => 400,
             Self::Unauthenticated => 401,
             Self::Forbidden => 403,
-            Self::NotFound
-            | Self::SessionUnknown
-            | Self::LockNotHeld
-            | Self::PayoutUnknown
-            | Self::SubmissionUnknown => 404,
+            Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
-            Self::LockHeld
-            | Self::LockLost
-            | Self::FencedOut
-            | Self::AlreadyTerminal
-            | Self::AlreadySubmitted
-            | Self::SubmissionInFlight => 409,
+            Self::LockHeld | Self::LockLost | Self::FencedOut => 409,
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -112,11 +117,6 @@ impl ErrorCode {
             Self::LockLost => "LOCK_LOST",
             Self::LockNotHeld => "LOCK_NOT_HELD",
             Self::FencedOut => "FENCED_OUT",
-            Self::AlreadyTerminal => "ALREADY_TERMINAL",
-            Self::AlreadySubmitted => "ALREADY_SUBMITTED",
-            Self::SubmissionInFlight => "SUBMISSION_IN_FLIGHT",
-            Self::PayoutUnknown => "PAYOUT_UNKNOWN",
-            Self::SubmissionUnknown => "SUBMISSION_UNKNOWN",
             Self::NotLeader => "NOT_LEADER",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::Internal => "INTERNAL",
@@ -256,11 +256,7 @@ impl LockError {
                 }),
                 None => Self::Protocol { status, message },
             },
-            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal | ErrorCode::AlreadySubmitted => {
-                Self::FencedOut { message }
-            }
-            // The outcome is not known yet: ask again later.
-            ErrorCode::SubmissionInFlight => Self::Unavailable { message },
+            ErrorCode::FencedOut => Self::FencedOut { message },
             ErrorCode::LockHeld => Self::Contention { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },
@@ -274,8 +270,6 @@ impl LockError {
             ErrorCode::NotFound
             | ErrorCode::MethodNotAllowed
             | ErrorCode::LockNotHeld
-            | ErrorCode::PayoutUnknown
-            | ErrorCode::SubmissionUnknown
             | ErrorCode::Internal => Self::Protocol { status, message },
         }
     }
@@ -299,12 +293,7 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 22] = [
-        ErrorCode::AlreadyTerminal,
-        ErrorCode::AlreadySubmitted,
-        ErrorCode::SubmissionInFlight,
-        ErrorCode::PayoutUnknown,
-        ErrorCode::SubmissionUnknown,
+    const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -329,6 +318,11 @@ mod tests {
         for code in ALL {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
+            let wire = WireCode::from(code);
+            assert_eq!(
+                (wire.code, wire.status),
+                (code.as_str(), code.http_status())
+            );
         }
     }
 

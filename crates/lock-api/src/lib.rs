@@ -12,7 +12,7 @@ mod ids;
 mod limits;
 mod wire;
 
-pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict};
+pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
 pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
 pub use limits::*;

@@ -184,17 +184,21 @@ impl AcquirePolicy {
         cap: Duration::ZERO,
         max_attempts: 1,
     };
+
+    /// The T-041 defaults (ASSUMPTIONS in the ledger): budget 2 s, base 25 ms, cap 500 ms, at
+    /// most 32 attempts.
+    pub const DEFAULT: Self = Self {
+        budget: Duration::from_secs(2),
+        base: Duration::from_millis(25),
+        cap: Duration::from_millis(500),
+        max_attempts: 32,
+    };
 }
 
 impl Default for AcquirePolicy {
-    /// budget 2 s, base 25 ms, cap 500 ms, at most 32 attempts.
+    /// [`AcquirePolicy::DEFAULT`].
     fn default() -> Self {
-        Self {
-            budget: Duration::from_secs(2),
-            base: Duration::from_millis(25),
-            cap: Duration::from_millis(500),
-            max_attempts: 32,
-        }
+        Self::DEFAULT
     }
 }
 

@@ -2,7 +2,8 @@
 //! the simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete
 //! release and sessions behave as the lock-server's do; leases never expire on their own
 //! (tests drive loss with faults and a [`FakeClock`]). Faults: fail the next call of a kind,
-//! fail every call of a kind, clamp leases, delay replies on a fake clock.
+//! fail every call of a kind, clamp leases, delay replies on a fake clock. [`Rig`] puts a
+//! real client on a manual fake clock over it (the SDK's own tests and the executor's).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,8 +16,81 @@ use lock_api::{
     LockGrant, LockKey, ReleaseResponse, SessionId,
 };
 
-use crate::clock::FakeClock;
+use std::sync::Arc;
+
+use crate::client::LockClient;
+use crate::clock::{Clock, FakeClock};
+use crate::config::LockClientConfig;
+use crate::session::LockClientSession;
 use crate::transport::{Call, Reply, Transport, TransportError};
+
+/// A clock start close to `u64::MAX`, so every test on a [`Rig`] also crosses the wrap-around.
+pub const RIG_START_NANOS: u64 = u64::MAX - 1_500_000_000;
+/// How often [`Rig::tick`] looks for the heartbeat thread's tick before it panics.
+const RIG_TICK_POLL: Duration = Duration::from_millis(1);
+/// Polls of [`Rig::tick`]: about 5 s (no clock read: the SDK's sources read time only
+/// through the `Clock` seam).
+const RIG_TICK_POLLS: u32 = 5_000;
+
+/// A real [`LockClient`] on a manual [`FakeClock`] over a [`MemoryTransport`], with two
+/// endpoints and a fixed heartbeat period.
+#[derive(Debug)]
+pub struct Rig {
+    /// The clock the client reads.
+    pub clock: FakeClock,
+    /// The in-memory lock service.
+    pub service: Arc<MemoryTransport>,
+    /// The client.
+    pub client: LockClient,
+}
+
+impl Rig {
+    /// `period` fixes the heartbeat period (an hour keeps the heartbeat out of the way).
+    pub fn new(period: Duration) -> Self {
+        let clock = FakeClock::new(RIG_START_NANOS);
+        let service = Arc::new(MemoryTransport::new());
+        let mut config = LockClientConfig::new(["http://replica-a", "http://replica-b"]);
+        config.heartbeat_period = Some(period);
+        let client = LockClient::with_parts(
+            config,
+            Arc::new(clock.clone()),
+            service.clone(),
+            service.clone(),
+        )
+        .unwrap_or_else(|e| panic!("a rig's configuration is valid: {e}"));
+        Self {
+            clock,
+            service,
+            client,
+        }
+    }
+
+    /// Opens a session for `owner`.
+    pub async fn session(&self, owner: &str) -> LockClientSession {
+        self.client
+            .open_session(owner)
+            .await
+            .unwrap_or_else(|e| panic!("the in-memory service opens sessions: {e}"))
+    }
+
+    /// Advances the clock by `by` and waits until the heartbeat thread has completed a tick.
+    pub async fn tick(&self, by: Duration) {
+        let before = self.client.heartbeat_ticks();
+        self.clock.advance(by);
+        for _ in 0..RIG_TICK_POLLS {
+            if self.client.heartbeat_ticks() > before {
+                return;
+            }
+            tokio::time::sleep(RIG_TICK_POLL).await;
+        }
+        panic!("no heartbeat tick after {RIG_TICK_POLLS} polls of {RIG_TICK_POLL:?}");
+    }
+
+    /// The clock's reading.
+    pub fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {

@@ -6,6 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod codes;
+
+pub use codes::{AnyCode, AnyErrorBody, PaymentCode};
+
 /// The header that makes payout creation idempotent.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted beneficiary, in bytes.

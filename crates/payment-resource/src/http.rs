@@ -8,10 +8,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_api::ErrorCode;
+use lock_api::{ErrorCode, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
-    IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, Payout, RecordOutcome, Reservation, Submission,
+    IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, PaymentCode, Payout, RecordOutcome, Reservation,
+    Submission,
 };
 use serde::Deserialize;
 use service_kit::{ApiError, ApiJson, FencingTokenHeader, RequestMetrics, common_layers};
@@ -36,23 +37,23 @@ pub struct AppState {
 
 impl From<PayError> for ApiError {
     fn from(err: PayError) -> Self {
-        let code = match &err {
-            PayError::PayoutUnknown(_) => ErrorCode::PayoutUnknown,
-            PayError::FencedOut { .. } => ErrorCode::FencedOut,
-            PayError::AlreadyTerminal { .. } => ErrorCode::AlreadyTerminal,
-            PayError::AlreadySubmitted(_) => ErrorCode::AlreadySubmitted,
-            PayError::SubmissionUnknown(_) => ErrorCode::SubmissionUnknown,
-            PayError::SubmissionInFlight(_) => ErrorCode::SubmissionInFlight,
-            PayError::Invalid(_) => ErrorCode::InvalidArgument,
-            PayError::Unavailable(_) => ErrorCode::StoreUnavailable,
-            PayError::Internal(_) => ErrorCode::Internal,
+        let code: WireCode = match &err {
+            PayError::PayoutUnknown(_) => PaymentCode::PayoutUnknown.into(),
+            PayError::FencedOut { .. } => {
+                tracing::warn!(event = "fenced_out", error = %err, "a stale token was refused");
+                ErrorCode::FencedOut.into()
+            }
+            PayError::AlreadyTerminal { .. } => PaymentCode::AlreadyTerminal.into(),
+            PayError::AlreadySubmitted(_) => PaymentCode::AlreadySubmitted.into(),
+            PayError::SubmissionUnknown(_) => PaymentCode::SubmissionUnknown.into(),
+            PayError::SubmissionInFlight(_) => PaymentCode::SubmissionInFlight.into(),
+            PayError::Invalid(_) => ErrorCode::InvalidArgument.into(),
+            PayError::Unavailable(_) => ErrorCode::StoreUnavailable.into(),
+            PayError::Internal(_) => {
+                tracing::error!(event = "store_error", error = %err);
+                ErrorCode::Internal.into()
+            }
         };
-        if code == ErrorCode::Internal {
-            tracing::error!(event = "store_error", error = %err);
-        }
-        if code == ErrorCode::FencedOut {
-            tracing::warn!(event = "fenced_out", error = %err, "a stale token was refused");
-        }
         Self::new(code, err.to_string())
     }
 }

@@ -1,29 +1,28 @@
-//! The payout loop: list claimable payouts; for each, acquire `payout:{id}` through the SDK,
-//! claim (P2) with the handle's token, guard with `check_still_held`, check the remaining
-//! lease covers the hop budget, submit through rail-proxy, post (P3), release. The token is
-//! threaded unchanged from the handle through every write.
+//! The payout loop: list claimable payouts and visit them in this process's own shuffled
+//! order; for each, acquire `payout:{id}` through the SDK, claim (P2) with the handle's
+//! token, guard, check the remaining lease covers the hop budget, submit through rail-proxy,
+//! guard, post (P3), release. The token is threaded unchanged from the handle through every
+//! write. The guard ([`guard`]) is a clause that stops the payout with the typed loss reason,
+//! never a boolean.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_api::{ErrorCode, LockError, LockHandle, LockKey};
+use lock_api::{LockError, LockHandle, LockKey, LockLost};
 use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
 
 use crate::config::{Config, FaultStep};
-use crate::loss::SessionLossHandler;
-use crate::services::{CallError, Services};
+use crate::loss::{SessionLossHandler, Watch};
+use crate::services::{CallError, Refusal, Services};
 
 /// `payout_execute_seconds{outcome}`: one sample per payout attempt.
 pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
 
-/// The acquire policy the executor ships: the SDK's base and cap, but no waiting: a payout
-/// another worker holds is being worked on, so this worker moves to the next one.
-pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy {
-    budget: Duration::ZERO,
-    base: Duration::from_millis(25),
-    cap: Duration::from_millis(500),
-    max_attempts: 1,
-};
+/// The acquire policy the executor ships: the SDK's T-041 defaults (budget 2 s, base 25 ms,
+/// cap 500 ms, 32 attempts). Workers do not trail each other because each visits a scan's
+/// payouts in its own shuffled order, so two rarely want the same payout at once.
+pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
 
 /// How one payout attempt ended (the `outcome` tag, pinned in C4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +48,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, so each series is exported from start (at zero).
+    pub const ALL: [Self; 9] = [
+        Self::Acked,
+        Self::Rejected,
+        Self::Ambiguous,
+        Self::Contended,
+        Self::AlreadyTerminal,
+        Self::Fenced,
+        Self::LeaseShort,
+        Self::Lost,
+        Self::Error,
+    ];
+
     /// The tag value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -82,6 +94,8 @@ pub struct Executor {
     config: Config,
     lease: Duration,
     sigstop_armed: AtomicBool,
+    /// This process's scan order: seeded from the OS, so no two processes share it.
+    scan_rng: Mutex<fastrand::Rng>,
 }
 
 impl Executor {
@@ -106,6 +120,10 @@ impl Executor {
             );
         }
         let sigstop_armed = AtomicBool::new(config.fault_sigstop_payout.is_some());
+        for outcome in Outcome::ALL {
+            // Registered without a sample: every outcome's series exists from start.
+            let _ = metrics::histogram!(EXECUTE_SECONDS, "outcome" => outcome.as_str());
+        }
         Ok(Self {
             client,
             current: tokio::sync::RwLock::new(Current { session, loss }),
@@ -113,19 +131,24 @@ impl Executor {
             config,
             lease,
             sigstop_armed,
+            scan_rng: Mutex::new(fastrand::Rng::new()),
         })
     }
 
     /// Scans and executes until `stop` turns true.
     pub async fn run(&self, stop: tokio::sync::watch::Receiver<bool>) {
         while !*stop.borrow() {
-            let payouts = match self.services.claimable(self.config.batch).await {
+            let mut payouts = match self.services.claimable(self.config.batch).await {
                 Ok(payouts) => payouts,
                 Err(err) => {
                     tracing::warn!(event = "scan_failed", error = %err);
                     Vec::new()
                 }
             };
+            self.scan_rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .shuffle(&mut payouts);
             let mut worked = false;
             for payout in payouts {
                 if *stop.borrow() {
@@ -178,8 +201,21 @@ impl Executor {
                 return Outcome::Error;
             }
         };
-        let lost = current.loss.watch(&key);
-        let outcome = self.under_lock(session, payout_id, &handle, &lost).await;
+        let watch = current.loss.watch(payout_id, &handle);
+        let outcome = match self.under_lock(session, payout_id, &handle, &watch).await {
+            Ok(outcome) => outcome,
+            Err(lost) => {
+                tracing::warn!(
+                    event = "payout_lost",
+                    payout_id,
+                    key = %lost.lock_key,
+                    token = lost.fencing_token.0,
+                    reason = lost.reason.as_str(),
+                    "the lock is lost: no further write for this payout by this worker"
+                );
+                Outcome::Lost
+            }
+        };
         current.loss.unwatch(&key);
         if let Err(lost) = session.release(handle).await {
             tracing::debug!(
@@ -206,27 +242,23 @@ impl Executor {
         }
     }
 
-    /// Guard clause before a write: the lock is still ours by the SDK's conservative clock.
-    fn still_held(session: &LockClientSession, handle: &LockHandle, lost: &AtomicBool) -> bool {
-        session.check_still_held(handle).is_ok() && !lost.load(Ordering::SeqCst)
-    }
-
+    /// The payout's steps under its lock. `Err(LockLost)` from a guard stops them: no write
+    /// follows a loss.
     async fn under_lock(
         &self,
         session: &LockClientSession,
         payout_id: i64,
         handle: &LockHandle,
-        lost: &AtomicBool,
-    ) -> Outcome {
+        watch: &Watch,
+    ) -> Result<Outcome, LockLost> {
         let token = handle.fencing_token();
         let claimed = match self.services.claim(payout_id, token).await {
             Ok(payout) => payout,
-            Err(err) => return refusal(payout_id, "claim", &err),
+            Err(err) => return Ok(refusal(payout_id, "claim", &err)),
         };
         if claimed.state != "SUBMITTED" {
-            let Ok(remaining) = session.remaining(handle) else {
-                return Outcome::Lost;
-            };
+            guard(session, handle, watch)?;
+            let remaining = session.remaining(handle)?;
             let needed = self
                 .config
                 .hop_budget
@@ -238,24 +270,19 @@ impl Executor {
                     remaining_ms = remaining.as_millis() as u64,
                     needed_ms = needed.as_millis() as u64
                 );
-                return Outcome::LeaseShort;
-            }
-            if !Self::still_held(session, handle, lost) {
-                return Outcome::Lost;
+                return Ok(Outcome::LeaseShort);
             }
             self.fault_point(payout_id, FaultStep::Submit);
             match self.services.submit(payout_id, token).await {
                 Ok(()) => {}
                 // Crash recovery: the submission is on record; post its outcome.
-                Err(err) if err.code() == Some(ErrorCode::AlreadySubmitted) => {}
-                Err(err) => return refusal(payout_id, "submit", &err),
+                Err(err) if err.code() == Some(&Refusal::AlreadySubmitted) => {}
+                Err(err) => return Ok(refusal(payout_id, "submit", &err)),
             }
         }
         self.fault_point(payout_id, FaultStep::Post);
-        if !Self::still_held(session, handle, lost) {
-            return Outcome::Lost;
-        }
-        match self.services.post(payout_id, token).await {
+        guard(session, handle, watch)?;
+        Ok(match self.services.post(payout_id, token).await {
             Ok(payout) => match payout.state.as_str() {
                 "SETTLED" => Outcome::Acked,
                 "REJECTED" => Outcome::Rejected,
@@ -266,7 +293,7 @@ impl Executor {
                 }
             },
             Err(err) => refusal(payout_id, "post", &err),
-        }
+        })
     }
 
     /// The test-only fault point: stop this whole process (every thread, heartbeat included)
@@ -319,13 +346,25 @@ fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<
     Ok(())
 }
 
+/// The guard clause before every write: the listener has not reported the grant lost, and
+/// the grant is within the SDK's conservative deadline. `Err` carries the typed reason; the
+/// caller stops with `?`. `Ok` is no permission for a side effect: the fence is the safety.
+pub fn guard(
+    session: &LockClientSession,
+    handle: &LockHandle,
+    watch: &Watch,
+) -> Result<(), LockLost> {
+    watch.check()?;
+    session.check_still_held(handle)
+}
+
 fn refusal(payout_id: i64, step: &str, err: &CallError) -> Outcome {
     match err.code() {
-        Some(ErrorCode::FencedOut) => {
+        Some(Refusal::FencedOut) => {
             tracing::warn!(event = "fenced", payout_id, step, error = %err, "refused by the fence: not re-acquiring in this attempt");
             Outcome::Fenced
         }
-        Some(ErrorCode::AlreadyTerminal) => Outcome::AlreadyTerminal,
+        Some(Refusal::AlreadyTerminal) => Outcome::AlreadyTerminal,
         _ => {
             tracing::warn!(event = "step_failed", payout_id, step, error = %err);
             Outcome::Error

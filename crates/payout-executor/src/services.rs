@@ -1,10 +1,11 @@
 //! HTTP calls to payment-resource and rail-proxy. The fencing token travels as an explicit
 //! `X-Fencing-Token` header on every write. Bodies are read with tolerant structs (the
-//! executor depends on lock-api and lock-client only, never on the services' crates).
+//! executor depends on lock-api and lock-client only, never on the services' crates): an
+//! error code the executor does not react to is [`Refusal::Other`], never a transport failure.
 
 use std::time::Duration;
 
-use lock_api::{ErrorBody, ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{FENCING_TOKEN_HEADER, FencingToken};
 use serde::Deserialize;
 
 /// The fields of a payout the executor reads.
@@ -16,8 +17,51 @@ pub struct PayoutView {
     pub state: String,
 }
 
+/// The error codes the executor reacts to; every other code is kept as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `FENCED_OUT`: a token below the payout's fence.
+    FencedOut,
+    /// `ALREADY_TERMINAL`: the payout has ended.
+    AlreadyTerminal,
+    /// `ALREADY_SUBMITTED`: the payout's one submission is on record.
+    AlreadySubmitted,
+    /// Any other code.
+    Other(String),
+}
+
+impl Refusal {
+    /// Reads a wire code.
+    pub fn parse(code: &str) -> Self {
+        match code {
+            "FENCED_OUT" => Self::FencedOut,
+            "ALREADY_TERMINAL" => Self::AlreadyTerminal,
+            "ALREADY_SUBMITTED" => Self::AlreadySubmitted,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// The wire code.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::FencedOut => "FENCED_OUT",
+            Self::AlreadyTerminal => "ALREADY_TERMINAL",
+            Self::AlreadySubmitted => "ALREADY_SUBMITTED",
+            Self::Other(code) => code,
+        }
+    }
+}
+
+/// An error body, read tolerantly.
+#[derive(Debug, Deserialize)]
+struct ErrorView {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
 /// A refused or failed call.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
     /// The service answered an error code.
     #[error("{} {}: {}", status, code.as_str(), message)]
@@ -25,7 +69,7 @@ pub enum CallError {
         /// HTTP status.
         status: u16,
         /// Its code.
-        code: ErrorCode,
+        code: Refusal,
         /// Its message.
         message: String,
     },
@@ -36,9 +80,9 @@ pub enum CallError {
 
 impl CallError {
     /// The error code, if the service answered one.
-    pub fn code(&self) -> Option<ErrorCode> {
+    pub fn code(&self) -> Option<&Refusal> {
         match self {
-            Self::Refused { code, .. } => Some(*code),
+            Self::Refused { code, .. } => Some(code),
             Self::Unreachable(_) => None,
         }
     }
@@ -86,10 +130,10 @@ impl Services {
                 .map_err(|e| CallError::Unreachable(format!("unreadable answer: {e}")));
         }
         let text = response.text().await.unwrap_or_default();
-        match serde_json::from_str::<ErrorBody>(&text) {
+        match serde_json::from_str::<ErrorView>(&text) {
             Ok(body) => Err(CallError::Refused {
                 status: status.as_u16(),
-                code: body.code,
+                code: Refusal::parse(&body.code),
                 message: body.message,
             }),
             Err(_) => Err(CallError::Unreachable(format!("HTTP {status}: {text}"))),
@@ -140,5 +184,26 @@ impl Services {
                 .header(FENCING_TOKEN_HEADER, token.0.to_string()),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_codes_are_kept_not_failures() {
+        assert_eq!(Refusal::parse("FENCED_OUT"), Refusal::FencedOut);
+        assert_eq!(Refusal::parse("ALREADY_TERMINAL"), Refusal::AlreadyTerminal);
+        assert_eq!(
+            Refusal::parse("ALREADY_SUBMITTED"),
+            Refusal::AlreadySubmitted
+        );
+        let other = Refusal::parse("SOMETHING_NEW");
+        assert_eq!(other, Refusal::Other("SOMETHING_NEW".into()));
+        assert_eq!(other.as_str(), "SOMETHING_NEW");
+        let body: ErrorView = serde_json::from_str(r#"{"code":"SOMETHING_NEW"}"#)
+            .unwrap_or_else(|e| panic!("a body without message reads: {e}"));
+        assert_eq!(body.code, "SOMETHING_NEW");
     }
 }

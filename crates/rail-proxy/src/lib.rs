@@ -13,9 +13,10 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
-use lock_api::{ErrorBody, ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
 use payment_api::{
-    RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer, TransferAnswer,
+    AnyErrorBody, RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer,
+    TransferAnswer,
 };
 use service_kit::{
     ApiError, FencingTokenHeader, LogFormat, RequestMetrics, Service, common_layers,
@@ -99,15 +100,12 @@ impl Proxy {
                 .map_err(|e| unavailable("payment-resource answer", e));
         }
         let status = response.status();
-        let body: ErrorBody = response
+        let body: AnyErrorBody = response
             .json()
             .await
             .map_err(|e| unavailable("payment-resource answer", e))?;
-        if matches!(
-            body.code,
-            ErrorCode::FencedOut | ErrorCode::AlreadyTerminal | ErrorCode::AlreadySubmitted
-        ) && self.has_submission(payout_id).await?
-        {
+        let code = body.code();
+        if code.is_refusal_of_a_stale_write() && self.has_submission(payout_id).await? {
             metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).increment(1);
             tracing::warn!(
                 event = "rail_duplicate_attempted",
@@ -117,10 +115,14 @@ impl Proxy {
                 "refused before the rail"
             );
         }
-        if status.is_server_error() {
-            return Err(unavailable("payment-resource", body.message));
+        match code.wire() {
+            Some(wire) if !status.is_server_error() => Err(ApiError::new(wire, body.message)),
+            // A 5xx, or a code this build does not know: the store is not answering usefully.
+            _ => Err(unavailable(
+                "payment-resource",
+                format!("{} {}: {}", status.as_u16(), body.code, body.message),
+            )),
         }
-        Err(ApiError::new(body.code, body.message))
     }
 
     async fn has_submission(&self, payout_id: i64) -> ApiResult<bool> {

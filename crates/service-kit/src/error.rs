@@ -1,25 +1,28 @@
 //! Every service's one error type: every failure leaves as `{"code","message"}` with the
-//! status its [`ErrorCode`] fixes.
+//! status its code fixes. A code is any service's code enum converted into a [`WireCode`]
+//! (`lock_api::ErrorCode` for the lock surface and shared plumbing,
+//! `payment_api::PaymentCode` for payouts).
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use lock_api::{ErrorBody, ErrorCode, ValidationError};
+use lock_api::{ErrorCode, ValidationError, WireCode};
+use serde::Serialize;
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     /// The code (fixes the status).
-    pub code: ErrorCode,
+    pub code: WireCode,
     /// For humans; names the field for `INVALID_ARGUMENT`.
     pub message: String,
 }
 
 impl ApiError {
     /// An error with `code` and `message`.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<WireCode>, message: impl Into<String>) -> Self {
         Self {
-            code,
+            code: code.into(),
             message: message.into(),
         }
     }
@@ -52,25 +55,31 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
     }
 }
 
+/// The body every error leaves as.
+#[derive(Serialize)]
+struct Body<'a> {
+    code: &'static str,
+    message: &'a str,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let code = self.code;
+        let status =
+            StatusCode::from_u16(self.code.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let response = (
             status,
-            Json(ErrorBody {
-                code,
-                message: self.message,
+            Json(Body {
+                code: self.code.code,
+                message: &self.message,
             }),
         )
             .into_response();
-        tag(response, code)
+        tag(response, self.code)
     }
 }
 
 /// Attaches the error code to a response so outer layers (metrics) can see it.
-pub fn tag(mut response: Response, code: ErrorCode) -> Response {
+pub fn tag(mut response: Response, code: WireCode) -> Response {
     response.extensions_mut().insert(code);
     response
 }

@@ -13,7 +13,7 @@ use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use lock_api::ErrorCode;
+use lock_api::{ErrorCode, WireCode};
 use service_kit::{ApiError, RequestMetrics, common_layers};
 
 use crate::metrics as m;
@@ -76,7 +76,7 @@ async fn drain_guard(State(state): State<AppState>, request: Request, next: Next
 async fn count_not_leader(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let mutates = !matches!(*request.method(), Method::GET | Method::HEAD);
     let response = next.run(request).await;
-    if mutates && response.extensions().get::<ErrorCode>() == Some(&ErrorCode::NotLeader) {
+    if mutates && response.extensions().get::<WireCode>() == Some(&ErrorCode::NotLeader.into()) {
         metrics::counter!(m::NOT_LEADER_TOTAL, "backend" => state.backend().as_str()).increment(1);
     }
     response
