@@ -198,6 +198,11 @@ impl Container {
             .unwrap_or_default()
     }
 
+    /// Waits until container `id` exits; its exit code.
+    pub fn wait_exit_of(id: &str) -> anyhow::Result<i32> {
+        Ok(run(Command::new("docker").args(["wait", id]))?.parse()?)
+    }
+
     /// Cuts it off the project network.
     pub fn disconnect(&self) -> anyhow::Result<()> {
         run(Command::new("docker").args(["network", "disconnect", &network(), &self.id]))

@@ -6,6 +6,7 @@
 //! - [`stack`]: the real services as processes, or (`HARNESS_STACK=compose`) containers.
 //! - [`compose`]: the compose project and containers behind compose mode.
 
+pub mod audit;
 pub mod bench;
 pub mod compose;
 pub mod demo;

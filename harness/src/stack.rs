@@ -13,6 +13,7 @@ use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submissi
 use reqwest::StatusCode;
 use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
 
+use crate::audit::{Audit, DeclaredLoss, declared_losses};
 use crate::compose::{self, Container};
 use crate::metrics::Metrics;
 
@@ -58,6 +59,25 @@ impl Proc {
     pub async fn wait_stopped(&self, what: &str, deadline: Duration) {
         test_support::poll_until(what, deadline, || async { self.is_stopped().then_some(()) })
             .await;
+    }
+
+    /// Waits up to `deadline` for the process to exit; its exit code.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<i32> {
+        match self {
+            Self::Local(p) => {
+                let status = tokio::time::timeout(deadline, p.wait())
+                    .await
+                    .with_context(|| format!("no exit within {deadline:?}"))?;
+                status.code().context("killed by a signal")
+            }
+            Self::Container(c) => {
+                let id = c.id.clone();
+                let wait = tokio::task::spawn_blocking(move || Container::wait_exit_of(&id));
+                tokio::time::timeout(deadline, wait)
+                    .await
+                    .with_context(|| format!("no exit within {deadline:?}"))??
+            }
+        }
     }
 
     /// Everything it logged so far.
@@ -529,6 +549,64 @@ impl Stack {
             .await?
             .error_for_status()?;
         Ok(())
+    }
+
+    /// P2 with `token`, as any caller could send it: the status and the error code, if any.
+    pub async fn try_claim(&self, id: i64, token: i64) -> anyhow::Result<(u16, Option<String>)> {
+        let url = format!("{}/v1/payouts/{id}/claim", self.payment_url);
+        self.try_write(url, token).await
+    }
+
+    /// A submit through rail-proxy with `token`: the status and the error code, if any.
+    pub async fn try_submit(&self, id: i64, token: i64) -> anyhow::Result<(u16, Option<String>)> {
+        let url = format!("{}/v1/payouts/{id}/submit", self.proxy_url);
+        self.try_write(url, token).await
+    }
+
+    async fn try_write(&self, url: String, token: i64) -> anyhow::Result<(u16, Option<String>)> {
+        let response = self
+            .http
+            .post(url)
+            .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        Ok((status, body["code"].as_str().map(str::to_owned)))
+    }
+
+    /// L7 on the first replica: the holder's token of `key`, or `None` when nobody holds it.
+    pub async fn lock_holder(&self, key: &str) -> anyhow::Result<Option<i64>> {
+        let response = self
+            .http
+            .get(format!("{}/v1/locks/{key}", self.lock_servers[0].url))
+            .send()
+            .await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let info: serde_json::Value = response.error_for_status()?.json().await?;
+        Ok(info["fencing_token"].as_i64())
+    }
+
+    /// The lock-servers' audit trail, merged over the replicas.
+    pub fn audit(&self) -> anyhow::Result<Audit> {
+        let logs: Vec<String> = self.lock_servers.iter().map(|l| l.process.log()).collect();
+        Audit::from_logs(logs.iter().map(String::as_str))
+    }
+
+    /// Every loss the executors' SDKs declared.
+    pub fn declared_losses(&self) -> anyhow::Result<Vec<DeclaredLoss>> {
+        let mut losses = Vec::new();
+        for executor in &self.executors {
+            losses.extend(declared_losses(&executor.process.log())?);
+        }
+        Ok(losses)
+    }
+
+    /// The lock-servers' endpoints, as an SDK's `LOCK_ENDPOINTS` lists them.
+    pub fn lock_endpoints(&self) -> Vec<String> {
+        self.lock_servers.iter().map(|l| l.url.clone()).collect()
     }
 
     /// The ledger balance check.

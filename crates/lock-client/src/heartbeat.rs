@@ -1,5 +1,5 @@
-//! One heartbeat tick for one session: L2, then L5 for grants under two periods of
-//! remaining time, then the local deadlines, then loss delivery. Runs on the heartbeat
+//! One heartbeat tick for one session: the local deadlines, L2, then L5 for grants under two
+//! periods of remaining time, then the local deadlines again, then loss delivery. Runs on the heartbeat
 //! thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
 //! endpoint after `NOT_LEADER` or no answer): only the deadline decides loss.
 
@@ -40,6 +40,9 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
     }
     let backend = shared.backend.as_str();
     let send_nanos = shared.clock.now_nanos();
+    // Deadlines first: a deadline that passed (the process was paused, say) is a loss, and
+    // no answer that arrives after it may extend the session or a grant again.
+    shared.expire_local(send_nanos);
     match transport
         .send(&shared.endpoint(), Call::Heartbeat(shared.id))
         .await

@@ -45,7 +45,8 @@ struct State {
     loss_reported: bool,
     handles: HashMap<LockKey, Entry>,
     /// Losses of grants released before the heartbeat delivered them: still delivered once.
-    undelivered: Vec<LockLost>,
+    /// Each with its conservative deadline in force when it was released.
+    undelivered: Vec<(LockLost, u64)>,
     listeners: Vec<Listener>,
 }
 
@@ -258,15 +259,21 @@ impl Shared {
             if state.closed {
                 return;
             }
+            // Each loss with the grant's effective conservative deadline (the earlier of its
+            // own and the session's).
             let mut events = std::mem::take(&mut state.undelivered);
             for (key, entry) in state.handles.iter_mut() {
                 if let (Some(reason), false) = (entry.lost, entry.notified) {
                     entry.notified = true;
-                    events.push(LockLost {
-                        lock_key: key.clone(),
-                        fencing_token: entry.token,
-                        reason,
-                    });
+                    let deadline = self.effective_deadline(entry);
+                    events.push((
+                        LockLost {
+                            lock_key: key.clone(),
+                            fencing_token: entry.token,
+                            reason,
+                        },
+                        deadline,
+                    ));
                 }
             }
             let session_event = match (state.lost, state.loss_reported) {
@@ -279,16 +286,22 @@ impl Shared {
             (events, session_event, state.listeners.clone())
         };
         let backend = self.backend.as_str();
+        let now = self.clock.now_nanos();
         if let Some(reason) = session_event.filter(|_| events.is_empty()) {
-            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = reason.as_str(), "lock session lost while holding nothing");
+            let session_deadline = self.session_deadline_nanos.load(Ordering::Acquire);
+            let deadline_offset_ms = (now.wrapping_sub(session_deadline) as i64) / 1_000_000;
+            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = reason.as_str(), deadline_offset_ms, "lock session lost while holding nothing");
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
         }
-        for lost in &events {
+        for (lost, deadline) in &events {
             let event = if session_event.is_some() || self.state().lost.is_some() {
                 "session_lost"
             } else {
                 "lease_expired"
             };
+            // How long ago (negative: how far ahead) the conservative deadline lay when the
+            // loss was delivered: the log line's time minus this is the deadline's wall time.
+            let deadline_offset_ms = (now.wrapping_sub(*deadline) as i64) / 1_000_000;
             tracing::warn!(
                 event,
                 owner = %self.owner,
@@ -297,6 +310,7 @@ impl Shared {
                 token = lost.fencing_token.0,
                 backend,
                 reason = lost.reason.as_str(),
+                deadline_offset_ms,
                 "lock lost: stop work guarded by it"
             );
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
@@ -305,6 +319,17 @@ impl Shared {
                     tracing::error!(event = "listener_panicked", key = %lost.lock_key, "an on_lock_lost listener panicked; the heartbeat goes on");
                 }
             }
+        }
+    }
+
+    /// The grant's conservative deadline in force: the earlier of its own and the session's.
+    fn effective_deadline(&self, entry: &Entry) -> u64 {
+        let session = self.session_deadline_nanos.load(Ordering::Acquire);
+        let grant = entry.deadline_nanos.load(Ordering::Acquire);
+        if deadline_passed(grant, session) {
+            session
+        } else {
+            grant
         }
     }
 
@@ -320,11 +345,15 @@ impl Shared {
         }
         if let Some(entry) = state.handles.remove(key) {
             if let (Some(reason), false) = (entry.lost, entry.notified) {
-                state.undelivered.push(LockLost {
-                    lock_key: key.clone(),
-                    fencing_token: entry.token,
-                    reason,
-                });
+                let deadline = self.effective_deadline(&entry);
+                state.undelivered.push((
+                    LockLost {
+                        lock_key: key.clone(),
+                        fencing_token: entry.token,
+                        reason,
+                    },
+                    deadline,
+                ));
             }
         }
         Unhold::Last(lost)

@@ -2,9 +2,10 @@
 //!
 //! [`fresh_database`] gives each test its own database on one server per test process:
 //! 1. the server at `DATABASE_URL` when that is set;
-//! 2. with `TEST_POSTGRES=container` and a Docker engine that answers, a [`PgContainer`] of
-//!    the locally built image (`TEST_POSTGRES_IMAGE`, default `payouts/postgres:15` from
-//!    `deploy/build-images.sh`), removed when the test process exits;
+//! 2. with `TEST_POSTGRES=container`, a [`PgContainer`] of the locally built image
+//!    (`TEST_POSTGRES_IMAGE`, default `payouts/postgres:15` from `deploy/build-images.sh`),
+//!    removed when the test process exits. No Docker engine or no image is a test failure
+//!    with a message saying so, never a silent fall back to a local cluster;
 //! 3. otherwise a [`ThrowawayCluster`] started from the machine's PostgreSQL binaries in a
 //!    temporary directory on a free port (as root, run as the `postgres` user). A watchdog
 //!    stops it and deletes its directory when the test process exits, however it exits.
@@ -69,15 +70,11 @@ pub fn server_url() -> &'static str {
             }
         }
         if std::env::var("TEST_POSTGRES").is_ok_and(|v| v == "container") {
-            match PgContainer::start() {
-                Ok(container) => {
-                    let url = container.url.clone();
-                    return (None, Some(container), url);
-                }
-                Err(e) => {
-                    eprintln!("TEST_POSTGRES=container: {e}; using a throwaway cluster instead")
-                }
-            }
+            let container = PgContainer::start().unwrap_or_else(|e| {
+                panic!("TEST_POSTGRES=container, but no PostgreSQL container could start: {e}")
+            });
+            let url = container.url.clone();
+            return (None, Some(container), url);
         }
         let cluster = ThrowawayCluster::start(TEST_SETTINGS)
             .unwrap_or_else(|e| panic!("start a throwaway PostgreSQL: {e}"));
@@ -272,6 +269,11 @@ impl PgContainer {
     pub fn start() -> Result<Self, String> {
         let image =
             std::env::var("TEST_POSTGRES_IMAGE").unwrap_or_else(|_| "payouts/postgres:15".into());
+        Self::start_image(&image)
+    }
+
+    /// Starts `image`. `Err` says what is missing: the docker CLI, the engine, or the image.
+    pub fn start_image(image: &str) -> Result<Self, String> {
         let docker = |args: &[&str]| -> Result<String, String> {
             let output = Command::new("docker")
                 .args(args)
@@ -286,7 +288,11 @@ impl PgContainer {
                 ))
             }
         };
-        docker(&["info", "--format", "{{.ServerVersion}}"])?;
+        docker(&["info", "--format", "{{.ServerVersion}}"])
+            .map_err(|e| format!("no Docker engine answers ({e})"))?;
+        docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
+            format!("image {image} is not on this machine: build it with deploy/build-images.sh")
+        })?;
         let password = uuid::Uuid::new_v4().simple().to_string();
         let id = docker(&[
             "run",
@@ -295,7 +301,7 @@ impl PgContainer {
             &format!("POSTGRES_PASSWORD={password}"),
             "-p",
             "127.0.0.1::5432",
-            &image,
+            image,
         ])?;
         let watchdog = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; docker rm -f {id} >/dev/null 2>&1",
@@ -406,6 +412,16 @@ mod tests {
         assert_eq!(
             with_database("postgres://u:p@h:5/old?sslmode=disable", "new"),
             "postgres://u:p@h:5/new?sslmode=disable"
+        );
+    }
+
+    #[test]
+    fn a_missing_image_is_an_error_that_says_so() {
+        let err = PgContainer::start_image("payouts/no-such-image:0")
+            .expect_err("no container from an image that does not exist");
+        assert!(
+            err.contains("payouts/no-such-image:0") || err.contains("Docker"),
+            "{err}"
         );
     }
 

@@ -271,3 +271,28 @@ async fn close_sends_l3_and_leaves_no_sdk_thread() {
         "{name} is gone after close"
     );
 }
+
+#[tokio::test]
+async fn a_late_tick_declares_a_passed_deadline_before_any_answer_can_revive_it() {
+    let rig = Rig::new(PERIOD);
+    let session = rig.session("w").await;
+    let fired = counter(&session);
+    let handle = hold(&session, "payout:1").await;
+    // The process was paused: its first tick runs 2.5 s after the grant was sent for (its
+    // deadline was 2.1 s), while the server still holds the grant and would renew it.
+    rig.tick(Duration::from_millis(2_500)).await;
+    let lost = session
+        .check_still_held(&handle)
+        .expect_err("a deadline that passed stays passed");
+    assert_eq!(lost.reason, LossReason::DeadlinePassed);
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        1,
+        "the listener heard it once"
+    );
+    assert_eq!(
+        rig.service.count("renew"),
+        0,
+        "no renewal of a grant whose deadline passed"
+    );
+}

@@ -24,6 +24,10 @@ fn session_from_path(raw: &str) -> ApiResult<SessionId> {
     Ok(SessionId::parse(raw)?)
 }
 
+// The audit trail: every grant, renewal, release, session creation, extension and close is
+// one `info` line with the store's own expiry (`expires_at`, RFC 3339), logged before the
+// answer leaves. The harness checks invariants I3 and I4 from it.
+
 /// L1 `POST /v1/sessions`.
 pub async fn create_session(
     State(state): State<AppState>,
@@ -39,7 +43,7 @@ pub async fn create_session(
         .await?;
     metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
         .increment(1);
-    tracing::debug!(event = "session_created", session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms);
+    tracing::info!(event = "session_created", session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
     Ok((
         StatusCode::CREATED,
         Json(CreateSessionResponse {
@@ -58,6 +62,7 @@ pub async fn heartbeat(
 ) -> ApiResult<Json<HeartbeatResponse>> {
     let session = session_from_path(&session_id)?;
     let record = state.store().heartbeat(session).await?;
+    tracing::info!(event = "session_extended", session = %session, expires_at = %record.expires_at.to_rfc3339());
     Ok(Json(HeartbeatResponse {
         ttl_ms: record.ttl_ms,
         expires_at: record.expires_at,
@@ -71,6 +76,7 @@ pub async fn delete_session(
 ) -> ApiResult<StatusCode> {
     let session = session_from_path(&session_id)?;
     state.store().delete_session(session).await?;
+    tracing::info!(event = "session_closed", session = %session);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -96,6 +102,7 @@ pub async fn acquire(
             took_over_expired,
         } => {
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
+            tracing::info!(event = "lock_granted", key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
                 metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
                     .increment(1);
@@ -124,7 +131,10 @@ pub async fn renew(
         .renew(&key, req.session_id, req.fencing_token.validate()?)
         .await
     {
-        Ok(grant) => Ok(Json(grant)),
+        Ok(grant) => {
+            tracing::info!(event = "lock_renewed", key = %key, token = grant.fencing_token.0, session = %grant.session_id, expires_at = %grant.expires_at.to_rfc3339());
+            Ok(Json(grant))
+        }
         Err(err @ StoreError::LockLost { .. }) => {
             metrics::counter!(m::RENEW_LOST_TOTAL, "backend" => state.backend().as_str())
                 .increment(1);
@@ -141,10 +151,9 @@ pub async fn release(
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> ApiResult<Json<ReleaseResponse>> {
     let key = key_from_path(lock_key)?;
-    let released = state
-        .store()
-        .release(&key, req.fencing_token.validate()?)
-        .await?;
+    let token = req.fencing_token.validate()?;
+    let released = state.store().release(&key, token).await?;
+    tracing::info!(event = "lock_released", key = %key, token = token.0, released);
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))
