@@ -7,38 +7,19 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lock_api::{
-    CreateSessionRequest, FencingToken, LockError, LockKey, OwnerId, ReleaseRequest, RetryVerdict,
-    SessionId,
-};
+use lock_api::{CreateSessionRequest, LockError, OwnerId, ReleaseRequest, RetryVerdict};
 use tokio::sync::mpsc;
 
-use crate::clock::{Clock, SystemClock, nanos_until};
+use crate::background::Background;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, LockClientConfig};
+use crate::core::{SessionCore, TickGrid};
 use crate::heartbeat;
 use crate::session::{LockClientSession, Shared};
 use crate::transport::{Call, HttpTransport, Reply, Transport, TransportError};
 
 /// Numbers heartbeat threads: `lock-hb-1`, `lock-hb-2`, ...
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(1);
-
-/// Work sent to the heartbeat thread.
-#[derive(Debug)]
-pub(crate) enum Background {
-    /// Recompute the period (a grant with a shorter lease arrived).
-    Wake,
-    /// L6 for a handle dropped without release.
-    Release {
-        endpoint: String,
-        key: LockKey,
-        token: FencingToken,
-    },
-    /// L3 for a session dropped without close.
-    DeleteSession {
-        endpoint: String,
-        session: SessionId,
-    },
-}
 
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -154,15 +135,10 @@ impl LockClient {
         let thread_inner = inner.clone();
         // The tick grid starts now, on the caller's thread, so no clock movement between
         // here and the thread's start is missed.
-        let first_tick = inner
-            .clock
-            .now_nanos()
-            .wrapping_add(duration_nanos(inner.period()));
+        let grid = TickGrid::new(inner.clock.now_nanos(), inner.period());
         let thread = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || {
-                run_heartbeat(thread_inner, heartbeat_transport, rx, stopped, first_tick)
-            })
+            .spawn(move || run_heartbeat(thread_inner, heartbeat_transport, rx, stopped, grid))
             .map_err(|e| ClientError::Start(format!("spawn the heartbeat thread: {e}")))?;
         Ok(Self {
             inner,
@@ -212,13 +188,13 @@ impl LockClient {
             });
             match self.inner.app_transport.send(endpoint, call).await {
                 Ok(Reply::Session(created)) => {
-                    let deadline = send_nanos.wrapping_add(config.usable_nanos(created.ttl_ms));
+                    let core = SessionCore::new(config.safety_margin, created.ttl_ms, send_nanos);
                     let shared = Arc::new(Shared::new(
                         created.session_id,
                         owner,
                         created.backend,
                         created.ttl_ms,
-                        deadline,
+                        core,
                         index,
                         config.clone(),
                         self.inner.clock.clone(),
@@ -306,7 +282,7 @@ fn run_heartbeat(
     transport: Arc<dyn Transport>,
     mut rx: mpsc::UnboundedReceiver<Background>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
-    first_tick: u64,
+    mut grid: TickGrid,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -320,20 +296,14 @@ fn run_heartbeat(
     };
     runtime.block_on(async move {
         let clock = inner.clock.clone();
-        let mut next_tick = first_tick;
         loop {
-            let wait = Duration::from_nanos(nanos_until(clock.now_nanos(), next_tick));
+            let wait = grid.wait(clock.now_nanos());
             tokio::select! {
                 biased;
                 _ = &mut stopped => break,
                 message = rx.recv() => match message {
                     None => break,
-                    Some(Background::Wake) => {
-                        let sooner = clock.now_nanos().wrapping_add(duration_nanos(inner.period()));
-                        if nanos_until(sooner, next_tick) > 0 {
-                            next_tick = sooner;
-                        }
-                    }
+                    Some(Background::Wake) => grid.tighten(clock.now_nanos(), inner.period()),
                     Some(Background::Release { endpoint, key, token }) => {
                         let call = Call::Release(key, ReleaseRequest { fencing_token: token });
                         if let Err(err) = transport.send(&endpoint, call).await {
@@ -363,19 +333,9 @@ fn run_heartbeat(
                         }
                         inner.ticks.fetch_add(1, Ordering::SeqCst);
                     }
-                    // Ticks stay on a grid (a slow tick does not push the next one back);
-                    // after a stall longer than a period, start a fresh grid from now.
-                    next_tick = next_tick.wrapping_add(duration_nanos(period));
-                    let now = clock.now_nanos();
-                    if nanos_until(next_tick, now) > duration_nanos(period) {
-                        next_tick = now;
-                    }
+                    grid.advance(clock.now_nanos(), period);
                 }
             }
         }
     });
-}
-
-fn duration_nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -11,11 +11,7 @@ pub const DEFAULT_LOCK_TTL_MS: u64 = 10_000;
 pub const DEFAULT_SAFETY_MARGIN: f64 = 0.30;
 /// Default per-request timeout.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2_000;
-/// Heartbeat divisor (seed T-040 ASSUMPTION): three periods fit in the usable lease, so two
-/// consecutive lost heartbeats are tolerated before the local deadline passes.
-pub const HEARTBEAT_DIVISOR: u32 = 3;
-/// Shortest heartbeat period, whatever the leases: bounds the tick rate.
-pub const MIN_HEARTBEAT_PERIOD_MS: u64 = 10;
+pub use crate::core::HEARTBEAT_DIVISOR;
 
 /// A configuration value that cannot be used; the message names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,9 +138,15 @@ impl LockClientConfig {
     /// The usable part of a granted lease in nanoseconds: `lease × (1 − margin)`, with the
     /// margin rounded up so the deadline errs early.
     pub fn usable_nanos(&self, lease_ms: u64) -> u64 {
-        let lease_nanos = lease_ms.saturating_mul(1_000_000);
-        let margin_nanos = (lease_nanos as f64 * self.safety_margin).ceil() as u64;
-        lease_nanos.saturating_sub(margin_nanos)
+        crate::core::usable_nanos(self.safety_margin, lease_ms)
+    }
+
+    /// What the heartbeat guarantees a caller: right after a tick, a live grant whose lease
+    /// (and session TTL) is at least `basis` has at least this long before its conservative
+    /// deadline. A write needing more can never pass a lease check.
+    pub fn remaining_after_tick(&self, basis: Duration) -> Duration {
+        let basis_ms = u64::try_from(basis.as_millis()).unwrap_or(u64::MAX);
+        crate::core::remaining_after_tick(self.safety_margin, basis_ms)
     }
 
     /// The heartbeat period for a session TTL and the shortest live lease (if any).
@@ -157,8 +159,7 @@ impl LockClientConfig {
             return fixed;
         }
         let basis_ms = shortest_lease_ms.map_or(session_ttl_ms, |l| l.min(session_ttl_ms));
-        let period_nanos = self.usable_nanos(basis_ms) / u64::from(HEARTBEAT_DIVISOR);
-        Duration::from_nanos(period_nanos).max(Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS))
+        crate::core::heartbeat_period(self.safety_margin, basis_ms)
     }
 }
 

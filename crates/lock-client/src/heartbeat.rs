@@ -1,5 +1,6 @@
-//! One heartbeat tick for one session: the local deadlines, L2, then L5 for grants under two
-//! periods of remaining time, then the local deadlines again, then loss delivery. Runs on the heartbeat
+//! One heartbeat tick for one session, driving the pure core: the core applies the local
+//! deadlines and plans the tick (L2, and L5 for grants under two periods of remaining time);
+//! this sends it, feeds the answers back, applies the deadlines again and delivers losses. Runs on the heartbeat
 //! thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
 //! endpoint after `NOT_LEADER` or no answer): only the deadline decides loss.
 
@@ -10,9 +11,6 @@ use lock_api::{ErrorCode, LossReason, RenewRequest};
 use crate::metrics as m;
 use crate::session::Shared;
 use crate::transport::{Call, Reply, Transport, TransportError};
-
-/// How many periods of remaining time trigger a renewal.
-pub const RENEW_BELOW_PERIODS: u32 = 2;
 
 fn result_label(err: &TransportError) -> &'static str {
     match err.code() {
@@ -33,38 +31,41 @@ fn on_error(shared: &Shared, err: &TransportError) {
     }
 }
 
-/// One tick for `shared` with heartbeat `period`.
+/// One tick for `shared` with heartbeat `period`: the core plans it (deadlines first), this
+/// sends it and feeds the answers back, then losses are delivered.
 pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Duration) {
     if shared.is_closed() {
         return;
     }
     let backend = shared.backend.as_str();
     let send_nanos = shared.clock.now_nanos();
-    // Deadlines first: a deadline that passed (the process was paused, say) is a loss, and
-    // no answer that arrives after it may extend the session or a grant again.
-    shared.expire_local(send_nanos);
-    match transport
-        .send(&shared.endpoint(), Call::Heartbeat(shared.id))
-        .await
-    {
-        Ok(Reply::Heartbeat(beat)) => {
-            shared.heartbeat_ok(send_nanos, beat.ttl_ms);
-            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "ok")
-                .increment(1);
-        }
-        Ok(other) => {
-            tracing::warn!(event = "heartbeat_failed", session = %shared.id, answer = ?other, "unexpected heartbeat answer");
-            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "error")
-                .increment(1);
-        }
-        Err(err) => {
-            tracing::debug!(event = "heartbeat_failed", session = %shared.id, error = %err);
-            metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
-            on_error(shared, &err);
+    let plan = shared.begin_tick(send_nanos, period);
+    if plan.heartbeat {
+        match transport
+            .send(&shared.endpoint(), Call::Heartbeat(shared.id))
+            .await
+        {
+            Ok(Reply::Heartbeat(beat)) => {
+                shared.heartbeat_ok(send_nanos, beat.ttl_ms);
+                metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "ok")
+                    .increment(1);
+            }
+            Ok(other) => {
+                tracing::warn!(event = "heartbeat_failed", session = %shared.id, answer = ?other, "unexpected heartbeat answer");
+                metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "error")
+                    .increment(1);
+            }
+            Err(err) => {
+                tracing::debug!(event = "heartbeat_failed", session = %shared.id, error = %err);
+                metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
+                on_error(shared, &err);
+            }
         }
     }
-    let now = shared.clock.now_nanos();
-    for (key, token) in shared.due_for_renewal(now, period * RENEW_BELOW_PERIODS) {
+    for (key, token) in plan.renew {
+        if shared.session_loss().is_some() {
+            break;
+        }
         let send_nanos = shared.clock.now_nanos();
         let call = Call::Renew(
             key.clone(),

@@ -37,10 +37,12 @@
 //! # }
 //! ```
 
+mod background;
 mod backoff;
 mod client;
 mod clock;
 mod config;
+pub mod core;
 mod heartbeat;
 pub mod metrics;
 mod session;

@@ -1,5 +1,7 @@
-//! `LockClientSession`: one server session, its registry of held grants, loss detection and
-//! listeners, and the bounded acquire loop.
+//! `LockClientSession`: one server session and the bounded acquire loop, a thin driver of
+//! the pure [`SessionCore`] (registry, deadlines, loss detection) over a [`Transport`] and a
+//! [`Clock`]. This module owns what the core does not: the mutex around it, the deadline
+//! cells handles read, the listeners, the logs and metrics of a loss, endpoints and jitter.
 //!
 //! Every deadline is `send_nanos + lease × (1 − margin)` on the SDK's [`Clock`], where
 //! `send_nanos` is read before the request is written; `expires_at` from the server is never
@@ -17,37 +19,29 @@ use lock_api::{
 };
 use tokio::sync::mpsc;
 
+use crate::background::Background;
 use crate::backoff;
-use crate::client::Background;
-use crate::clock::{Clock, deadline_passed, nanos_until};
+use crate::clock::Clock;
 use crate::config::{AcquirePolicy, LockClientConfig};
+use crate::core::{Held, Refused, SessionCore, TickPlan, Unhold};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
 /// A loss listener: runs on the heartbeat thread; must not block or do I/O.
 pub type Listener = Arc<dyn Fn(&LockLost) + Send + Sync>;
 
-/// One held grant in the registry.
-#[derive(Debug)]
-struct Entry {
-    token: FencingToken,
-    lease_ms: u64,
-    deadline_nanos: Arc<AtomicU64>,
-    holds: u32,
-    lost: Option<LossReason>,
-    notified: bool,
+struct State {
+    /// The pure safety state.
+    core: SessionCore,
+    /// Each held grant's deadline cell, shared with its handles (`client_deadline_nanos`).
+    cells: HashMap<LockKey, Arc<AtomicU64>>,
+    listeners: Vec<Listener>,
 }
 
-#[derive(Default)]
-struct State {
-    lost: Option<LossReason>,
-    closed: bool,
-    loss_reported: bool,
-    handles: HashMap<LockKey, Entry>,
-    /// Losses of grants released before the heartbeat delivered them: still delivered once.
-    /// Each with its conservative deadline in force when it was released.
-    undelivered: Vec<(LockLost, u64)>,
-    listeners: Vec<Listener>,
+impl State {
+    fn core(&mut self) -> &mut SessionCore {
+        &mut self.core
+    }
 }
 
 /// State shared by a session, its handles and the heartbeat thread.
@@ -58,7 +52,6 @@ pub(crate) struct Shared {
     pub(crate) ttl_ms: u64,
     pub(crate) config: Arc<LockClientConfig>,
     pub(crate) clock: Arc<dyn Clock>,
-    session_deadline_nanos: AtomicU64,
     endpoint: AtomicUsize,
     state: Mutex<State>,
     background: mpsc::UnboundedSender<Background>,
@@ -75,16 +68,6 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// What the last release of a hold found.
-enum Unhold {
-    /// Other holds remain.
-    StillHeld(Option<LossReason>),
-    /// The last hold: send L6.
-    Last(Option<LossReason>),
-    /// The registry does not know this grant (session closed).
-    Unknown,
-}
-
 impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -92,7 +75,7 @@ impl Shared {
         owner: OwnerId,
         backend: Backend,
         ttl_ms: u64,
-        deadline_nanos: u64,
+        core: SessionCore,
         endpoint: usize,
         config: Arc<LockClientConfig>,
         clock: Arc<dyn Clock>,
@@ -105,9 +88,12 @@ impl Shared {
             ttl_ms,
             config,
             clock,
-            session_deadline_nanos: AtomicU64::new(deadline_nanos),
             endpoint: AtomicUsize::new(endpoint),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                core,
+                cells: HashMap::new(),
+                listeners: Vec::new(),
+            }),
             background,
             rng: Mutex::new(fastrand::Rng::new()),
             closed: AtomicBool::new(false),
@@ -136,20 +122,12 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
-    fn deadline_after(&self, send_nanos: u64, lease_ms: u64) -> u64 {
-        send_nanos.wrapping_add(self.config.usable_nanos(lease_ms))
-    }
-
-    /// A successful L2 sent at `send_nanos`: the session lives `ttl × (1 − margin)` past it.
+    /// A successful L2 sent at `send_nanos`.
     pub(crate) fn heartbeat_ok(&self, send_nanos: u64, ttl_ms: u64) {
-        let state = self.state();
-        if state.lost.is_none() {
-            self.session_deadline_nanos
-                .store(self.deadline_after(send_nanos, ttl_ms), Ordering::Release);
-        }
+        self.state().core().heartbeat_ok(send_nanos, ttl_ms);
     }
 
-    /// A successful L5 of `key`/`token` sent at `send_nanos`.
+    /// A successful L5 of `key`/`token` sent at `send_nanos`: the handles see the new deadline.
     pub(crate) fn renew_ok(
         &self,
         key: &LockKey,
@@ -158,150 +136,71 @@ impl Shared {
         lease_ms: u64,
     ) {
         let mut state = self.state();
-        if state.lost.is_some() {
-            return;
-        }
-        if let Some(entry) = state
-            .handles
-            .get_mut(key)
-            .filter(|e| e.token == token && e.lost.is_none())
-        {
-            entry.lease_ms = lease_ms;
-            entry
-                .deadline_nanos
-                .store(self.deadline_after(send_nanos, lease_ms), Ordering::Release);
+        if let Some(deadline) = state.core().renew_ok(key, token, send_nanos, lease_ms) {
+            if let Some(cell) = state.cells.get(key) {
+                cell.store(deadline, Ordering::Release);
+            }
         }
     }
 
     /// Marks the whole session lost (terminal): every grant with it.
     pub(crate) fn lose_session(&self, reason: LossReason) {
-        let mut state = self.state();
-        Self::lose_session_locked(&mut state, reason);
+        self.state().core().lose_session(reason);
     }
 
-    fn lose_session_locked(state: &mut State, reason: LossReason) {
-        if state.lost.is_none() {
-            state.lost = Some(reason);
-        }
-        for entry in state.handles.values_mut() {
-            entry.lost.get_or_insert(reason);
-        }
+    /// Why the session is lost, if it is.
+    pub(crate) fn session_loss(&self) -> Option<LossReason> {
+        self.state().core().lost()
     }
 
     /// Marks one grant lost.
     pub(crate) fn lose_handle(&self, key: &LockKey, token: FencingToken, reason: LossReason) {
-        let mut state = self.state();
-        if let Some(entry) = state.handles.get_mut(key).filter(|e| e.token == token) {
-            entry.lost.get_or_insert(reason);
-        }
+        self.state().core().lose_grant(key, token, reason);
     }
 
-    /// Grants whose remaining time is under `threshold`: the heartbeat renews them.
-    pub(crate) fn due_for_renewal(
-        &self,
-        now_nanos: u64,
-        threshold: Duration,
-    ) -> Vec<(LockKey, FencingToken)> {
-        let threshold_nanos = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
-        let state = self.state();
-        if state.lost.is_some() || state.closed {
-            return Vec::new();
-        }
-        state
-            .handles
-            .iter()
-            .filter(|(_, e)| e.lost.is_none())
-            .filter(|(_, e)| {
-                nanos_until(now_nanos, e.deadline_nanos.load(Ordering::Acquire)) < threshold_nanos
-            })
-            .map(|(k, e)| (k.clone(), e.token))
-            .collect()
+    /// A tick at `now_nanos`: deadlines first, then what to send.
+    pub(crate) fn begin_tick(&self, now_nanos: u64, period: Duration) -> TickPlan {
+        self.state().core().begin_tick(now_nanos, period)
     }
 
     /// The shortest lease among live grants, for the heartbeat period.
     pub(crate) fn shortest_lease_ms(&self) -> Option<u64> {
-        self.state()
-            .handles
-            .values()
-            .filter(|e| e.lost.is_none())
-            .map(|e| e.lease_ms)
-            .min()
+        self.state().core().shortest_lease_ms()
     }
 
     /// Applies local deadlines: the session's, then each grant's.
     pub(crate) fn expire_local(&self, now_nanos: u64) {
-        let mut state = self.state();
-        if state.closed {
-            return;
-        }
-        if state.lost.is_none()
-            && deadline_passed(
-                now_nanos,
-                self.session_deadline_nanos.load(Ordering::Acquire),
-            )
-        {
-            Self::lose_session_locked(&mut state, LossReason::DeadlinePassed);
-        }
-        for entry in state.handles.values_mut() {
-            if entry.lost.is_none()
-                && deadline_passed(now_nanos, entry.deadline_nanos.load(Ordering::Acquire))
-            {
-                entry.lost = Some(LossReason::DeadlinePassed);
-            }
-        }
+        self.state().core().expire(now_nanos);
     }
 
     /// Delivers every loss not yet delivered: logs, counts, and calls each listener once per
     /// lost grant in registration order, catching panics. Called on the heartbeat thread.
     pub(crate) fn fire_pending(&self) {
-        let (events, session_event, listeners) = {
+        if self.is_closed() {
+            return;
+        }
+        let (losses, listeners) = {
             let mut state = self.state();
-            if state.closed {
-                return;
-            }
-            // Each loss with the grant's effective conservative deadline (the earlier of its
-            // own and the session's).
-            let mut events = std::mem::take(&mut state.undelivered);
-            for (key, entry) in state.handles.iter_mut() {
-                if let (Some(reason), false) = (entry.lost, entry.notified) {
-                    entry.notified = true;
-                    let deadline = self.effective_deadline(entry);
-                    events.push((
-                        LockLost {
-                            lock_key: key.clone(),
-                            fencing_token: entry.token,
-                            reason,
-                        },
-                        deadline,
-                    ));
-                }
-            }
-            let session_event = match (state.lost, state.loss_reported) {
-                (Some(reason), false) => {
-                    state.loss_reported = true;
-                    Some(reason)
-                }
-                _ => None,
-            };
-            (events, session_event, state.listeners.clone())
+            let losses = state.core().take_losses();
+            (losses, state.listeners.clone())
         };
         let backend = self.backend.as_str();
         let now = self.clock.now_nanos();
-        if let Some(reason) = session_event.filter(|_| events.is_empty()) {
-            let session_deadline = self.session_deadline_nanos.load(Ordering::Acquire);
-            let deadline_offset_ms = (now.wrapping_sub(session_deadline) as i64) / 1_000_000;
+        // How long ago (negative: how far ahead) a deadline lay when its loss was delivered:
+        // the log line's time minus this is the deadline's wall time (invariant I4's check).
+        let offset_ms = |deadline: u64| (now.wrapping_sub(deadline) as i64) / 1_000_000;
+        if let Some((reason, deadline)) = losses.session.filter(|_| losses.grants.is_empty()) {
+            let deadline_offset_ms = offset_ms(deadline);
             tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = reason.as_str(), deadline_offset_ms, "lock session lost while holding nothing");
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
         }
-        for (lost, deadline) in &events {
-            let event = if session_event.is_some() || self.state().lost.is_some() {
-                "session_lost"
-            } else {
-                "lease_expired"
-            };
-            // How long ago (negative: how far ahead) the conservative deadline lay when the
-            // loss was delivered: the log line's time minus this is the deadline's wall time.
-            let deadline_offset_ms = (now.wrapping_sub(*deadline) as i64) / 1_000_000;
+        let event = if losses.session_lost {
+            "session_lost"
+        } else {
+            "lease_expired"
+        };
+        for loss in &losses.grants {
+            let lost = &loss.lost;
             tracing::warn!(
                 event,
                 owner = %self.owner,
@@ -310,7 +209,7 @@ impl Shared {
                 token = lost.fencing_token.0,
                 backend,
                 reason = lost.reason.as_str(),
-                deadline_offset_ms,
+                deadline_offset_ms = offset_ms(loss.deadline_nanos),
                 "lock lost: stop work guarded by it"
             );
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
@@ -322,51 +221,18 @@ impl Shared {
         }
     }
 
-    /// The grant's conservative deadline in force: the earlier of its own and the session's.
-    fn effective_deadline(&self, entry: &Entry) -> u64 {
-        let session = self.session_deadline_nanos.load(Ordering::Acquire);
-        let grant = entry.deadline_nanos.load(Ordering::Acquire);
-        if deadline_passed(grant, session) {
-            session
-        } else {
-            grant
-        }
-    }
-
     fn unhold(&self, key: &LockKey, token: FencingToken) -> Unhold {
         let mut state = self.state();
-        let Some(entry) = state.handles.get_mut(key).filter(|e| e.token == token) else {
-            return Unhold::Unknown;
-        };
-        entry.holds = entry.holds.saturating_sub(1);
-        let lost = entry.lost;
-        if entry.holds > 0 {
-            return Unhold::StillHeld(lost);
+        let outcome = state.core().unhold(key, token);
+        if matches!(outcome, Unhold::Last(_)) {
+            state.cells.remove(key);
         }
-        if let Some(entry) = state.handles.remove(key) {
-            if let (Some(reason), false) = (entry.lost, entry.notified) {
-                let deadline = self.effective_deadline(&entry);
-                state.undelivered.push((
-                    LockLost {
-                        lock_key: key.clone(),
-                        fencing_token: entry.token,
-                        reason,
-                    },
-                    deadline,
-                ));
-            }
-        }
-        Unhold::Last(lost)
+        outcome
     }
 
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
-        let mut state = self.state();
-        state.closed = true;
-        for entry in state.handles.values_mut() {
-            entry.lost.get_or_insert(LossReason::SessionClosed);
-            entry.notified = true;
-        }
+        self.state().core().close();
     }
 }
 
@@ -445,11 +311,19 @@ impl LockClientSession {
                 },
             );
             match self.transport.send(&shared.endpoint(), call).await {
-                Ok(Reply::Grant(grant)) => {
-                    let handle = self.register(key, &grant, send_nanos)?;
-                    self.observe(started, "granted");
-                    return Ok(Some(handle));
-                }
+                Ok(Reply::Grant(grant)) => match self.register(key, &grant, send_nanos).await? {
+                    Some(handle) => {
+                        self.observe(started, "granted");
+                        return Ok(Some(handle));
+                    }
+                    None => {
+                        last_error = Some(LockError::Contention {
+                            message: format!(
+                                "{key}: re-granted a token whose release is unanswered"
+                            ),
+                        });
+                    }
+                },
                 Ok(other) => {
                     self.observe(started, "error");
                     return Err(LockError::Protocol {
@@ -537,94 +411,104 @@ impl LockClientSession {
 
     /// Same-session reentrancy, or an error when the session or the key's grant is lost.
     fn reenter(&self, key: &LockKey) -> Result<Option<LockHandle>, LockError> {
-        let shared = &self.shared;
-        let now = shared.clock.now_nanos();
-        shared.expire_local(now);
-        let mut state = shared.state();
-        if state.closed {
-            return Err(self.session_error(LossReason::SessionClosed));
+        let now = self.shared.clock.now_nanos();
+        let mut state = self.shared.state();
+        match state.core().reenter(key, now) {
+            Ok(None) => Ok(None),
+            Ok(Some(held)) => {
+                let cell = Self::cell(&mut state, key, &held);
+                Ok(Some(self.handle(key, &held, cell)))
+            }
+            Err(Refused::Session(reason)) => Err(self.session_error(reason)),
+            Err(Refused::Grant(lost)) => Err(LockError::Lost(lost)),
         }
-        if let Some(reason) = state.lost {
-            return Err(self.session_error(reason));
-        }
-        let Some(entry) = state.handles.get_mut(key) else {
-            return Ok(None);
-        };
-        if let Some(reason) = entry.lost {
-            return Err(LockError::Lost(LockLost {
-                lock_key: key.clone(),
-                fencing_token: entry.token,
-                reason,
-            }));
-        }
-        entry.holds += 1;
-        Ok(Some(self.handle(
-            key,
-            entry.token,
-            entry.lease_ms,
-            entry.deadline_nanos.clone(),
-        )))
     }
 
-    fn register(
+    /// The deadline cell of `key`'s grant, shared by all its handles.
+    fn cell(state: &mut State, key: &LockKey, held: &Held) -> Arc<AtomicU64> {
+        state
+            .cells
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(AtomicU64::new(held.deadline_nanos)))
+            .clone()
+    }
+
+    /// Registers a grant: a handle, or `None` when it re-granted the token of an unanswered
+    /// release (released again here; the caller acquires anew).
+    async fn register(
         &self,
         key: &LockKey,
         grant: &LockGrant,
         send_nanos: u64,
-    ) -> Result<LockHandle, LockError> {
+    ) -> Result<Option<LockHandle>, LockError> {
         if grant.lock_key != *key || grant.session_id != self.shared.id {
             return Err(LockError::Protocol {
                 status: 200,
                 message: format!("grant for another key or session: {grant:?}"),
             });
         }
-        let deadline = Arc::new(AtomicU64::new(
-            self.shared.deadline_after(send_nanos, grant.lease_ms),
-        ));
-        {
+        let registered = {
             let mut state = self.shared.state();
-            match state.handles.get_mut(key) {
-                // An idempotent re-grant raced with another acquire of ours: one more hold.
-                Some(entry) if entry.token == grant.fencing_token && entry.lost.is_none() => {
-                    entry.holds += 1;
-                    return Ok(self.handle(
-                        key,
-                        entry.token,
-                        entry.lease_ms,
-                        entry.deadline_nanos.clone(),
-                    ));
+            match state
+                .core()
+                .granted(key, grant.fencing_token, grant.lease_ms, send_nanos)
+            {
+                Ok(held) => {
+                    let cell = Self::cell(&mut state, key, &held);
+                    // A new grant of this key (the last one ended): its own deadline.
+                    cell.store(held.deadline_nanos, Ordering::Release);
+                    Ok((held, cell))
                 }
-                _ => {}
+                Err(stale) => Err(stale),
             }
-            state.handles.insert(
-                key.clone(),
-                Entry {
-                    token: grant.fencing_token,
-                    lease_ms: grant.lease_ms,
-                    deadline_nanos: deadline.clone(),
-                    holds: 1,
-                    lost: None,
-                    notified: false,
-                },
-            );
+        };
+        match registered {
+            Ok((held, cell)) => {
+                // A shorter lease may shorten the heartbeat period.
+                let _ = self.shared.background.send(Background::Wake);
+                Ok(Some(self.handle(key, &held, cell)))
+            }
+            Err(stale) => {
+                // Our own earlier release of this token is unanswered and may still delete
+                // this grant: release it again, then acquire anew (a fresh token).
+                tracing::info!(event = "stale_regrant", key = %stale.key, token = stale.token.0, "re-granted the token of an unanswered release: releasing again");
+                self.send_release(&stale.key, stale.token).await;
+                Ok(None)
+            }
         }
-        // A shorter lease may shorten the heartbeat period.
-        let _ = self.shared.background.send(Background::Wake);
-        Ok(self.handle(key, grant.fencing_token, grant.lease_ms, deadline))
     }
 
-    fn handle(
-        &self,
-        key: &LockKey,
-        token: FencingToken,
-        lease_ms: u64,
-        deadline: Arc<AtomicU64>,
-    ) -> LockHandle {
+    /// Sends L6 for `key`/`token`; an answer (whatever it found) is recorded in the core.
+    async fn send_release(&self, key: &LockKey, token: FencingToken) -> Option<bool> {
+        let call = Call::Release(
+            key.clone(),
+            ReleaseRequest {
+                fencing_token: token,
+            },
+        );
+        match self.transport.send(&self.shared.endpoint(), call).await {
+            Ok(Reply::Released(r)) => {
+                self.shared.state().core().release_answered(key, token);
+                tracing::debug!(event = "released", key = %key, token = token.0, released = r.released);
+                Some(r.released)
+            }
+            Ok(other) => {
+                tracing::warn!(event = "release_failed", key = %key, token = token.0, answer = ?other);
+                None
+            }
+            Err(err) => {
+                tracing::debug!(event = "release_failed", key = %key, token = token.0, error = %err, "the lease will expire on its own");
+                None
+            }
+        }
+    }
+
+    fn handle(&self, key: &LockKey, held: &Held, deadline: Arc<AtomicU64>) -> LockHandle {
         let owner: Arc<dyn HandleOwner> = self.shared.clone();
         LockHandle::new(
             key.clone(),
-            token,
-            lease_ms,
+            held.token,
+            held.lease_ms,
             self.shared.id,
             deadline,
             Some(owner),
@@ -640,26 +524,16 @@ impl LockClientSession {
 
     /// Time left before `handle`'s conservative deadline, or `Err(LockLost)`.
     pub fn remaining(&self, handle: &LockHandle) -> Result<Duration, LockLost> {
-        let shared = &self.shared;
-        let now = shared.clock.now_nanos();
-        shared.expire_local(now);
-        let state = shared.state();
-        let lost = |reason| LockLost {
-            lock_key: handle.lock_key().clone(),
-            fencing_token: handle.fencing_token(),
-            reason,
-        };
-        let entry = state
-            .handles
-            .get(handle.lock_key())
-            .filter(|e| e.token == handle.fencing_token())
-            .ok_or_else(|| lost(state.lost.unwrap_or(LossReason::SessionClosed)))?;
-        if let Some(reason) = entry.lost {
-            return Err(lost(reason));
-        }
-        let session_left = nanos_until(now, shared.session_deadline_nanos.load(Ordering::Acquire));
-        let grant_left = nanos_until(now, entry.deadline_nanos.load(Ordering::Acquire));
-        Ok(Duration::from_nanos(session_left.min(grant_left)))
+        let now = self.shared.clock.now_nanos();
+        self.shared
+            .state()
+            .core()
+            .remaining(handle.lock_key(), handle.fencing_token(), now)
+            .map_err(|reason| LockLost {
+                lock_key: handle.lock_key().clone(),
+                fencing_token: handle.fencing_token(),
+                reason,
+            })
     }
 
     /// Releases one hold of `handle`. The last hold sends L6 (compare-and-delete on key and
@@ -680,31 +554,15 @@ impl LockClientSession {
             Unhold::Unknown => Some(
                 self.shared
                     .state()
-                    .lost
+                    .core()
+                    .lost()
                     .unwrap_or(LossReason::SessionClosed),
             ),
         };
-        let call = Call::Release(
-            key.clone(),
-            ReleaseRequest {
-                fencing_token: token,
-            },
-        );
-        match self.transport.send(&self.shared.endpoint(), call).await {
-            Ok(Reply::Released(r)) => {
-                tracing::debug!(event = "released", key = %key, token = token.0, released = r.released);
-                if !r.released && lost_reason.is_none() {
-                    // The server had no live grant with this token: it expired, was revoked
-                    // or was taken over before we noticed. Report it as the loss it was.
-                    return Err(lost(LossReason::NotHeld));
-                }
-            }
-            Ok(other) => {
-                tracing::warn!(event = "release_failed", key = %key, token = token.0, answer = ?other)
-            }
-            Err(err) => {
-                tracing::debug!(event = "release_failed", key = %key, token = token.0, error = %err, "the lease will expire on its own")
-            }
+        if self.send_release(&key, token).await == Some(false) && lost_reason.is_none() {
+            // The server had no live grant with this token: it expired, was revoked or was
+            // taken over before we noticed. Report it as the loss it was.
+            return Err(lost(LossReason::NotHeld));
         }
         lost_reason.map_or(Ok(()), |r| Err(lost(r)))
     }
@@ -717,18 +575,7 @@ impl LockClientSession {
         let already: Vec<LockLost> = {
             let mut state = self.shared.state();
             state.listeners.push(listener.clone());
-            state
-                .handles
-                .iter()
-                .filter_map(|(key, e)| match (e.lost, e.notified) {
-                    (Some(reason), true) => Some(LockLost {
-                        lock_key: key.clone(),
-                        fencing_token: e.token,
-                        reason,
-                    }),
-                    _ => None,
-                })
-                .collect()
+            state.core().delivered_losses()
         };
         for lost in &already {
             if catch_unwind(AssertUnwindSafe(|| listener(lost))).is_err() {

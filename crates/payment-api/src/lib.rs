@@ -7,8 +7,10 @@
 use serde::{Deserialize, Serialize};
 
 mod codes;
+mod fence;
 
 pub use codes::{AnyCode, AnyErrorBody, PaymentCode};
+pub use fence::{FenceRefusal, FenceRule, check_fence};
 
 /// The header that makes payout creation idempotent.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lock_api::FencingToken;
 use payment_api::{
-    CreatePayout, LedgerSummary, Payout, PayoutState, RecordOutcome, Reservation, Submission,
-    SubmissionOutcome,
+    CreatePayout, FenceRefusal, LedgerSummary, Payout, PayoutState, RecordOutcome, Reservation,
+    Submission, SubmissionOutcome, check_fence,
 };
 use sqlx::postgres::{PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
@@ -84,14 +84,7 @@ impl From<sqlx::Error> for PayError {
     }
 }
 
-/// Which tokens a fenced write accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceRule {
-    /// Claim (P2): a token at or above the fence, which it then raises.
-    Claim,
-    /// Every later write: only the token that claimed last (the current fence holder).
-    Holder,
-}
+pub use payment_api::FenceRule;
 
 const PAYOUT_COLUMNS: &str = "payout_id, amount_minor, currency, beneficiary, state, fence";
 
@@ -140,25 +133,15 @@ pub async fn fenced(
     .await?
     .ok_or(PayError::PayoutUnknown(payout_id))?;
     let current = payout(&row)?;
-    let presented = token_i64(token);
-    let allowed = match rule {
-        FenceRule::Claim => presented >= current.fence,
-        FenceRule::Holder => presented == current.fence,
-    };
-    if !allowed {
-        return Err(PayError::FencedOut {
+    match check_fence(rule, token_i64(token), current.fence, current.state) {
+        Ok(()) => Ok(current),
+        Err(FenceRefusal::FencedOut { fence }) => Err(PayError::FencedOut {
             payout_id,
             token: token.0,
-            fence: current.fence,
-        });
+            fence,
+        }),
+        Err(FenceRefusal::Terminal(state)) => Err(PayError::AlreadyTerminal { payout_id, state }),
     }
-    if current.state.is_terminal() {
-        return Err(PayError::AlreadyTerminal {
-            payout_id,
-            state: current.state,
-        });
-    }
-    Ok(current)
 }
 
 /// paydb.

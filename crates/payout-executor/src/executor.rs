@@ -326,15 +326,13 @@ impl Executor {
     }
 }
 
-/// Refuses a configuration where no submit could ever pass the lease check: the remaining
-/// lease right after a heartbeat is at least two periods of the usable TTL (2/3 of it).
+/// Refuses a configuration where no submit could ever pass the lease check: the SDK
+/// guarantees only `remaining_after_tick` of the shorter TTL right after a heartbeat.
 fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<()> {
     let margin = lock.safety_margin;
     let needed = config.hop_budget.mul_f64(1.0 + margin);
-    let worst_remaining = lock
-        .session_ttl
-        .min(lock.default_ttl)
-        .mul_f64((1.0 - margin) * 2.0 / 3.0);
+    // The SDK's own guarantee: what a live grant has left right after a heartbeat tick.
+    let worst_remaining = lock.remaining_after_tick(lock.session_ttl.min(lock.default_ttl));
     if needed > worst_remaining {
         anyhow::bail!(
             "rail.hop-budget (RAIL_HOP_BUDGET) {:?} needs {:?} of lease, but LOCK_SESSION_TTL/LOCK_DEFAULT_TTL leave as little as {:?} between heartbeats: lower the budget or raise the TTLs",

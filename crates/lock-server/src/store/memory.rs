@@ -1,9 +1,11 @@
 //! `LockStore` in process memory, for unit tests and the simulation. Same semantics as the
-//! PostgreSQL store (one conformance suite); its clock is this process's monotonic clock.
+//! PostgreSQL store (one conformance suite). Its clock and its session ids come from a
+//! [`StoreEnv`]: this process's monotonic clock and random ids by default
+//! ([`SystemEnv`]), virtual time and counted ids in the simulation (`lock-sim`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -11,11 +13,51 @@ use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, Ses
 
 use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
 
+/// Where a memory store gets its time and its session ids.
+pub trait StoreEnv: Send + Sync + std::fmt::Debug + 'static {
+    /// Monotonic nanoseconds (the store's only clock; never wraps within a run).
+    fn now_nanos(&self) -> u64;
+    /// A new session id.
+    fn session_id(&self) -> SessionId;
+    /// A store instant as the wire's `expires_at` (display only).
+    fn display(&self, nanos: u64) -> DateTime<Utc>;
+}
+
+/// The production environment: this process's monotonic clock, random session ids.
+#[derive(Debug)]
+pub struct SystemEnv {
+    origin: Instant,
+    origin_wall: DateTime<Utc>,
+}
+
+impl Default for SystemEnv {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            origin_wall: Utc::now(),
+        }
+    }
+}
+
+impl StoreEnv for SystemEnv {
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn session_id(&self) -> SessionId {
+        SessionId::random()
+    }
+
+    fn display(&self, nanos: u64) -> DateTime<Utc> {
+        self.origin_wall + chrono::Duration::nanoseconds(i64::try_from(nanos).unwrap_or(i64::MAX))
+    }
+}
+
 #[derive(Debug)]
 struct Session {
     owner: OwnerId,
     ttl_ms: u64,
-    expires: Instant,
+    expires: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -23,7 +65,7 @@ struct Grant {
     token: FencingToken,
     session: SessionId,
     lease_ms: u64,
-    expires: Instant,
+    expires: u64,
 }
 
 #[derive(Debug, Default)]
@@ -35,7 +77,7 @@ struct State {
 }
 
 impl State {
-    fn live_session(&self, id: SessionId, now: Instant) -> Result<&Session, StoreError> {
+    fn live_session(&self, id: SessionId, now: u64) -> Result<&Session, StoreError> {
         match self.sessions.get(&id) {
             None => Err(StoreError::SessionUnknown(id)),
             Some(s) if s.expires <= now => Err(StoreError::SessionExpired(id)),
@@ -43,7 +85,7 @@ impl State {
         }
     }
 
-    fn live_grant(&self, key: &LockKey, now: Instant) -> Option<&Grant> {
+    fn live_grant(&self, key: &LockKey, now: u64) -> Option<&Grant> {
         let grant = self.locks.get(key)?;
         let session = self.sessions.get(&grant.session)?;
         (grant.expires > now && session.expires > now).then_some(grant)
@@ -51,15 +93,34 @@ impl State {
 }
 
 /// The in-memory lock store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    env: Arc<dyn StoreEnv>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store on this process's clock.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_env(Arc::new(SystemEnv::default()))
+    }
+
+    /// An empty store on `env`'s clock and ids.
+    pub fn with_env(env: Arc<dyn StoreEnv>) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            env,
+        }
+    }
+
+    fn display(&self, nanos: u64) -> DateTime<Utc> {
+        self.env.display(nanos)
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
@@ -69,14 +130,9 @@ impl MemoryStore {
     }
 }
 
-fn after(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
-
-/// Wall-clock rendering of a monotonic instant, for display only.
-fn display(instant: Instant, now: Instant) -> DateTime<Utc> {
-    let remaining = instant.saturating_duration_since(now);
-    Utc::now() + chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::MAX)
+/// `now` plus `ms`, in nanoseconds.
+fn after(now: u64, ms: u64) -> u64 {
+    now.saturating_add(ms.saturating_mul(1_000_000))
 }
 
 #[async_trait]
@@ -90,9 +146,9 @@ impl LockStore for MemoryStore {
         owner: &OwnerId,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
-        let now = Instant::now();
-        let session_id = SessionId::random();
-        let expires = now + after(ttl_ms);
+        let now = self.env.now_nanos();
+        let session_id = self.env.session_id();
+        let expires = after(now, ttl_ms);
         self.state()?.sessions.insert(
             session_id,
             Session {
@@ -104,23 +160,23 @@ impl LockStore for MemoryStore {
         Ok(SessionRecord {
             session_id,
             ttl_ms,
-            expires_at: display(expires, now),
+            expires_at: self.display(expires),
         })
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
         let s = state
             .sessions
             .get_mut(&session)
             .ok_or(StoreError::SessionUnknown(session))?;
-        s.expires = now + after(s.ttl_ms);
+        s.expires = after(now, s.ttl_ms);
         Ok(SessionRecord {
             session_id: session,
             ttl_ms: s.ttl_ms,
-            expires_at: display(s.expires, now),
+            expires_at: self.display(s.expires),
         })
     }
 
@@ -137,7 +193,7 @@ impl LockStore for MemoryStore {
         session: SessionId,
         lease_ms: u64,
     ) -> Result<AcquireOutcome, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
         if let Some(current) = state.live_grant(key, now).cloned() {
@@ -148,7 +204,7 @@ impl LockStore for MemoryStore {
             }
             // Lease and expiry only grow (invariant I4 for every answer).
             let lease_ms = current.lease_ms.max(lease_ms);
-            let expires = current.expires.max(now + after(lease_ms));
+            let expires = current.expires.max(after(now, lease_ms));
             state.locks.insert(
                 key.clone(),
                 Grant {
@@ -162,7 +218,7 @@ impl LockStore for MemoryStore {
                     lock_key: key.clone(),
                     fencing_token: current.token,
                     lease_ms,
-                    expires_at: display(expires, now),
+                    expires_at: self.display(expires),
                     session_id: session,
                 },
                 took_over_expired: false,
@@ -170,7 +226,7 @@ impl LockStore for MemoryStore {
         }
         let next = FencingToken(state.fences.get(key).map_or(1, |t| t.0 + 1));
         state.fences.insert(key.clone(), next);
-        let expires = now + after(lease_ms);
+        let expires = after(now, lease_ms);
         let replaced = state
             .locks
             .insert(
@@ -188,7 +244,7 @@ impl LockStore for MemoryStore {
                 lock_key: key.clone(),
                 fencing_token: next,
                 lease_ms,
-                expires_at: display(expires, now),
+                expires_at: self.display(expires),
                 session_id: session,
             },
             took_over_expired: replaced,
@@ -201,7 +257,7 @@ impl LockStore for MemoryStore {
         session: SessionId,
         token: FencingToken,
     ) -> Result<LockGrant, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
         let lost = || StoreError::LockLost {
@@ -212,12 +268,12 @@ impl LockStore for MemoryStore {
         if grant.session != session || grant.token != token || grant.expires <= now {
             return Err(lost());
         }
-        grant.expires = now + after(grant.lease_ms);
+        grant.expires = after(now, grant.lease_ms);
         Ok(LockGrant {
             lock_key: key.clone(),
             fencing_token: token,
             lease_ms: grant.lease_ms,
-            expires_at: display(grant.expires, now),
+            expires_at: self.display(grant.expires),
             session_id: session,
         })
     }
@@ -232,7 +288,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let state = self.state()?;
         let Some(grant) = state.live_grant(key, now) else {
             return Ok(None);
@@ -246,12 +302,12 @@ impl LockStore for MemoryStore {
             fencing_token: grant.token,
             owner_id: session.owner.clone(),
             session_id: grant.session,
-            expires_at: display(grant.expires.min(session.expires), now),
+            expires_at: self.display(grant.expires.min(session.expires)),
         }))
     }
 
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let mut state = self.state()?;
         let Some(token) = state.live_grant(key, now).map(|g| g.token) else {
             return Ok(None);
@@ -261,7 +317,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
-        let now = Instant::now();
+        let now = self.env.now_nanos();
         let mut guard = self.state()?;
         let state = &mut *guard;
         let mut report = ReapReport::default();

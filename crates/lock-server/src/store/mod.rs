@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, StoreEnv, SystemEnv};
 pub use postgres::PostgresStore;
 
 /// A session as the store keeps it.

@@ -1,0 +1,22 @@
+//! Work the application's threads hand to the heartbeat thread. Its own module so that the
+//! session (which sends it) and the client (whose thread runs it) do not import each other.
+
+use lock_api::{FencingToken, LockKey, SessionId};
+
+/// Work sent to the heartbeat thread.
+#[derive(Debug)]
+pub(crate) enum Background {
+    /// Recompute the period (a grant with a shorter lease arrived).
+    Wake,
+    /// L6 for a handle dropped without release.
+    Release {
+        endpoint: String,
+        key: LockKey,
+        token: FencingToken,
+    },
+    /// L3 for a session dropped without close.
+    DeleteSession {
+        endpoint: String,
+        session: SessionId,
+    },
+}

@@ -1,0 +1,726 @@
+//! The SDK's safety logic as a pure state machine (sans-IO): one session's grant registry,
+//! the conservative deadline arithmetic, the heartbeat's renew decisions and grid, and loss
+//! detection. Inputs are `now_nanos` readings of the caller's monotonic clock and the
+//! replies the caller received; outputs are decisions (what to send on a tick, how long to
+//! wait) and the losses to deliver. No I/O, no clock reads, no threads, no async, no locks.
+//!
+//! Two drivers run this exact code: `LockClientSession` with the heartbeat thread (over a
+//! `Transport` and a `Clock`), and the deterministic simulation (`crates/lock-sim`).
+//!
+//! Readings are `u64` nanoseconds that may wrap; every comparison goes through
+//! [`deadline_passed`] / [`nanos_until`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lock_api::{FencingToken, LockKey, LockLost, LossReason};
+
+use crate::clock::{deadline_passed, nanos_until};
+
+/// Heartbeat divisor (seed T-040 ASSUMPTION): three periods fit in the usable lease, so two
+/// consecutive lost heartbeats are tolerated before the local deadline passes.
+pub const HEARTBEAT_DIVISOR: u32 = 3;
+/// A grant is renewed on the tick that finds less than this many periods left.
+pub const RENEW_BELOW_PERIODS: u32 = 2;
+/// Shortest heartbeat period, whatever the leases: bounds the tick rate.
+pub const MIN_HEARTBEAT_PERIOD_MS: u64 = 10;
+
+/// The usable part of a lease in nanoseconds: `lease × (1 − margin)`, the margin rounded up
+/// so a deadline errs early.
+pub fn usable_nanos(safety_margin: f64, lease_ms: u64) -> u64 {
+    let lease_nanos = lease_ms.saturating_mul(1_000_000);
+    let margin_nanos = (lease_nanos as f64 * safety_margin).ceil() as u64;
+    lease_nanos.saturating_sub(margin_nanos)
+}
+
+/// The heartbeat period for a basis (the session TTL, or a shorter live lease):
+/// usable basis / [`HEARTBEAT_DIVISOR`], at least [`MIN_HEARTBEAT_PERIOD_MS`].
+pub fn heartbeat_period(safety_margin: f64, basis_ms: u64) -> Duration {
+    let period_nanos = usable_nanos(safety_margin, basis_ms) / u64::from(HEARTBEAT_DIVISOR);
+    Duration::from_nanos(period_nanos).max(Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS))
+}
+
+/// The guarantee the heartbeat gives a caller: right after a tick, every live grant whose
+/// lease is at least `basis_ms` has at least this much time before its conservative deadline
+/// (a tick renews anything under [`RENEW_BELOW_PERIODS`] periods; a renewal restores the
+/// whole usable lease). A worst-case write that needs more can never be guarded.
+pub fn remaining_after_tick(safety_margin: f64, basis_ms: u64) -> Duration {
+    let usable = usable_nanos(safety_margin, basis_ms);
+    Duration::from_nanos(usable / u64::from(HEARTBEAT_DIVISOR) * u64::from(RENEW_BELOW_PERIODS))
+}
+
+/// One held grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Grant {
+    token: FencingToken,
+    lease_ms: u64,
+    deadline_nanos: u64,
+    holds: u32,
+    lost: Option<LossReason>,
+    notified: bool,
+}
+
+/// A loss to deliver, with the conservative deadline (the earlier of the grant's and the
+/// session's) it was measured against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    /// What was lost and why.
+    pub lost: LockLost,
+    /// The grant's effective deadline at the loss.
+    pub deadline_nanos: u64,
+}
+
+/// The losses a delivery found: each lost grant once, and the session's own loss when it
+/// held nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// Lost grants not delivered before.
+    pub grants: Vec<Loss>,
+    /// The session's loss, first time it is seen, with the session deadline.
+    pub session: Option<(LossReason, u64)>,
+    /// Whether the session is lost (so a grant's loss is a `session_lost`, not a
+    /// `lease_expired`).
+    pub session_lost: bool,
+}
+
+/// What the last release of a hold found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhold {
+    /// Other holds remain; the grant's loss, if any.
+    StillHeld(Option<LossReason>),
+    /// The last hold: send L6. The grant's loss, if any.
+    Last(Option<LossReason>),
+    /// The registry does not know this grant (session closed, or already released).
+    Unknown,
+}
+
+/// Why a re-entry or a grant registration is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The session is closed or lost.
+    Session(LossReason),
+    /// This key's grant is lost.
+    Grant(LockLost),
+}
+
+/// A grant answered with the token of a release this session sent but has no answer for:
+/// that release may still arrive and delete it, so it must not be used. Release it again
+/// (the answer clears the record) and acquire anew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleRegrant {
+    /// The key.
+    pub key: LockKey,
+    /// The token of the unanswered release.
+    pub token: FencingToken,
+}
+
+/// A held grant as a caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Its token.
+    pub token: FencingToken,
+    /// The granted lease.
+    pub lease_ms: u64,
+    /// Its own conservative deadline.
+    pub deadline_nanos: u64,
+}
+
+/// What a heartbeat tick sends: always L2 (unless the session is lost or closed), and L5 for
+/// every live grant under [`RENEW_BELOW_PERIODS`] periods.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickPlan {
+    /// Send L2.
+    pub heartbeat: bool,
+    /// Send L5 for these.
+    pub renew: Vec<(LockKey, FencingToken)>,
+}
+
+/// One session's safety state.
+#[derive(Debug, Clone)]
+pub struct SessionCore {
+    safety_margin: f64,
+    session_deadline_nanos: u64,
+    lost: Option<LossReason>,
+    closed: bool,
+    loss_reported: bool,
+    grants: BTreeMap<LockKey, Grant>,
+    /// Losses of grants released before a delivery saw them: still delivered once.
+    undelivered: Vec<Loss>,
+    /// Releases sent (the last hold went) and not answered yet, by key.
+    releasing: BTreeMap<LockKey, FencingToken>,
+}
+
+impl SessionCore {
+    /// A session the server granted `ttl_ms`, for a request sent at `send_nanos`.
+    pub fn new(safety_margin: f64, ttl_ms: u64, send_nanos: u64) -> Self {
+        Self {
+            safety_margin,
+            session_deadline_nanos: send_nanos.wrapping_add(usable_nanos(safety_margin, ttl_ms)),
+            lost: None,
+            closed: false,
+            loss_reported: false,
+            grants: BTreeMap::new(),
+            undelivered: Vec::new(),
+            releasing: BTreeMap::new(),
+        }
+    }
+
+    /// The deadline of a lease of `lease_ms` for a request sent at `send_nanos`: send time
+    /// plus the usable lease, never the response time or the server's `expires_at`.
+    pub fn deadline_after(&self, send_nanos: u64, lease_ms: u64) -> u64 {
+        send_nanos.wrapping_add(usable_nanos(self.safety_margin, lease_ms))
+    }
+
+    /// The session's conservative deadline.
+    pub fn session_deadline_nanos(&self) -> u64 {
+        self.session_deadline_nanos
+    }
+
+    /// Why the session is lost, if it is.
+    pub fn lost(&self) -> Option<LossReason> {
+        self.lost
+    }
+
+    /// Whether the owner closed it.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// A successful L2 sent at `send_nanos`: the session lives `ttl × (1 − margin)` past it.
+    /// A lost session stays lost.
+    pub fn heartbeat_ok(&mut self, send_nanos: u64, ttl_ms: u64) {
+        if self.lost.is_none() && !self.closed {
+            self.session_deadline_nanos = self.deadline_after(send_nanos, ttl_ms);
+        }
+    }
+
+    /// A successful L5 of `key`/`token` sent at `send_nanos`: its new deadline, or `None`
+    /// when the grant is lost or gone (a late answer never revives it).
+    pub fn renew_ok(
+        &mut self,
+        key: &LockKey,
+        token: FencingToken,
+        send_nanos: u64,
+        lease_ms: u64,
+    ) -> Option<u64> {
+        if self.lost.is_some() || self.closed {
+            return None;
+        }
+        let deadline = self.deadline_after(send_nanos, lease_ms);
+        let grant = self
+            .grants
+            .get_mut(key)
+            .filter(|g| g.token == token && g.lost.is_none())?;
+        grant.lease_ms = lease_ms;
+        grant.deadline_nanos = deadline;
+        Some(deadline)
+    }
+
+    /// Marks the whole session lost (terminal): every grant with it.
+    pub fn lose_session(&mut self, reason: LossReason) {
+        self.lost.get_or_insert(reason);
+        for grant in self.grants.values_mut() {
+            grant.lost.get_or_insert(reason);
+        }
+    }
+
+    /// Marks one grant lost.
+    pub fn lose_grant(&mut self, key: &LockKey, token: FencingToken, reason: LossReason) {
+        if let Some(grant) = self.grants.get_mut(key).filter(|g| g.token == token) {
+            grant.lost.get_or_insert(reason);
+        }
+    }
+
+    /// Applies the local deadlines at `now_nanos`: the session's, then each grant's.
+    pub fn expire(&mut self, now_nanos: u64) {
+        if self.closed {
+            return;
+        }
+        if self.lost.is_none() && deadline_passed(now_nanos, self.session_deadline_nanos) {
+            self.lose_session(LossReason::DeadlinePassed);
+        }
+        for grant in self.grants.values_mut() {
+            if grant.lost.is_none() && deadline_passed(now_nanos, grant.deadline_nanos) {
+                grant.lost = Some(LossReason::DeadlinePassed);
+            }
+        }
+    }
+
+    /// A tick at `now_nanos` with heartbeat `period`: deadlines first (a deadline that passed
+    /// is a loss, whatever a later answer says), then what to send.
+    pub fn begin_tick(&mut self, now_nanos: u64, period: Duration) -> TickPlan {
+        self.expire(now_nanos);
+        if self.lost.is_some() || self.closed {
+            return TickPlan::default();
+        }
+        let threshold =
+            u64::try_from((period * RENEW_BELOW_PERIODS).as_nanos()).unwrap_or(u64::MAX);
+        let renew = self
+            .grants
+            .iter()
+            .filter(|(_, g)| g.lost.is_none())
+            .filter(|(_, g)| nanos_until(now_nanos, g.deadline_nanos) < threshold)
+            .map(|(k, g)| (k.clone(), g.token))
+            .collect();
+        TickPlan {
+            heartbeat: true,
+            renew,
+        }
+    }
+
+    /// The shortest lease among live grants, for the heartbeat period.
+    pub fn shortest_lease_ms(&self) -> Option<u64> {
+        self.grants
+            .values()
+            .filter(|g| g.lost.is_none())
+            .map(|g| g.lease_ms)
+            .min()
+    }
+
+    fn refused_session(&self) -> Option<Refused> {
+        if self.closed {
+            return Some(Refused::Session(LossReason::SessionClosed));
+        }
+        self.lost.map(Refused::Session)
+    }
+
+    /// Same-session reentrancy at `now_nanos`: one more hold on `key`'s live grant, `None`
+    /// when this session holds no grant of `key`.
+    pub fn reenter(&mut self, key: &LockKey, now_nanos: u64) -> Result<Option<Held>, Refused> {
+        self.expire(now_nanos);
+        if let Some(refused) = self.refused_session() {
+            return Err(refused);
+        }
+        let Some(grant) = self.grants.get_mut(key) else {
+            return Ok(None);
+        };
+        if let Some(reason) = grant.lost {
+            return Err(Refused::Grant(LockLost {
+                lock_key: key.clone(),
+                fencing_token: grant.token,
+                reason,
+            }));
+        }
+        grant.holds += 1;
+        Ok(Some(Held {
+            token: grant.token,
+            lease_ms: grant.lease_ms,
+            deadline_nanos: grant.deadline_nanos,
+        }))
+    }
+
+    /// Registers a grant answered to an acquire sent at `send_nanos`. An idempotent re-grant
+    /// of a live grant this session holds adds one hold to it. A re-grant carrying the token
+    /// of this session's unanswered release is refused: that release may still delete it.
+    pub fn granted(
+        &mut self,
+        key: &LockKey,
+        token: FencingToken,
+        lease_ms: u64,
+        send_nanos: u64,
+    ) -> Result<Held, StaleRegrant> {
+        if self.releasing.get(key) == Some(&token) {
+            return Err(StaleRegrant {
+                key: key.clone(),
+                token,
+            });
+        }
+        if let Some(grant) = self
+            .grants
+            .get_mut(key)
+            .filter(|g| g.token == token && g.lost.is_none())
+        {
+            grant.holds += 1;
+            return Ok(Held {
+                token,
+                lease_ms: grant.lease_ms,
+                deadline_nanos: grant.deadline_nanos,
+            });
+        }
+        let deadline_nanos = self.deadline_after(send_nanos, lease_ms);
+        self.grants.insert(
+            key.clone(),
+            Grant {
+                token,
+                lease_ms,
+                deadline_nanos,
+                holds: 1,
+                lost: None,
+                notified: false,
+            },
+        );
+        Ok(Held {
+            token,
+            lease_ms,
+            deadline_nanos,
+        })
+    }
+
+    /// The store answered the release of `key`/`token` (whatever it found): it can no longer
+    /// delete a later grant.
+    pub fn release_answered(&mut self, key: &LockKey, token: FencingToken) {
+        if self.releasing.get(key) == Some(&token) {
+            self.releasing.remove(key);
+        }
+    }
+
+    /// Time left at `now_nanos` before `key`/`token`'s conservative deadline (the earlier of
+    /// the grant's and the session's), or why it is lost.
+    pub fn remaining(
+        &mut self,
+        key: &LockKey,
+        token: FencingToken,
+        now_nanos: u64,
+    ) -> Result<Duration, LossReason> {
+        self.expire(now_nanos);
+        let grant = self
+            .grants
+            .get(key)
+            .filter(|g| g.token == token)
+            .ok_or(self.lost.unwrap_or(LossReason::SessionClosed))?;
+        if let Some(reason) = grant.lost {
+            return Err(reason);
+        }
+        let session_left = nanos_until(now_nanos, self.session_deadline_nanos);
+        let grant_left = nanos_until(now_nanos, grant.deadline_nanos);
+        Ok(Duration::from_nanos(session_left.min(grant_left)))
+    }
+
+    /// The effective conservative deadline of `key`/`token` while it is held at `now_nanos`
+    /// (not lost, neither its deadline nor the session's passed); `None` otherwise. Reads
+    /// only: an observer's question, which records no loss.
+    pub fn held_deadline(&self, key: &LockKey, token: FencingToken, now_nanos: u64) -> Option<u64> {
+        if self.lost.is_some() || self.closed {
+            return None;
+        }
+        let grant = self
+            .grants
+            .get(key)
+            .filter(|g| g.token == token && g.lost.is_none())?;
+        let deadline = self.effective_deadline(grant);
+        (!deadline_passed(now_nanos, deadline)).then_some(deadline)
+    }
+
+    fn effective_deadline(&self, grant: &Grant) -> u64 {
+        if deadline_passed(grant.deadline_nanos, self.session_deadline_nanos) {
+            self.session_deadline_nanos
+        } else {
+            grant.deadline_nanos
+        }
+    }
+
+    /// Releases one hold of `key`/`token`; the last hold removes the grant (its loss, if not
+    /// yet delivered, is kept for delivery) and records the release the caller now sends as
+    /// unanswered.
+    pub fn unhold(&mut self, key: &LockKey, token: FencingToken) -> Unhold {
+        let Some(grant) = self.grants.get_mut(key).filter(|g| g.token == token) else {
+            return Unhold::Unknown;
+        };
+        grant.holds = grant.holds.saturating_sub(1);
+        let lost = grant.lost;
+        if grant.holds > 0 {
+            return Unhold::StillHeld(lost);
+        }
+        self.releasing.insert(key.clone(), token);
+        if let Some(grant) = self.grants.remove(key) {
+            if let (Some(reason), false) = (grant.lost, grant.notified) {
+                let deadline_nanos = self.effective_deadline(&grant);
+                self.undelivered.push(Loss {
+                    lost: LockLost {
+                        lock_key: key.clone(),
+                        fencing_token: grant.token,
+                        reason,
+                    },
+                    deadline_nanos,
+                });
+            }
+        }
+        Unhold::Last(lost)
+    }
+
+    /// The owner closed the session: every grant ends without a loss to deliver.
+    pub fn close(&mut self) {
+        self.closed = true;
+        for grant in self.grants.values_mut() {
+            grant.lost.get_or_insert(LossReason::SessionClosed);
+            grant.notified = true;
+        }
+    }
+
+    /// Every loss not delivered yet, each exactly once.
+    pub fn take_losses(&mut self) -> Losses {
+        if self.closed {
+            return Losses::default();
+        }
+        let mut grants = std::mem::take(&mut self.undelivered);
+        let mut fresh = Vec::new();
+        for (key, grant) in &mut self.grants {
+            if let (Some(reason), false) = (grant.lost, grant.notified) {
+                grant.notified = true;
+                fresh.push((key.clone(), grant.clone(), reason));
+            }
+        }
+        for (key, grant, reason) in fresh {
+            grants.push(Loss {
+                deadline_nanos: self.effective_deadline(&grant),
+                lost: LockLost {
+                    lock_key: key,
+                    fencing_token: grant.token,
+                    reason,
+                },
+            });
+        }
+        let session = match (self.lost, self.loss_reported) {
+            (Some(reason), false) => {
+                self.loss_reported = true;
+                Some((reason, self.session_deadline_nanos))
+            }
+            _ => None,
+        };
+        Losses {
+            grants,
+            session,
+            session_lost: self.lost.is_some(),
+        }
+    }
+
+    /// Losses already delivered, for a listener registered late.
+    pub fn delivered_losses(&self) -> Vec<LockLost> {
+        self.grants
+            .iter()
+            .filter_map(|(key, g)| match (g.lost, g.notified) {
+                (Some(reason), true) => Some(LockLost {
+                    lock_key: key.clone(),
+                    fencing_token: g.token,
+                    reason,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The heartbeat's tick grid: ticks stay on a grid (a slow tick does not push the next one
+/// back); after a stall longer than a period, a fresh grid starts from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickGrid {
+    next_tick_nanos: u64,
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl TickGrid {
+    /// The first tick one `period` after `now_nanos`.
+    pub fn new(now_nanos: u64, period: Duration) -> Self {
+        Self {
+            next_tick_nanos: now_nanos.wrapping_add(duration_nanos(period)),
+        }
+    }
+
+    /// When the next tick is due.
+    pub fn next_tick_nanos(&self) -> u64 {
+        self.next_tick_nanos
+    }
+
+    /// How long to wait at `now_nanos` before the next tick.
+    pub fn wait(&self, now_nanos: u64) -> Duration {
+        Duration::from_nanos(nanos_until(now_nanos, self.next_tick_nanos))
+    }
+
+    /// The period shrank (a shorter lease arrived): tick no later than one new `period`
+    /// from `now_nanos`.
+    pub fn tighten(&mut self, now_nanos: u64, period: Duration) {
+        let sooner = now_nanos.wrapping_add(duration_nanos(period));
+        if nanos_until(sooner, self.next_tick_nanos) > 0 {
+            self.next_tick_nanos = sooner;
+        }
+    }
+
+    /// A tick ran; `now_nanos` is after it.
+    pub fn advance(&mut self, now_nanos: u64, period: Duration) {
+        let period_nanos = duration_nanos(period);
+        self.next_tick_nanos = self.next_tick_nanos.wrapping_add(period_nanos);
+        if nanos_until(self.next_tick_nanos, now_nanos) > period_nanos {
+            self.next_tick_nanos = now_nanos;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    /// Close to `u64::MAX`: every test crosses the wrap-around.
+    const START: u64 = u64::MAX - 1_500 * MS;
+
+    fn key(k: &str) -> LockKey {
+        LockKey::parse(k).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn core() -> SessionCore {
+        SessionCore::new(0.3, 10_000, START)
+    }
+
+    #[test]
+    fn deadlines_are_send_time_plus_the_usable_lease_across_the_wrap() {
+        let mut c = core();
+        assert_eq!(c.session_deadline_nanos(), START.wrapping_add(7_000 * MS));
+        let held = c
+            .granted(&key("k"), FencingToken(4), 3_000, START)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(held.deadline_nanos, START.wrapping_add(2_100 * MS));
+        let now = START.wrapping_add(2_000 * MS); // past u64::MAX
+        assert!(now < START, "the reading wrapped");
+        assert_eq!(
+            c.remaining(&key("k"), FencingToken(4), now),
+            Ok(Duration::from_millis(100))
+        );
+        assert_eq!(
+            c.remaining(&key("k"), FencingToken(4), START.wrapping_add(2_100 * MS)),
+            Err(LossReason::DeadlinePassed)
+        );
+    }
+
+    #[test]
+    fn the_margin_rounds_up_so_deadlines_err_early() {
+        assert_eq!(usable_nanos(0.3, 1), 700_000);
+        assert_eq!(usable_nanos(0.333_333_333, 1), 666_666);
+        let huge = usable_nanos(0.3, u64::MAX);
+        assert!(
+            huge > u64::MAX / 2 && huge < u64::MAX,
+            "saturates, never wraps: {huge}"
+        );
+    }
+
+    #[test]
+    fn a_tick_renews_grants_under_two_periods_and_a_passed_deadline_is_final() {
+        let mut c = core();
+        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
+        let _ = c.granted(&key("b"), FencingToken(1), 9_000, START);
+        let period = Duration::from_millis(700);
+        let plan = c.begin_tick(START.wrapping_add(800 * MS), period);
+        assert!(plan.heartbeat);
+        assert_eq!(
+            plan.renew,
+            vec![(key("a"), FencingToken(1))],
+            "1.3 s < 1.4 s left"
+        );
+        // The process was paused past a's deadline: the next tick loses it before sending.
+        let late = START.wrapping_add(2_200 * MS);
+        let plan = c.begin_tick(late, period);
+        assert!(plan.renew.is_empty());
+        assert_eq!(
+            c.renew_ok(&key("a"), FencingToken(1), late, 3_000),
+            None,
+            "a late answer never revives a lost grant"
+        );
+        let losses = c.take_losses();
+        assert_eq!(losses.grants.len(), 1);
+        assert_eq!(losses.grants[0].lost.reason, LossReason::DeadlinePassed);
+        assert_eq!(
+            losses.grants[0].deadline_nanos,
+            START.wrapping_add(2_100 * MS)
+        );
+        assert!(c.take_losses().grants.is_empty(), "delivered once");
+    }
+
+    #[test]
+    fn session_loss_takes_every_grant_and_a_heartbeat_cannot_undo_it() {
+        let mut c = core();
+        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
+        c.lose_session(LossReason::SessionExpired);
+        c.heartbeat_ok(START, 10_000);
+        assert_eq!(c.lost(), Some(LossReason::SessionExpired));
+        assert_eq!(
+            c.remaining(&key("a"), FencingToken(1), START),
+            Err(LossReason::SessionExpired)
+        );
+        let losses = c.take_losses();
+        assert!(losses.session_lost);
+        assert_eq!(
+            losses.session,
+            Some((LossReason::SessionExpired, START.wrapping_add(7_000 * MS)))
+        );
+        assert_eq!(
+            c.begin_tick(START, Duration::from_secs(1)),
+            TickPlan::default()
+        );
+    }
+
+    #[test]
+    fn holds_count_and_a_loss_released_before_delivery_is_still_delivered() {
+        let mut c = core();
+        let _ = c.granted(&key("a"), FencingToken(2), 3_000, START);
+        assert!(c.reenter(&key("a"), START).is_ok_and(|h| h.is_some()));
+        assert_eq!(
+            c.unhold(&key("a"), FencingToken(2)),
+            Unhold::StillHeld(None)
+        );
+        c.lose_grant(&key("a"), FencingToken(2), LossReason::RenewRefused);
+        assert_eq!(
+            c.unhold(&key("a"), FencingToken(2)),
+            Unhold::Last(Some(LossReason::RenewRefused))
+        );
+        assert_eq!(c.unhold(&key("a"), FencingToken(2)), Unhold::Unknown);
+        let losses = c.take_losses();
+        assert_eq!(losses.grants.len(), 1);
+        assert_eq!(losses.grants[0].lost.reason, LossReason::RenewRefused);
+    }
+
+    #[test]
+    fn a_regrant_with_the_token_of_an_unanswered_release_is_refused() {
+        let mut c = core();
+        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
+        assert_eq!(c.unhold(&key("a"), FencingToken(1)), Unhold::Last(None));
+        // The release is in flight; the store re-grants token 1 to this session first.
+        assert_eq!(
+            c.granted(&key("a"), FencingToken(1), 3_000, START),
+            Err(StaleRegrant {
+                key: key("a"),
+                token: FencingToken(1)
+            })
+        );
+        assert!(
+            c.reenter(&key("a"), START).is_ok_and(|h| h.is_none()),
+            "not registered"
+        );
+        c.release_answered(&key("a"), FencingToken(1));
+        assert!(c.granted(&key("a"), FencingToken(2), 3_000, START).is_ok());
+    }
+
+    #[test]
+    fn the_guarantee_after_a_tick_is_two_periods_of_the_usable_lease() {
+        assert_eq!(
+            remaining_after_tick(0.3, 10_000),
+            Duration::from_nanos(7_000 * MS / 3 * 2)
+        );
+        assert_eq!(
+            heartbeat_period(0.3, 1),
+            Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS)
+        );
+    }
+
+    #[test]
+    fn the_tick_grid_stays_on_its_grid_and_restarts_after_a_stall() {
+        let period = Duration::from_millis(100);
+        let mut grid = TickGrid::new(START, period);
+        assert_eq!(grid.wait(START), period);
+        grid.advance(START.wrapping_add(130 * MS), period);
+        assert_eq!(grid.next_tick_nanos(), START.wrapping_add(200 * MS));
+        grid.advance(START.wrapping_add(1_000 * MS), period);
+        assert_eq!(
+            grid.next_tick_nanos(),
+            START.wrapping_add(1_000 * MS),
+            "fresh grid"
+        );
+        grid.tighten(START.wrapping_add(1_000 * MS), Duration::from_millis(10));
+        assert_eq!(
+            grid.next_tick_nanos(),
+            START.wrapping_add(1_000 * MS),
+            "never later"
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! The fenced resource and the rail, as one node: payouts with their fences (checked by
+//! `payment_api::check_fence`, the **same function** payment-resource runs inside its SQL
+//! transaction), one submission per payout, a ledger, and a rail that records every transfer
+//! it receives. The model: a submit reserves, calls the rail and records its answer in one
+//! step (payment-resource + rail-proxy + rail-stub collapsed; their messages are not what the
+//! fence protects).
+
+use payment_api::{FenceRefusal, FenceRule, PayoutState, check_fence};
+
+use crate::sched::Nanos;
+
+/// What the rail does with a payout's one transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RailFault {
+    /// Accepts.
+    None,
+    /// Refuses: the payout ends `REJECTED`.
+    Reject,
+    /// Never answers: the payout ends `RAIL_AMBIGUOUS`.
+    Timeout,
+}
+
+/// A write to a payout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// P2.
+    Claim,
+    /// Reserve + rail + record.
+    Submit,
+    /// P3.
+    Post,
+}
+
+/// The resource's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Accepted; the payout's state after it.
+    Ok(PayoutState),
+    /// `FENCED_OUT`.
+    FencedOut,
+    /// `ALREADY_TERMINAL`.
+    AlreadyTerminal,
+    /// `ALREADY_SUBMITTED`.
+    AlreadySubmitted,
+}
+
+/// How a recorded submission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Acked,
+    Rejected,
+    Timeout,
+}
+
+/// One payout.
+#[derive(Debug, Clone)]
+pub struct Payout {
+    /// Its fence.
+    pub fence: i64,
+    /// Its state.
+    pub state: PayoutState,
+    submission: Option<(i64, Outcome)>,
+    rail_fault: RailFault,
+}
+
+/// A transfer the rail received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// When.
+    pub at: Nanos,
+    /// Which payout.
+    pub payout: usize,
+    /// The token presented.
+    pub token: i64,
+}
+
+/// The resource, the rail and the ledger.
+#[derive(Debug, Clone)]
+pub struct Bank {
+    /// Payouts by index.
+    pub payouts: Vec<Payout>,
+    /// Every transfer the rail received, in order.
+    pub rail: Vec<Transfer>,
+    /// Ledger entries per payout (two per settled payout).
+    pub ledger: Vec<u32>,
+    /// Every fence each payout had, in order (I2's witness).
+    pub fence_history: Vec<Vec<i64>>,
+    /// Planted bug: the resource ignores the fence.
+    pub ignore_fence: bool,
+}
+
+impl Bank {
+    /// `faults.len()` pending payouts.
+    pub fn new(faults: &[RailFault], ignore_fence: bool) -> Self {
+        Self {
+            payouts: faults
+                .iter()
+                .map(|f| Payout {
+                    fence: 0,
+                    state: PayoutState::Pending,
+                    submission: None,
+                    rail_fault: *f,
+                })
+                .collect(),
+            rail: Vec::new(),
+            ledger: vec![0; faults.len()],
+            fence_history: vec![Vec::new(); faults.len()],
+            ignore_fence,
+        }
+    }
+
+    /// Payouts a worker may take (not terminal).
+    pub fn claimable(&self) -> Vec<usize> {
+        (0..self.payouts.len())
+            .filter(|i| !self.payouts[*i].state.is_terminal())
+            .collect()
+    }
+
+    /// Whether every payout is terminal.
+    pub fn all_terminal(&self) -> bool {
+        self.payouts.iter().all(|p| p.state.is_terminal())
+    }
+
+    fn set_fence(&mut self, payout: usize, token: i64) {
+        self.payouts[payout].fence = token;
+        self.fence_history[payout].push(token);
+    }
+
+    /// Applies one write at `now`.
+    pub fn write(&mut self, now: Nanos, payout: usize, write: Write, token: i64) -> Answer {
+        let rule = match write {
+            Write::Claim => FenceRule::Claim,
+            Write::Submit | Write::Post => FenceRule::Holder,
+        };
+        let current = &self.payouts[payout];
+        if !self.ignore_fence {
+            match check_fence(rule, token, current.fence, current.state) {
+                Ok(()) => {}
+                Err(FenceRefusal::FencedOut { .. }) => return Answer::FencedOut,
+                // P3 of a terminal payout by the fence holder answers it unchanged.
+                Err(FenceRefusal::Terminal(state)) if write == Write::Post => {
+                    return Answer::Ok(state);
+                }
+                Err(FenceRefusal::Terminal(_)) => return Answer::AlreadyTerminal,
+            }
+        }
+        match write {
+            Write::Claim => {
+                self.set_fence(payout, token);
+                let p = &mut self.payouts[payout];
+                if p.state == PayoutState::Pending {
+                    p.state = PayoutState::Claimed;
+                }
+                Answer::Ok(p.state)
+            }
+            Write::Submit => {
+                if self.payouts[payout].submission.is_some() {
+                    return Answer::AlreadySubmitted;
+                }
+                self.rail.push(Transfer {
+                    at: now,
+                    payout,
+                    token,
+                });
+                let p = &mut self.payouts[payout];
+                let outcome = match p.rail_fault {
+                    RailFault::None => Outcome::Acked,
+                    RailFault::Reject => Outcome::Rejected,
+                    RailFault::Timeout => Outcome::Timeout,
+                };
+                p.submission = Some((token, outcome));
+                p.state = if outcome == Outcome::Timeout {
+                    PayoutState::RailAmbiguous
+                } else {
+                    PayoutState::Submitted
+                };
+                Answer::Ok(p.state)
+            }
+            Write::Post => {
+                let p = &mut self.payouts[payout];
+                match (p.state, p.submission) {
+                    (PayoutState::Submitted, Some((_, Outcome::Acked))) => {
+                        p.state = PayoutState::Settled;
+                        self.ledger[payout] += 2;
+                    }
+                    (PayoutState::Submitted, Some((_, Outcome::Rejected))) => {
+                        p.state = PayoutState::Rejected;
+                    }
+                    (PayoutState::Submitted, Some((_, Outcome::Timeout))) => {
+                        p.state = PayoutState::RailAmbiguous;
+                    }
+                    _ => {}
+                }
+                Answer::Ok(self.payouts[payout].state)
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! What the checkers report: the first violated invariant with the facts to debug it, and
+//! the "sometimes" coverage counters a run of many seeds must all reach.
+
+use std::collections::BTreeMap;
+
+use crate::sched::{MS, Nanos};
+
+/// Everything a seed run must reach at least once across the CI seed count: each fault kind,
+/// each loss reason, a stale write fenced, a lease-short skip, a NOT_LEADER retry, a
+/// failover. A counter missing from a run of many seeds means the fault model or the
+/// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while
+/// I4 holds the client's own deadline always passes first, so it is not owed.)
+pub const MUST_REACH: &[&str] = &[
+    "fault: client pause",
+    "fault: pause longer than the TTL",
+    "fault: clock drift",
+    "fault: message lost",
+    "fault: message lost to a partition",
+    "fault: message duplicated",
+    "fault: message delayed",
+    "fault: messages reordered",
+    "fault: replica crash",
+    "fault: store NOT_LEADER window",
+    "fault: partition",
+    "a loss: deadline passed",
+    "a loss: session unknown",
+    "a loss: renew refused",
+    "a guard stopped a write: deadline passed",
+    "a stale write fenced",
+    "a lease-short skip",
+    "a NOT_LEADER answer retried",
+    "a failover to the other replica",
+    "an acquire found the lock held",
+    "a session lost and replaced",
+    "a payout settled",
+    "a payout rejected",
+    "a payout ambiguous",
+];
+
+/// How often each interesting thing happened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage(pub BTreeMap<&'static str, u64>);
+
+impl Coverage {
+    /// Counts one `what`.
+    pub fn hit(&mut self, what: &'static str) {
+        *self.0.entry(what).or_default() += 1;
+    }
+
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Coverage) {
+        for (what, n) in &other.0 {
+            *self.0.entry(what).or_default() += n;
+        }
+    }
+
+    /// The counters of [`MUST_REACH`] never reached.
+    pub fn missing(&self) -> Vec<&'static str> {
+        MUST_REACH
+            .iter()
+            .filter(|w| self.0.get(*w).copied().unwrap_or(0) == 0)
+            .copied()
+            .collect()
+    }
+}
+
+/// A violated invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which one.
+    pub invariant: &'static str,
+    /// When, in true time.
+    pub at: Nanos,
+    /// What was seen.
+    pub detail: String,
+    /// The last events of the parties involved.
+    pub recent: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{} violated at {:.3} ms: {}",
+            self.invariant,
+            self.at as f64 / MS as f64,
+            self.detail
+        )?;
+        if !self.recent.is_empty() {
+            writeln!(f, "last events of the parties involved:")?;
+            write!(f, "{}", self.recent)?;
+        }
+        Ok(())
+    }
+}

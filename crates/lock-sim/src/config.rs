@@ -1,0 +1,124 @@
+//! What a run simulates: sizes, timings and the fault model, drawn from the seed within fixed
+//! bounds, and the planted bugs (simulation-only switches that break one safety mechanism
+//! each, so the checkers can be shown to catch them).
+
+use crate::sched::MS;
+
+/// The SDK's default safety margin (`lock.client.safety-margin`).
+pub const SAFETY_MARGIN: f64 = 0.30;
+/// The clock-rate drift the margin is meant to cover: a client whose clock runs slow by `d`
+/// sees `lease × (1 − margin)` last `lease × (1 − margin) / (1 − d)` of true time, which stays
+/// under the store's `lease` while `d < margin`. 0.25 keeps a fifth of the margin for luck.
+pub const DRIFT_BOUND: f64 = 0.25;
+
+/// Simulation-only switches, each breaking one safety mechanism.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bugs {
+    /// The SDK measures a grant's deadline from the response instead of the send.
+    pub deadline_from_response: bool,
+    /// The SDK's safety margin is 0.
+    pub zero_margin: bool,
+    /// The resource ignores the fence.
+    pub ignore_fence: bool,
+    /// The heartbeat renews a grant only once per lease and takes the session's heartbeat to
+    /// extend the grants in between.
+    pub renew_once_per_lease: bool,
+}
+
+impl Bugs {
+    /// Parses one bug name (the CLI's `--bug`).
+    pub fn with(mut self, name: &str) -> Result<Self, String> {
+        match name {
+            "deadline-from-response" => self.deadline_from_response = true,
+            "zero-margin" => self.zero_margin = true,
+            "ignore-fence" => self.ignore_fence = true,
+            "renew-once-per-lease" => self.renew_once_per_lease = true,
+            other => {
+                return Err(format!(
+                    "unknown bug {other:?}: deadline-from-response, zero-margin, ignore-fence, renew-once-per-lease"
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// One run's parameters.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The seed: every random choice of the run comes from it.
+    pub seed: u64,
+    /// Workers.
+    pub clients: usize,
+    /// Lock-server replicas over the one store.
+    pub replicas: usize,
+    /// Payouts to settle.
+    pub payouts: usize,
+    /// Session TTL asked for.
+    pub ttl_ms: u64,
+    /// Lease asked for.
+    pub lease_ms: u64,
+    /// The executor's hop budget (worst-case submit).
+    pub hop_ms: u64,
+    /// A request without an answer after this is given up.
+    pub request_timeout_ms: u64,
+    /// Clock-rate drift: each client's rate is drawn from `[1 − drift, 1 + drift]`.
+    pub drift: f64,
+    /// Faults are injected in `[0, fault_until)`.
+    pub fault_until_ms: u64,
+    /// Every payout must be terminal this long after the faults stop (I7).
+    pub liveness_ms: u64,
+    /// Pauses per client, at most (each 0 to 3 × TTL).
+    pub max_pauses: usize,
+    /// Probability a message is lost (during faults).
+    pub loss: f64,
+    /// Probability a message is duplicated (during faults).
+    pub duplicate: f64,
+    /// Probability a message is delayed past the usual 1-20 ms (during faults).
+    pub delay_spike: f64,
+    /// Longest delay of a delayed message.
+    pub max_delay_ms: u64,
+    /// Planted bugs.
+    pub bugs: Bugs,
+}
+
+impl Config {
+    /// The run of `seed`, with the fault model's intensities drawn from it and clock drift
+    /// up to `drift`.
+    pub fn for_seed(seed: u64, drift: f64, bugs: Bugs) -> Self {
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x005e_ed0f_c0f1);
+        Self {
+            seed,
+            clients: rng.usize(2..=4),
+            replicas: 2,
+            payouts: rng.usize(4..=8),
+            ttl_ms: 1_000,
+            lease_ms: 1_000,
+            hop_ms: 200,
+            request_timeout_ms: 300,
+            drift,
+            fault_until_ms: rng.u64(3_000..=8_000),
+            liveness_ms: 15_000,
+            max_pauses: rng.usize(0..=2),
+            loss: [0.0, 0.01, 0.05][rng.usize(0..3)],
+            duplicate: [0.0, 0.01, 0.05][rng.usize(0..3)],
+            delay_spike: [0.0, 0.02, 0.05][rng.usize(0..3)],
+            max_delay_ms: 600,
+            bugs,
+        }
+    }
+
+    /// The SDK's safety margin in this run.
+    pub fn margin(&self) -> f64 {
+        if self.bugs.zero_margin {
+            0.0
+        } else {
+            SAFETY_MARGIN
+        }
+    }
+
+    /// The fault window in nanoseconds.
+    pub fn fault_until(&self) -> u64 {
+        self.fault_until_ms * MS
+    }
+}

@@ -1,0 +1,226 @@
+//! The lock service: two stateless replicas over one store, the store being lock-server's
+//! own `MemoryStore` (the implementation that passes the conformance suite PostgreSQL
+//! passes) on virtual time. A replica can be down (requests to it vanish: the client's
+//! request times out) and the store can refuse writes for a window (`NOT_LEADER`, as a
+//! read-only or leaderless database makes the real replicas answer).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use chrono::{DateTime, Utc};
+use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_server::store::{AcquireOutcome, LockStore, MemoryStore, StoreEnv, StoreError};
+
+use crate::sched::Nanos;
+
+/// The store's environment on virtual time: the true clock, session ids from a counter.
+#[derive(Debug, Default)]
+pub struct SimEnv {
+    now: AtomicU64,
+    next_session: AtomicU64,
+}
+
+impl SimEnv {
+    /// Sets the true time.
+    pub fn set_now(&self, now: Nanos) {
+        self.now.store(now, Ordering::SeqCst);
+    }
+}
+
+impl StoreEnv for SimEnv {
+    fn now_nanos(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn session_id(&self) -> SessionId {
+        let n = self.next_session.fetch_add(1, Ordering::SeqCst) + 1;
+        SessionId(uuid::Uuid::from_u128(u128::from(n)))
+    }
+
+    fn display(&self, nanos: u64) -> DateTime<Utc> {
+        DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::nanoseconds(nanos as i64)
+    }
+}
+
+/// Reads back a store instant rendered by [`SimEnv::display`].
+pub fn store_nanos(at: DateTime<Utc>) -> Nanos {
+    (at - DateTime::<Utc>::UNIX_EPOCH)
+        .num_nanoseconds()
+        .map_or(0, |n| u64::try_from(n).unwrap_or(0))
+}
+
+/// Runs a store call to completion: the memory store never waits, so one poll finishes it.
+fn now_or_never<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => unreachable!("the memory store never waits"),
+    }
+}
+
+/// A lock-surface request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockCall {
+    /// L1.
+    Open { owner: String, ttl_ms: u64 },
+    /// L2.
+    Heartbeat(SessionId),
+    /// L4.
+    Acquire {
+        key: LockKey,
+        session: SessionId,
+        lease_ms: u64,
+    },
+    /// L5.
+    Renew {
+        key: LockKey,
+        session: SessionId,
+        token: FencingToken,
+    },
+    /// L6.
+    Release { key: LockKey, token: FencingToken },
+}
+
+impl LockCall {
+    fn mutates(&self) -> bool {
+        true
+    }
+}
+
+/// A lock-surface answer (`expires` in true nanoseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockAnswer {
+    /// L1.
+    Opened {
+        session: SessionId,
+        ttl_ms: u64,
+        expires: Nanos,
+    },
+    /// L2.
+    Extended { ttl_ms: u64, expires: Nanos },
+    /// L4/L5.
+    Granted {
+        key: LockKey,
+        token: FencingToken,
+        lease_ms: u64,
+        expires: Nanos,
+        session: SessionId,
+    },
+    /// L4: another session holds it.
+    Held,
+    /// L6.
+    Released,
+    /// 503.
+    NotLeader,
+    /// 404.
+    SessionUnknown,
+    /// 410.
+    SessionExpired,
+    /// 409 on renew.
+    LockLost,
+}
+
+/// The replicas and the store.
+#[derive(Debug)]
+pub struct LockService {
+    env: Arc<SimEnv>,
+    store: MemoryStore,
+    /// Per replica: whether it is up.
+    pub up: Vec<bool>,
+    /// The store refuses writes.
+    pub not_leader: bool,
+    /// Every grant the store made: (true time, key, token, session). I3's witness.
+    pub grants: Vec<(Nanos, LockKey, FencingToken, SessionId)>,
+}
+
+impl LockService {
+    /// Two replicas up, an empty store.
+    pub fn new(replicas: usize) -> Self {
+        let env = Arc::new(SimEnv::default());
+        let store = MemoryStore::with_env(env.clone());
+        Self {
+            env,
+            store,
+            up: vec![true; replicas],
+            not_leader: false,
+            grants: Vec::new(),
+        }
+    }
+
+    /// Replica `replica` handles `call` at true time `now`; `None` when it is down.
+    pub fn handle(&mut self, now: Nanos, replica: usize, call: &LockCall) -> Option<LockAnswer> {
+        if !self.up[replica] {
+            return None;
+        }
+        if self.not_leader && call.mutates() {
+            return Some(LockAnswer::NotLeader);
+        }
+        self.env.set_now(now);
+        let store = &self.store;
+        let answer = match call {
+            LockCall::Open { owner, ttl_ms } => {
+                let owner = OwnerId::parse(owner.clone()).unwrap_or_else(|e| panic!("{e}"));
+                now_or_never(store.create_session(&owner, *ttl_ms)).map(|r| LockAnswer::Opened {
+                    session: r.session_id,
+                    ttl_ms: r.ttl_ms,
+                    expires: store_nanos(r.expires_at),
+                })
+            }
+            LockCall::Heartbeat(session) => {
+                now_or_never(store.heartbeat(*session)).map(|r| LockAnswer::Extended {
+                    ttl_ms: r.ttl_ms,
+                    expires: store_nanos(r.expires_at),
+                })
+            }
+            LockCall::Acquire {
+                key,
+                session,
+                lease_ms,
+            } => now_or_never(store.acquire(key, *session, *lease_ms)).map(|o| match o {
+                AcquireOutcome::Granted { grant, .. } => {
+                    self.grants
+                        .push((now, key.clone(), grant.fencing_token, grant.session_id));
+                    LockAnswer::Granted {
+                        key: grant.lock_key,
+                        token: grant.fencing_token,
+                        lease_ms: grant.lease_ms,
+                        expires: store_nanos(grant.expires_at),
+                        session: grant.session_id,
+                    }
+                }
+                AcquireOutcome::Held { .. } => LockAnswer::Held,
+            }),
+            LockCall::Renew {
+                key,
+                session,
+                token,
+            } => now_or_never(store.renew(key, *session, *token)).map(|g| LockAnswer::Granted {
+                key: g.lock_key,
+                token: g.fencing_token,
+                lease_ms: g.lease_ms,
+                expires: store_nanos(g.expires_at),
+                session: g.session_id,
+            }),
+            LockCall::Release { key, token } => {
+                now_or_never(store.release(key, *token)).map(|_| LockAnswer::Released)
+            }
+        };
+        Some(answer.unwrap_or_else(|err| match err {
+            StoreError::SessionUnknown(_) => LockAnswer::SessionUnknown,
+            StoreError::SessionExpired(_) => LockAnswer::SessionExpired,
+            StoreError::LockLost { .. } => LockAnswer::LockLost,
+            StoreError::NotLeader(_) | StoreError::Unavailable(_) => LockAnswer::NotLeader,
+            StoreError::Internal(e) => panic!("memory store failed: {e}"),
+        }))
+    }
+
+    /// The reaper's pass at `now`.
+    pub fn reap(&mut self, now: Nanos) {
+        self.env.set_now(now);
+        let _ = now_or_never(self.store.reap_expired());
+    }
+}
