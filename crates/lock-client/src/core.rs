@@ -90,7 +90,7 @@ pub enum Unhold {
     StillHeld(Option<LossReason>),
     /// The last hold: send L6. The grant's loss, if any.
     Last(Option<LossReason>),
-    /// The registry does not know this grant (session closed, or already released).
+    /// The registry does not know this grant (already released, or never registered).
     Unknown,
 }
 

@@ -146,3 +146,40 @@ async fn no_leader_anywhere_is_an_error_not_contention() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_regrant_of_an_unanswered_releases_token_is_released_again_and_replaced() {
+    let rig = Rig::new(QUIET);
+    let session = rig.session("w").await;
+    let key = LockKey::parse("payout:9").unwrap();
+    let first = session
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.fencing_token().0, 1);
+    // The release gets no answer: it may still be in flight and delete a later grant.
+    rig.service.fail_next(
+        "release",
+        lock_client::TransportError::Unreachable("no answer".into()),
+    );
+    session.release(first).await.unwrap();
+    assert_eq!(
+        rig.service.holder(&key).map(|t| t.0),
+        Some(1),
+        "still held at the store"
+    );
+    // The store re-grants token 1 to this session; the SDK must not hand it out.
+    let policy = AcquirePolicy {
+        budget: Duration::from_millis(500),
+        ..AcquirePolicy::default()
+    };
+    let second = drive(&rig, session.acquire(&key, LEASE, &policy))
+        .await
+        .unwrap()
+        .expect("a fresh grant after the second release");
+    assert_eq!(second.fencing_token().0, 2, "a fresh, higher token");
+    assert_eq!(rig.service.holder(&key).map(|t| t.0), Some(2));
+    assert_eq!(rig.service.count("release"), 2, "token 1 released again");
+    session.release(second).await.unwrap();
+}
