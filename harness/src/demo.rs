@@ -12,7 +12,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::Signal;
 use payment_api::PayoutState;
 
+use crate::history::{Fault, History, RailTransfer};
 use crate::stack::{Stack, StackOptions};
+use crate::timeline;
 
 /// Options of `harness demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -42,6 +44,54 @@ struct Episode {
     a_token: i64,
     b_token: i64,
     frozen_for: Duration,
+    picture: PathBuf,
+}
+
+/// Draws the zombie episode (`timeline`): A's grant and pause, the declared loss, the
+/// server's expiry, B's grant, A's fenced write.
+async fn draw_zombie(
+    stack: &Stack,
+    payout_id: i64,
+    frozen: chrono::DateTime<chrono::Utc>,
+    woken: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<PathBuf> {
+    let rail = stack
+        .rail_received(payout_id)
+        .await?
+        .iter()
+        .map(|r| RailTransfer {
+            payout_id,
+            token: r.transfer.presented_token,
+        })
+        .collect();
+    let pause = Fault {
+        kind: "pause",
+        target: stack.executors[0].name.clone(),
+        start: frozen,
+        end: woken,
+    };
+    let history = History::read(
+        &stack.lock_server_logs(),
+        &stack.executor_logs(),
+        rail,
+        vec![pause],
+    )?;
+    history.check()?;
+    let key = format!("payout:{payout_id}");
+    let from = history
+        .spans
+        .get(&key)
+        .and_then(|s| s.first())
+        .map_or(frozen, |s| s.granted_at)
+        - chrono::Duration::milliseconds(500);
+    let to = chrono::Utc::now() + chrono::Duration::milliseconds(200);
+    let path = stack.log_dir.join(format!("zombie-payout-{payout_id}.svg"));
+    let title = format!("the demo's zombie: payout {payout_id}");
+    std::fs::write(
+        &path,
+        timeline::render(&history, &title, from, to, Some(&key)),
+    )?;
+    Ok(path)
 }
 
 /// Runs the demo. Executor A starts alone on the first quarter of the payouts, armed to
@@ -81,6 +131,7 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
         .wait_stopped("executor A to freeze at its fault point", FREEZE_DEADLINE)
         .await;
     let frozen_at = Instant::now();
+    let frozen_wall = chrono::Utc::now();
     let claimed = stack.payout(frozen_payout).await?;
     if claimed.state != PayoutState::Claimed {
         bail!(
@@ -124,15 +175,18 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
         "All terminal. Waking executor A: its stale submit for payout {frozen_payout} (token {a_token}) must be fenced."
     ));
     let frozen_for = frozen_at.elapsed();
+    let woken_wall = chrono::Utc::now();
     stack.executors[0].process.signal(Signal::SIGCONT);
     bar.set_message("");
     wait_for_fenced(&stack).await?;
     bar.finish();
+    let picture = draw_zombie(&stack, frozen_payout, frozen_wall, woken_wall).await?;
     let episode = Episode {
         payout_id: frozen_payout,
         a_token,
         b_token: settled.fence,
         frozen_for,
+        picture,
     };
     report(&stack, &ids, &episode, started.elapsed()).await?;
     if options.keep {
@@ -278,6 +332,7 @@ async fn report(
     );
     println!("  fenced stale writes (all executors): {fenced}");
     println!("  rail_duplicate_attempted_total: {duplicates}");
+    println!("  picture:             {}", episode.picture.display());
     if max_submissions > 1 {
         bail!("a payout reached the rail more than once");
     }

@@ -5,11 +5,17 @@
 //! - [`demo`]: the whole stack, payouts, a frozen executor and a report (`harness demo`).
 //! - [`stack`]: the real services as processes, or (`HARNESS_STACK=compose`) containers.
 //! - [`compose`]: the compose project and containers behind compose mode.
+//! - [`audit`], [`metrics`]: invariants I3/I4 from the services' logs; `/metrics` parsing.
+//! - [`chaos`], [`history`], [`timeline`]: the fault campaign, its checked history and its
+//!   pictures (`harness chaos`).
 
 pub mod audit;
 pub mod bench;
+pub mod chaos;
 pub mod compose;
 pub mod demo;
+pub mod history;
 pub mod metrics;
 pub mod module_rule;
 pub mod stack;
+pub mod timeline;

@@ -1,7 +1,9 @@
-//! `harness` binary: `harness demo`, `harness bench locks`, `harness bench pipeline`.
+//! `harness` binary: `harness demo`, `harness chaos`, `harness bench locks`,
+//! `harness bench pipeline`.
 
 use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
+use harness::chaos::ChaosOptions;
 use harness::demo::DemoOptions;
 
 #[derive(Debug, Parser)]
@@ -18,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run the whole stack, drive payouts through it, freeze one executor, and report.
     Demo(DemoOptions),
+    /// A fault campaign on the real binaries: pauses, kills, store restarts and stalls; the
+    /// recorded history is checked and drawn.
+    Chaos(ChaosOptions),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -38,6 +43,7 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(options) => harness::demo::run(&options).await,
+        Command::Chaos(options) => harness::chaos::run(&options).await.map(|_| ()),
         Command::Bench {
             which: Bench::Locks(options),
         } => run_locks(&options).await,

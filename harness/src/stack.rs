@@ -221,6 +221,16 @@ pub struct Stack {
     pub rail_url: String,
     rail_admin_token: String,
     services: Vec<Proc>,
+    /// How each of `services` was started (name, binary, env, base URL), for restarts.
+    service_specs: Vec<ServiceSpec>,
+    /// lockdb's URL and the replicas' extra env, for restarts.
+    lock_spec: Option<(String, Vec<(&'static str, String)>)>,
+    /// Processes killed and replaced: their logs are part of the history.
+    retired: Vec<Proc>,
+    /// Restarts so far (names each new incarnation's log).
+    incarnations: u32,
+    /// The highest payout id created so far.
+    last_payout: std::sync::atomic::AtomicI64,
     compose: bool,
     /// Executors started so far, by name.
     pub executors: Vec<Executor>,
@@ -238,6 +248,15 @@ pub struct Executor {
     pub url: String,
 }
 
+/// How a service process was started.
+#[derive(Debug, Clone)]
+struct ServiceSpec {
+    name: &'static str,
+    binary: PathBuf,
+    env: Vec<(&'static str, String)>,
+    url: String,
+}
+
 fn secret() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
@@ -252,6 +271,24 @@ impl Stack {
         if compose::selected() {
             return Self::start_compose(options).await;
         }
+        Self::start_local(options, keep_logs_in, None).await
+    }
+
+    /// As [`Stack::start`] with local processes, its databases on the PostgreSQL server at
+    /// `server_url` (a maintenance database URL): a fault campaign's own cluster.
+    pub async fn start_on(
+        options: StackOptions,
+        keep_logs_in: Option<PathBuf>,
+        server_url: &str,
+    ) -> anyhow::Result<Self> {
+        Self::start_local(options, keep_logs_in, Some(server_url)).await
+    }
+
+    async fn start_local(
+        options: StackOptions,
+        keep_logs_in: Option<PathBuf>,
+        server_url: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let bins = tokio::task::spawn_blocking(|| cargo_bins(&BINARIES))
             .await?
             .map_err(anyhow::Error::msg)?;
@@ -265,8 +302,16 @@ impl Stack {
                 (logs.path().to_path_buf(), Some(logs))
             }
         };
-        let lockdb = test_support::fresh_database().await;
-        let paydb = test_support::fresh_database().await;
+        let (lockdb, paydb) = match server_url {
+            Some(url) => (
+                test_support::fresh_database_on(url).await,
+                test_support::fresh_database_on(url).await,
+            ),
+            None => (
+                test_support::fresh_database().await,
+                test_support::fresh_database().await,
+            ),
+        };
         let proxy_credential = secret();
         let payment_token = secret();
         let rail_admin_token = secret();
@@ -318,10 +363,27 @@ impl Stack {
                 ],
             ),
         ];
-        let services: Vec<Proc> = specs
+        let urls = [payment_url.clone(), rail_url.clone(), proxy_url.clone()];
+        let service_specs: Vec<ServiceSpec> = specs
             .into_iter()
-            .map(|(name, binary, env)| {
-                Proc::Local(ServiceProcess::spawn(name, binary, &[], &env, &log_dir))
+            .zip(urls)
+            .map(|((name, binary, env), url)| ServiceSpec {
+                name,
+                binary: binary.clone(),
+                env,
+                url,
+            })
+            .collect();
+        let services: Vec<Proc> = service_specs
+            .iter()
+            .map(|s| {
+                Proc::Local(ServiceProcess::spawn(
+                    s.name,
+                    &s.binary,
+                    &[],
+                    &s.env,
+                    &log_dir,
+                ))
             })
             .collect();
         for url in [&payment_url, &rail_url, &proxy_url] {
@@ -343,6 +405,14 @@ impl Stack {
             rail_url,
             rail_admin_token,
             services,
+            service_specs,
+            lock_spec: Some((
+                lockdb.url.clone(),
+                lock_env.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            )),
+            retired: Vec::new(),
+            incarnations: 0,
+            last_payout: std::sync::atomic::AtomicI64::new(0),
             compose: false,
             executors: Vec::new(),
             http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
@@ -402,6 +472,11 @@ impl Stack {
             rail_url,
             rail_admin_token,
             services,
+            service_specs: Vec::new(),
+            lock_spec: None,
+            retired: Vec::new(),
+            incarnations: 0,
+            last_payout: std::sync::atomic::AtomicI64::new(0),
             compose: true,
             executors: Vec::new(),
             http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
@@ -497,8 +572,125 @@ impl Stack {
                 .json()
                 .await?;
             ids.push(payout.payout_id);
+            self.last_payout
+                .fetch_max(payout.payout_id, std::sync::atomic::Ordering::SeqCst);
         }
         Ok(ids)
+    }
+
+    /// The highest payout id created so far.
+    pub async fn last_payout_id(&self) -> Option<i64> {
+        let id = self.last_payout.load(std::sync::atomic::Ordering::SeqCst);
+        (id > 0).then_some(id)
+    }
+
+    /// Restarts replica `index` (after it was killed) on its port, as a new incarnation with
+    /// its own log; the old process is kept for its log.
+    pub async fn restart_lock_server(&mut self, index: usize) -> anyhow::Result<()> {
+        let (lockdb, env) = self
+            .lock_spec
+            .clone()
+            .context("restarts need local processes")?;
+        self.incarnations += 1;
+        let url = self.lock_servers[index].url.clone();
+        let port = url.rsplit(':').next().unwrap_or_default().to_owned();
+        let mut all = vec![
+            ("DATABASE_URL", lockdb),
+            ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
+        ];
+        all.extend(env);
+        let name = format!("lock-server-{}.{}", index + 1, self.incarnations);
+        let process = ServiceProcess::spawn(&name, &self.bins[0], &[], &all, &self.log_dir);
+        let old = std::mem::replace(&mut self.lock_servers[index].process, Proc::Local(process));
+        self.retired.push(old);
+        wait_until_ok(
+            &format!("{name} to become ready"),
+            &format!("{url}/health/ready"),
+            READY_DEADLINE,
+        )
+        .await;
+        Ok(())
+    }
+
+    fn service_index(&self, name: &str) -> anyhow::Result<usize> {
+        self.service_specs
+            .iter()
+            .position(|s| s.name == name)
+            .with_context(|| format!("no local service {name}"))
+    }
+
+    /// kill -9 of service `name` (payment-resource, rail-stub, rail-proxy).
+    pub fn kill_service(&self, name: &str) -> anyhow::Result<()> {
+        let index = self.service_index(name)?;
+        self.services[index].signal(Signal::SIGKILL);
+        Ok(())
+    }
+
+    /// Starts service `name` again (after a kill), as a new incarnation with its own log.
+    pub async fn restart_service(&mut self, name: &str) -> anyhow::Result<()> {
+        let index = self.service_index(name)?;
+        self.incarnations += 1;
+        let spec = self.service_specs[index].clone();
+        let log_name = format!("{}.{}", spec.name, self.incarnations);
+        let process = ServiceProcess::spawn(&log_name, &spec.binary, &[], &spec.env, &self.log_dir);
+        let old = std::mem::replace(&mut self.services[index], Proc::Local(process));
+        self.retired.push(old);
+        wait_until_ok(
+            &format!("{log_name} to become ready"),
+            &format!("{}/health/ready", spec.url),
+            READY_DEADLINE,
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Every service answers `/health/ready` (none needs a manual restart).
+    pub async fn all_ready(&self) -> anyhow::Result<()> {
+        let urls = self
+            .lock_servers
+            .iter()
+            .map(|l| l.url.clone())
+            .chain([
+                self.payment_url.clone(),
+                self.proxy_url.clone(),
+                self.rail_url.clone(),
+            ])
+            .chain(self.executors.iter().map(|e| e.url.clone()));
+        for url in urls {
+            let status = self
+                .http
+                .get(format!("{url}/health/ready"))
+                .send()
+                .await
+                .with_context(|| format!("{url} does not answer"))?
+                .status();
+            if !status.is_success() {
+                bail!("{url}/health/ready answered {status}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The logs of every lock-server incarnation.
+    pub fn lock_server_logs(&self) -> Vec<String> {
+        self.lock_servers
+            .iter()
+            .map(|l| l.process.log())
+            .chain(
+                self.retired
+                    .iter()
+                    .filter(|p| p.describe().contains("lock-server"))
+                    .map(Proc::log),
+            )
+            .collect()
+    }
+
+    /// Each executor's name and log.
+    pub fn executor_logs(&self) -> Vec<(String, String)> {
+        self.executors
+            .iter()
+            .map(|e| (e.name.clone(), e.process.log()))
+            .collect()
     }
 
     /// One payout.
@@ -589,9 +781,9 @@ impl Stack {
         Ok(info["fencing_token"].as_i64())
     }
 
-    /// The lock-servers' audit trail, merged over the replicas.
+    /// The lock-servers' audit trail, merged over the replicas and their incarnations.
     pub fn audit(&self) -> anyhow::Result<Audit> {
-        let logs: Vec<String> = self.lock_servers.iter().map(|l| l.process.log()).collect();
+        let logs = self.lock_server_logs();
         Audit::from_logs(logs.iter().map(String::as_str))
     }
 

@@ -115,7 +115,12 @@ impl Shared {
 
     /// Moves to the next replica after `NOT_LEADER` or no answer.
     pub(crate) fn rotate_endpoint(&self) {
-        self.endpoint.fetch_add(1, Ordering::Relaxed);
+        let next = self
+            .endpoint
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        let endpoints = &self.config.endpoints;
+        tracing::info!(event = "endpoint_rotated", session = %self.id, to = %endpoints[next % endpoints.len()], "no usable answer: the next call goes to the next endpoint");
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -19,10 +19,26 @@ pub enum LogFormat {
 /// Where the test-only fault point stops the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FaultStep {
+    /// Right after the grant, before the claim.
+    Claim,
     /// Right after `check_still_held` passes, before the submit.
     Submit,
     /// After the submit returned, before the guard of P3.
     Post,
+    /// After the guard of P3 passed, before P3 is sent.
+    PostSend,
+}
+
+/// A probability in [0, 1].
+fn probability(raw: &str) -> Result<f64, String> {
+    let p: f64 = raw
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not in [0, 1]"))
+    }
 }
 
 /// Executor settings. Durations take units: `500ms`, `10s`.
@@ -75,6 +91,10 @@ pub struct Config {
         default_value = "submit"
     )]
     pub fault_sigstop_step: FaultStep,
+    /// TEST-ONLY fault campaign: at each step of every payout (claim, submit, post), stop this
+    /// whole process with SIGSTOP with this probability (the campaign continues it). 0: off.
+    #[arg(long, env = "EXECUTOR_FAULT_SIGSTOP_RATE", default_value_t = 0.0, value_parser = probability)]
+    pub fault_sigstop_rate: f64,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,

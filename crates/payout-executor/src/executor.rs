@@ -112,6 +112,13 @@ impl Executor {
             config.request_timeout,
             config.hop_budget,
         )?;
+        if config.fault_sigstop_rate > 0.0 {
+            tracing::warn!(
+                event = "fault_point_armed",
+                rate = config.fault_sigstop_rate,
+                "TEST-ONLY FAULT POINTS ARMED: this process will SIGSTOP itself at random steps"
+            );
+        }
         if let Some(id) = config.fault_sigstop_payout {
             tracing::warn!(
                 event = "fault_point_armed",
@@ -252,7 +259,15 @@ impl Executor {
         watch: &Watch,
     ) -> Result<Outcome, LockLost> {
         let token = handle.fencing_token();
-        let claimed = match self.services.claim(payout_id, token).await {
+        self.fault_point(payout_id, FaultStep::Claim);
+        let claimed = match logged(
+            payout_id,
+            "claim",
+            token,
+            self.services.claim(payout_id, token),
+        )
+        .await
+        {
             Ok(payout) => payout,
             Err(err) => return Ok(refusal(payout_id, "claim", &err)),
         };
@@ -273,7 +288,14 @@ impl Executor {
                 return Ok(Outcome::LeaseShort);
             }
             self.fault_point(payout_id, FaultStep::Submit);
-            match self.services.submit(payout_id, token).await {
+            match logged(
+                payout_id,
+                "submit",
+                token,
+                self.services.submit(payout_id, token),
+            )
+            .await
+            {
                 Ok(()) => {}
                 // Crash recovery: the submission is on record; post its outcome.
                 Err(err) if err.code() == Some(&Refusal::AlreadySubmitted) => {}
@@ -282,30 +304,49 @@ impl Executor {
         }
         self.fault_point(payout_id, FaultStep::Post);
         guard(session, handle, watch)?;
-        Ok(match self.services.post(payout_id, token).await {
-            Ok(payout) => match payout.state.as_str() {
-                "SETTLED" => Outcome::Acked,
-                "REJECTED" => Outcome::Rejected,
-                "RAIL_AMBIGUOUS" => Outcome::Ambiguous,
-                other => {
-                    tracing::warn!(event = "post_unexpected", payout_id, state = other);
-                    Outcome::Error
-                }
+        self.fault_point(payout_id, FaultStep::PostSend);
+        Ok(
+            match logged(
+                payout_id,
+                "post",
+                token,
+                self.services.post(payout_id, token),
+            )
+            .await
+            {
+                Ok(payout) => match payout.state.as_str() {
+                    "SETTLED" => Outcome::Acked,
+                    "REJECTED" => Outcome::Rejected,
+                    "RAIL_AMBIGUOUS" => Outcome::Ambiguous,
+                    other => {
+                        tracing::warn!(event = "post_unexpected", payout_id, state = other);
+                        Outcome::Error
+                    }
+                },
+                Err(err) => refusal(payout_id, "post", &err),
             },
-            Err(err) => refusal(payout_id, "post", &err),
-        })
+        )
     }
 
     /// The test-only fault point: stop this whole process (every thread, heartbeat included)
     /// at `step` of the armed payout, once.
     fn fault_point(&self, payout_id: i64, step: FaultStep) {
-        if self.config.fault_sigstop_payout == Some(payout_id)
+        let armed = self.config.fault_sigstop_payout == Some(payout_id)
             && self.config.fault_sigstop_step == step
-            && self.sigstop_armed.swap(false, Ordering::SeqCst)
-        {
+            && self.sigstop_armed.swap(false, Ordering::SeqCst);
+        let drawn = self.config.fault_sigstop_rate > 0.0
+            && step != FaultStep::Post
+            && self
+                .scan_rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .f64()
+                < self.config.fault_sigstop_rate;
+        if armed || drawn {
             tracing::warn!(
                 event = "fault_point_sigstop",
                 payout_id,
+                step = ?step,
                 "TEST-ONLY: stopping this process with SIGSTOP now"
             );
             if let Err(err) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP) {
@@ -342,6 +383,29 @@ fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<
         );
     }
     Ok(())
+}
+
+/// Runs one write and logs it with its answer (`write`: payout, step, token, result, the
+/// wall time it was sent): the fault campaign's history reads these lines.
+async fn logged<T>(
+    payout_id: i64,
+    step: &'static str,
+    token: lock_api::FencingToken,
+    call: impl std::future::Future<Output = Result<T, CallError>>,
+) -> Result<T, CallError> {
+    let invoked_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let result = call.await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(err) => match err.code() {
+            Some(Refusal::FencedOut) => "fenced",
+            Some(Refusal::AlreadyTerminal) => "terminal",
+            Some(Refusal::AlreadySubmitted) => "submitted",
+            _ => "error",
+        },
+    };
+    tracing::info!(event = "write", payout_id, step, token = token.0, result = outcome, invoked_at = %invoked_at);
+    result
 }
 
 /// The guard clause before every write: the listener has not reported the grant lost, and

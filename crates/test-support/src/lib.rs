@@ -18,6 +18,8 @@ pub mod process;
 
 pub use binaries::{cargo_bin, cargo_bins};
 pub use net::free_port;
-pub use pg::{PgContainer, TestDb, ThrowawayCluster, fresh_database};
+pub use pg::{
+    PgContainer, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database, fresh_database_on,
+};
 pub use poll::{poll_until, wait_until_ok};
 pub use process::ServiceProcess;

@@ -44,7 +44,11 @@ pub struct TestDb {
 
 /// Creates a fresh, empty database for one test and returns its URL.
 pub async fn fresh_database() -> TestDb {
-    let base = server_url();
+    fresh_database_on(server_url()).await
+}
+
+/// Creates a fresh, empty database on the server at `base` (a maintenance database URL).
+pub async fn fresh_database_on(base: &str) -> TestDb {
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
     let mut conn = PgConnection::connect(base)
         .await
@@ -194,6 +198,43 @@ impl ThrowawayCluster {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// A fast restart (`pg_ctl restart -m fast`: clients disconnected, a clean shutdown, the
+    /// same settings), waiting until it accepts connections again.
+    pub fn restart_fast(&self) -> Result<(), String> {
+        let data = self.data_dir();
+        let log = self.dir.path().join("postgres.log");
+        self.run_pg(
+            "pg_ctl",
+            &[
+                "-D",
+                path_str(&data)?,
+                "-l",
+                path_str(&log)?,
+                "-m",
+                "fast",
+                "-w",
+                "restart",
+            ],
+        )
+    }
+
+    /// The postmaster's pid and its children's (every backend and helper): what a stall
+    /// stops with SIGSTOP.
+    pub fn pids(&self) -> Vec<i32> {
+        let Some(postmaster) = std::fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
+        else {
+            return Vec::new();
+        };
+        let children =
+            std::fs::read_to_string(format!("/proc/{postmaster}/task/{postmaster}/children"))
+                .unwrap_or_default();
+        std::iter::once(postmaster)
+            .chain(children.split_whitespace().filter_map(|p| p.parse().ok()))
+            .collect()
     }
 
     fn pg_command(&self, tool: &str) -> Command {

@@ -75,8 +75,9 @@ pub async fn delete_session(
     Path(session_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let session = session_from_path(&session_id)?;
+    let invoked_at = chrono::Utc::now();
     state.store().delete_session(session).await?;
-    tracing::info!(event = "session_closed", session = %session);
+    tracing::info!(event = "session_closed", session = %session, invoked_at = %invoked_at.to_rfc3339());
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -152,8 +153,9 @@ pub async fn release(
 ) -> ApiResult<Json<ReleaseResponse>> {
     let key = key_from_path(lock_key)?;
     let token = req.fencing_token.validate()?;
+    let invoked_at = chrono::Utc::now();
     let released = state.store().release(&key, token).await?;
-    tracing::info!(event = "lock_released", key = %key, token = token.0, released);
+    tracing::info!(event = "lock_released", key = %key, token = token.0, released, invoked_at = %invoked_at.to_rfc3339());
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))

@@ -1,0 +1,496 @@
+//! The recorded history of a fault campaign and its checker. The history is read back from
+//! what the real processes wrote (the lock-servers' audit trail, every incarnation; the
+//! executors' `write` and loss lines), what the rail recorded, and the nemesis's own log; the
+//! checker then decides, without trusting any single process:
+//!
+//! - I1 at most once at the rail; I2 accepted claims never lower a payout's fence; I3 tokens
+//!   unique and rising per key, every accepted and rail token granted for its payout's key;
+//!   I4 every declared loss before the server's expiry; I5 no accepted write to a payout after
+//!   it went `RAIL_AMBIGUOUS` reached the rail again (by I1);
+//! - no write was accepted whose token the resource had already superseded (a higher claim
+//!   answered before the write was sent), so a paused executor whose grant expired and was
+//!   taken over is refused and never reaches the rail (such refusals are counted);
+//! - mutual exclusion per key, in the spirit of Knossos' and Porcupine's mutex model: each
+//!   grant took effect somewhere between its request and its log line, each end somewhere
+//!   after its release was invoked or its expiry; a violation is a grant certainly inside the
+//!   previous holder's interval (logged before that interval could have ended).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::audit::{Audit, declared_losses};
+
+/// One write an executor made (its `write` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOp {
+    /// The executor (owner).
+    pub executor: String,
+    /// When it was sent.
+    pub invoked_at: DateTime<Utc>,
+    /// When its answer was logged.
+    pub at: DateTime<Utc>,
+    /// The payout.
+    pub payout_id: i64,
+    /// `claim`, `submit` or `post`.
+    pub step: String,
+    /// The token presented.
+    pub token: i64,
+    /// `ok`, `fenced`, `terminal`, `submitted` or `error`.
+    pub result: String,
+}
+
+/// A grant's life as the lock-servers logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantSpan {
+    /// The key.
+    pub key: String,
+    /// Its token.
+    pub token: i64,
+    /// Its session.
+    pub session: String,
+    /// The session's owner (the executor).
+    pub owner: String,
+    /// When the grant was logged (after its transaction committed).
+    pub granted_at: DateTime<Utc>,
+    /// The earliest moment it can have ended: its server expiry, a release or a session close
+    /// invoked for it.
+    pub ended_at: DateTime<Utc>,
+    /// Whether it ended by expiry (not released or closed first).
+    pub expired: bool,
+}
+
+/// A fault the nemesis injected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// `pause`, `replica-kill`, `store-restart`, `store-stall`, `proxy-kill`, `rail-fault`.
+    pub kind: &'static str,
+    /// What it hit (an executor, a replica, ...).
+    pub target: String,
+    /// When it began.
+    pub start: DateTime<Utc>,
+    /// When it ended (the process continued or restarted).
+    pub end: DateTime<Utc>,
+}
+
+/// A rail transfer: payout and presented token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RailTransfer {
+    /// The payout.
+    pub payout_id: i64,
+    /// The token presented.
+    pub token: i64,
+}
+
+/// The whole history of a run.
+#[derive(Debug, Default)]
+pub struct History {
+    /// The lock-servers' audit trail.
+    pub audit: Audit,
+    /// Grant spans per key, in token order.
+    pub spans: BTreeMap<String, Vec<GrantSpan>>,
+    /// Every executor write.
+    pub writes: Vec<WriteOp>,
+    /// Every transfer the rail received.
+    pub rail: Vec<RailTransfer>,
+    /// The nemesis's faults.
+    pub faults: Vec<Fault>,
+    /// Losses executors declared, by executor.
+    pub losses: Vec<(String, crate::audit::DeclaredLoss)>,
+    /// Endpoint rotations the executors' SDKs logged (failovers observed).
+    pub failovers: usize,
+}
+
+fn time(line: &Value, field: &str) -> anyhow::Result<DateTime<Utc>> {
+    let text = line[field]
+        .as_str()
+        .with_context(|| format!("{field} missing in {line}"))?;
+    Ok(DateTime::parse_from_rfc3339(text)
+        .with_context(|| format!("{field} of {line}"))?
+        .with_timezone(&Utc))
+}
+
+fn lines(log: &str) -> impl Iterator<Item = Value> + '_ {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+}
+
+impl History {
+    /// Reads a history from the lock-servers' logs (every incarnation) and the executors'
+    /// logs (by owner), plus the rail's transfers and the nemesis's faults.
+    pub fn read(
+        lock_logs: &[String],
+        executor_logs: &[(String, String)],
+        rail: Vec<RailTransfer>,
+        faults: Vec<Fault>,
+    ) -> anyhow::Result<Self> {
+        let audit = Audit::from_logs(lock_logs.iter().map(String::as_str))?;
+        let mut owners: BTreeMap<String, String> = BTreeMap::new();
+        for (owner, sessions) in &audit.sessions_by_owner {
+            for s in sessions {
+                owners.insert(s.clone(), owner.clone());
+            }
+        }
+        // Ends: releases and closes invoked, by (key, token) and by session.
+        let mut released: BTreeMap<(String, i64), DateTime<Utc>> = BTreeMap::new();
+        let mut closed: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+        for log in lock_logs {
+            for line in lines(log) {
+                match line["event"].as_str() {
+                    Some("lock_released") if line["released"] == true => {
+                        let key = line["key"].as_str().unwrap_or_default().to_owned();
+                        let token = line["token"].as_i64().unwrap_or_default();
+                        let at = time(&line, "invoked_at")?;
+                        let slot = released.entry((key, token)).or_insert(at);
+                        *slot = (*slot).min(at);
+                    }
+                    Some("session_closed") => {
+                        let session = line["session"].as_str().unwrap_or_default().to_owned();
+                        closed.insert(session, time(&line, "invoked_at")?);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut spans: BTreeMap<String, Vec<GrantSpan>> = BTreeMap::new();
+        let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+        for grant in &audit.grants {
+            if !seen.insert((grant.key.clone(), grant.token)) {
+                continue; // a same-session re-grant: one span
+            }
+            let expiry = audit
+                .server_expiry(&grant.key, grant.token)
+                .context("a grant without an expiry")?;
+            let mut ended_at = expiry;
+            let mut expired = true;
+            for end in [
+                released.get(&(grant.key.clone(), grant.token)).copied(),
+                closed.get(&grant.session).copied(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if end < ended_at {
+                    ended_at = end;
+                    expired = false;
+                }
+            }
+            spans.entry(grant.key.clone()).or_default().push(GrantSpan {
+                key: grant.key.clone(),
+                token: grant.token,
+                session: grant.session.clone(),
+                owner: owners.get(&grant.session).cloned().unwrap_or_default(),
+                granted_at: grant.at,
+                ended_at,
+                expired,
+            });
+        }
+        for list in spans.values_mut() {
+            list.sort_by_key(|s| s.token);
+        }
+        let mut writes = Vec::new();
+        let mut losses = Vec::new();
+        let mut failovers = 0;
+        for (executor, log) in executor_logs {
+            for line in lines(log) {
+                match line["event"].as_str() {
+                    Some("write") => writes.push(WriteOp {
+                        executor: executor.clone(),
+                        invoked_at: time(&line, "invoked_at")?,
+                        at: time(&line, "timestamp")?,
+                        payout_id: line["payout_id"].as_i64().unwrap_or_default(),
+                        step: line["step"].as_str().unwrap_or_default().to_owned(),
+                        token: line["token"].as_i64().unwrap_or_default(),
+                        result: line["result"].as_str().unwrap_or_default().to_owned(),
+                    }),
+                    Some("endpoint_rotated") => failovers += 1,
+                    _ => {}
+                }
+            }
+            for loss in declared_losses(log)? {
+                losses.push((executor.clone(), loss));
+            }
+        }
+        writes.sort_by_key(|w| w.at);
+        Ok(Self {
+            audit,
+            spans,
+            writes,
+            rail,
+            faults,
+            losses,
+            failovers,
+        })
+    }
+
+    /// Every check; the first violation is the error. Returns the stale writes refused after
+    /// a pause that outlived the lease.
+    pub fn check(&self) -> anyhow::Result<Vec<WriteOp>> {
+        // I1.
+        let mut per_payout: BTreeMap<i64, usize> = BTreeMap::new();
+        for t in &self.rail {
+            *per_payout.entry(t.payout_id).or_default() += 1;
+        }
+        if let Some((id, n)) = per_payout.iter().find(|(_, n)| **n > 1) {
+            bail!("I1: the rail received payout {id} {n} times");
+        }
+        // I3.
+        self.audit.check_tokens()?;
+        let granted = |payout: i64, token: i64| {
+            self.audit
+                .tokens(&format!("payout:{payout}"))
+                .contains(&token)
+        };
+        for t in &self.rail {
+            if !granted(t.payout_id, t.token) {
+                bail!(
+                    "I3: the rail saw payout {} with token {}, never granted for its key",
+                    t.payout_id,
+                    t.token
+                );
+            }
+        }
+        // I2: accepted claims never lower a fence.
+        let mut fence: BTreeMap<i64, i64> = BTreeMap::new();
+        for w in self.writes.iter().filter(|w| w.result == "ok") {
+            if !granted(w.payout_id, w.token) {
+                bail!(
+                    "I3: {} wrote payout {} with token {}, never granted for its key",
+                    w.executor,
+                    w.payout_id,
+                    w.token
+                );
+            }
+            if w.step == "claim" {
+                let current = fence.entry(w.payout_id).or_insert(w.token);
+                if w.token < *current {
+                    bail!(
+                        "I2: payout {}'s fence fell from {} to {} (claim by {})",
+                        w.payout_id,
+                        current,
+                        w.token,
+                        w.executor
+                    );
+                }
+                *current = w.token;
+            }
+        }
+        // I4.
+        let losses: Vec<_> = self.losses.iter().map(|(_, l)| l.clone()).collect();
+        self.audit.check_conservative(&losses)?;
+        // Mutual exclusion per key.
+        for (key, spans) in &self.spans {
+            for pair in spans.windows(2) {
+                let (a, b) = (&pair[0], &pair[1]);
+                if b.granted_at < a.ended_at {
+                    bail!(
+                        "mutual exclusion: {key} token {} ({}) was granted at {} while token {} ({}) held it until at least {}",
+                        b.token,
+                        b.owner,
+                        b.granted_at,
+                        a.token,
+                        a.owner,
+                        a.ended_at
+                    );
+                }
+            }
+        }
+        // No accepted write carries a token already superseded at the resource.
+        let claims: Vec<&WriteOp> = self
+            .writes
+            .iter()
+            .filter(|w| w.step == "claim" && w.result == "ok")
+            .collect();
+        for w in self.writes.iter().filter(|w| w.result == "ok") {
+            if let Some(c) = claims
+                .iter()
+                .find(|c| c.payout_id == w.payout_id && c.token > w.token && c.at < w.invoked_at)
+            {
+                bail!(
+                    "{}'s {} of payout {} with token {} was accepted after {} had claimed it with token {}",
+                    w.executor,
+                    w.step,
+                    w.payout_id,
+                    w.token,
+                    c.executor,
+                    c.token
+                );
+            }
+        }
+        // Writes after a pause that outlived the grant: refused ones are the zombie episodes.
+        let mut refused = Vec::new();
+        for pause in self.faults.iter().filter(|f| f.kind == "pause") {
+            for span in self.spans.values().flatten().filter(|s| {
+                s.owner == pause.target
+                    && s.granted_at < pause.start
+                    && s.expired
+                    && s.ended_at < pause.end
+            }) {
+                let payout: i64 = span
+                    .key
+                    .strip_prefix("payout:")
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_default();
+                refused.extend(
+                    self.writes
+                        .iter()
+                        .filter(|w| {
+                            w.executor == pause.target
+                                && w.payout_id == payout
+                                && w.token == span.token
+                                && w.invoked_at >= pause.end
+                                && w.result == "fenced"
+                        })
+                        .cloned(),
+                );
+            }
+        }
+        Ok(refused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: [&str; 6] = [
+        "2026-01-01T00:00:01Z",
+        "2026-01-01T00:00:02Z",
+        "2026-01-01T00:00:03Z",
+        "2026-01-01T00:00:04Z",
+        "2026-01-01T00:00:05Z",
+        "2026-01-01T00:00:09Z",
+    ];
+
+    fn session(id: &str, owner: &str) -> String {
+        format!(
+            r#"{{"timestamp":"{}","event":"session_created","session":"{id}","owner":"{owner}","expires_at":"{}"}}"#,
+            T[0], T[5]
+        )
+    }
+
+    fn grant(at: &str, token: i64, session: &str, expires: &str) -> String {
+        format!(
+            r#"{{"timestamp":"{at}","event":"lock_granted","key":"payout:1","token":{token},"session":"{session}","lease_ms":2000,"expires_at":"{expires}"}}"#
+        )
+    }
+
+    fn release(at: &str, token: i64) -> String {
+        format!(
+            r#"{{"timestamp":"{at}","event":"lock_released","key":"payout:1","token":{token},"released":true,"invoked_at":"{at}"}}"#
+        )
+    }
+
+    fn write(executor: &str, at: &str, step: &str, token: i64, result: &str) -> (String, String) {
+        (
+            executor.to_owned(),
+            format!(
+                r#"{{"timestamp":"{at}","event":"write","payout_id":1,"step":"{step}","token":{token},"result":"{result}","invoked_at":"{at}"}}"#
+            ),
+        )
+    }
+
+    fn history(lock: &[String], writes: Vec<(String, String)>, rail: Vec<RailTransfer>) -> History {
+        let mut by_executor: BTreeMap<String, String> = BTreeMap::new();
+        for (e, line) in writes {
+            let log = by_executor.entry(e).or_default();
+            log.push_str(&line);
+            log.push('\n');
+        }
+        let logs: Vec<(String, String)> = by_executor.into_iter().collect();
+        History::read(&[lock.join("\n")], &logs, rail, Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn good_lock_log() -> Vec<String> {
+        vec![
+            session("s1", "a"),
+            session("s2", "b"),
+            grant(T[0], 1, "s1", T[2]),
+            release(T[1], 1),
+            grant(T[2], 2, "s2", T[4]),
+        ]
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let h = history(
+            &good_lock_log(),
+            vec![
+                write("a", T[0], "claim", 1, "ok"),
+                write("b", T[2], "claim", 2, "ok"),
+                write("b", T[2], "submit", 2, "ok"),
+                write("a", T[3], "submit", 1, "fenced"),
+            ],
+            vec![RailTransfer {
+                payout_id: 1,
+                token: 2,
+            }],
+        );
+        assert!(h.check().is_ok(), "{:?}", h.check());
+    }
+
+    #[test]
+    fn a_planted_double_submission_fails() {
+        let h = history(
+            &good_lock_log(),
+            vec![write("a", T[0], "claim", 1, "ok")],
+            vec![
+                RailTransfer {
+                    payout_id: 1,
+                    token: 1,
+                },
+                RailTransfer {
+                    payout_id: 1,
+                    token: 2,
+                },
+            ],
+        );
+        let err = h.check().expect_err("two transfers of one payout");
+        assert!(err.to_string().starts_with("I1"), "{err}");
+    }
+
+    #[test]
+    fn a_planted_overlapping_grant_fails() {
+        // Token 2 is granted at 00:00:02 while token 1 lives until 00:00:03 (no release).
+        let lock = vec![
+            session("s1", "a"),
+            session("s2", "b"),
+            grant(T[0], 1, "s1", T[2]),
+            grant(T[1], 2, "s2", T[4]),
+        ];
+        let h = history(&lock, Vec::new(), Vec::new());
+        let err = h.check().expect_err("overlapping grants");
+        assert!(err.to_string().starts_with("mutual exclusion"), "{err}");
+    }
+
+    #[test]
+    fn a_planted_non_rising_token_fails() {
+        let lock = vec![
+            session("s1", "a"),
+            session("s2", "b"),
+            grant(T[0], 2, "s1", T[1]),
+            grant(T[2], 1, "s2", T[4]),
+        ];
+        let h = history(&lock, Vec::new(), Vec::new());
+        let err = h.check().expect_err("a token below its predecessor");
+        assert!(err.to_string().starts_with("I3"), "{err}");
+    }
+
+    #[test]
+    fn a_superseded_write_that_was_accepted_fails() {
+        let h = history(
+            &good_lock_log(),
+            vec![
+                write("b", T[2], "claim", 2, "ok"),
+                write("a", T[3], "submit", 1, "ok"),
+            ],
+            Vec::new(),
+        );
+        let err = h
+            .check()
+            .expect_err("a stale submit accepted after a higher claim");
+        assert!(err.to_string().contains("was accepted after"), "{err}");
+    }
+}
