@@ -19,7 +19,7 @@ use payment_api::{Fault as RailFault, FaultKind, PayoutState};
 use tokio::sync::Mutex;
 
 use crate::history::{Fault, History, RailTransfer};
-use crate::stack::{Stack, StackOptions};
+use crate::stack::{Stack, StackOptions, pid_stopped};
 use crate::timeline;
 
 /// Every payout must be terminal this long after the nemesis stops (I7).
@@ -27,6 +27,8 @@ pub const LIVENESS_BOUND: Duration = Duration::from_secs(90);
 /// The lease and session TTL of the campaign's executors: short, so pauses outlive it often.
 const LEASE: &str = "2s";
 const LEASE_MS: u64 = 2_000;
+/// The lease in compose mode: its services run a 3 s hop budget, which needs ≥ 8.4 s.
+const COMPOSE_LEASE_MS: u64 = 10_000;
 /// Pauses last 0.1 to 3 × the lease.
 const PAUSE_MIN_MS: u64 = LEASE_MS / 10;
 const PAUSE_MAX_MS: u64 = 3 * LEASE_MS;
@@ -60,6 +62,8 @@ pub enum FaultChoice {
     ProxyKill,
     /// Scripted rail timeouts and rejections.
     Rail,
+    /// `docker network disconnect` of an executor container (compose mode only).
+    Partition,
 }
 
 /// Options of `harness chaos`.
@@ -92,6 +96,9 @@ pub struct ChaosOptions {
     /// Fail unless at least this many store restarts were injected.
     #[arg(long, default_value_t = 0)]
     pub expect_store_restarts: usize,
+    /// Fail unless at least this many partitions were injected (compose mode).
+    #[arg(long, default_value_t = 0)]
+    pub expect_partitions: usize,
 }
 
 /// What a campaign did and found.
@@ -145,6 +152,7 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             FaultChoice::StoreStall,
             FaultChoice::ProxyKill,
             FaultChoice::Rail,
+            FaultChoice::Partition,
         ]
     } else {
         options.faults.clone()
@@ -154,22 +162,58 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
     });
     std::fs::create_dir_all(&logs)?;
     println!(
-        "Starting a PostgreSQL cluster of the campaign's own and the stack (logs in {}) ...",
+        "Starting the stack{} (logs in {}) ...",
+        if crate::compose::selected() {
+            " (compose)"
+        } else {
+            " on a PostgreSQL cluster of the campaign's own"
+        },
         logs.display()
     );
-    let cluster = tokio::task::spawn_blocking(|| {
-        test_support::ThrowawayCluster::start(test_support::TEST_SETTINGS)
-    })
-    .await?
-    .map_err(anyhow::Error::msg)?;
-    let stack_options = StackOptions {
-        session_ttl: LEASE,
-        lease: LEASE,
-        rail_timeout: "300ms",
-        hop_budget: "500ms",
+    // Compose mode (`HARNESS_STACK=compose`), the short form: the compose stack's own
+    // PostgreSQL and services (leases of 10 s, as its services' hop budget needs), executor
+    // containers paused, self-stopped and cut off the network; no kills or store faults.
+    let compose = crate::compose::selected();
+    let lease_ms = if compose { COMPOSE_LEASE_MS } else { LEASE_MS };
+    let (pause_min_ms, pause_max_ms) = if compose {
+        (lease_ms / 10, lease_ms * 3 / 2)
+    } else {
+        (PAUSE_MIN_MS, PAUSE_MAX_MS)
     };
-    let mut stack =
-        Stack::start_on(stack_options, Some(logs.clone()), &cluster.url("postgres")).await?;
+    let (cluster, mut stack) = if compose {
+        (None, Stack::start(StackOptions::default(), None).await?)
+    } else {
+        let cluster = tokio::task::spawn_blocking(|| {
+            test_support::ThrowawayCluster::start(test_support::TEST_SETTINGS)
+        })
+        .await?
+        .map_err(anyhow::Error::msg)?;
+        let stack_options = StackOptions {
+            session_ttl: LEASE,
+            lease: LEASE,
+            rail_timeout: "300ms",
+            hop_budget: "500ms",
+        };
+        let url = cluster.url("postgres");
+        let stack = Stack::start_on(stack_options, Some(logs.clone()), &url).await?;
+        (Some(cluster), stack)
+    };
+    let local_only = [
+        FaultChoice::ReplicaKill,
+        FaultChoice::StoreRestart,
+        FaultChoice::StoreStall,
+        FaultChoice::ProxyKill,
+    ];
+    let faults_on: Vec<FaultChoice> = faults_on
+        .into_iter()
+        .filter(|f| {
+            if compose {
+                !local_only.contains(f)
+            } else {
+                *f != FaultChoice::Partition
+            }
+        })
+        .collect();
     for i in 0..options.executors {
         // Executors also stop themselves at random steps of a payout (between a guard and
         // its write, too): the nemesis continues them after a pause of its choosing.
@@ -188,8 +232,12 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             },
         })
         .await?;
+    // Executors are signalled by pid, never through the stack's lock (a create or a restart
+    // may hold it for seconds while a process waits to be continued).
+    let executor_pids: Vec<nix::unistd::Pid> =
+        stack.executors.iter().map(|e| e.process.pid()).collect();
     let stack = Arc::new(Mutex::new(stack));
-    let cluster = Arc::new(cluster);
+    let cluster = cluster.map(Arc::new);
     let faults: Faults = Arc::new(Mutex::new(Vec::new()));
     let mut rng = fastrand::Rng::with_seed(options.seed);
     let started = Instant::now();
@@ -237,6 +285,8 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
     let mut next_store_restart = Duration::from_secs(8);
     let mut next_store_stall = Duration::from_secs(14);
     let mut next_proxy_kill = Duration::from_secs(11);
+    let mut next_partition = Duration::from_secs(3);
+    let mut partitioned_until: Vec<Instant> = vec![started; usize::from(options.executors)];
     let mut paused_until: Vec<Instant> = vec![started; usize::from(options.executors)];
     while started.elapsed() < options.duration {
         let now = started.elapsed();
@@ -248,19 +298,16 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                 if *until > Instant::now() {
                     continue;
                 }
-                let stopped = stack.lock().await.executors[e].process.is_stopped();
-                if !stopped {
+                if !pid_stopped(executor_pids[e]) {
                     continue;
                 }
-                let pause = Duration::from_millis(rng.u64(PAUSE_MIN_MS..=PAUSE_MAX_MS));
+                let pause = Duration::from_millis(rng.u64(pause_min_ms..=pause_max_ms));
                 *until = Instant::now() + pause + Duration::from_millis(200);
-                let (stack, faults) = (stack.clone(), faults.clone());
+                let (pid, faults) = (executor_pids[e], faults.clone());
                 tasks.push(tokio::spawn(async move {
                     let start = Utc::now();
                     tokio::time::sleep(pause).await;
-                    stack.lock().await.executors[e]
-                        .process
-                        .signal(Signal::SIGCONT);
+                    signal_all(&[pid.as_raw()], Signal::SIGCONT);
                     record(&faults, "pause", format!("executor-{e}"), start).await;
                     anyhow::Ok(())
                 }));
@@ -270,19 +317,15 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                 .collect();
             if !free.is_empty() && rng.u32(0..NEMESIS_TICKS_PER_PAUSE) == 0 {
                 let e = free[rng.usize(0..free.len())];
-                let pause = Duration::from_millis(rng.u64(PAUSE_MIN_MS..=PAUSE_MAX_MS));
+                let pause = Duration::from_millis(rng.u64(pause_min_ms..=pause_max_ms));
                 paused_until[e] = Instant::now() + pause + Duration::from_millis(200);
-                let (stack, faults) = (stack.clone(), faults.clone());
+                let (pid, faults) = (executor_pids[e], faults.clone());
                 tasks.push(tokio::spawn(async move {
                     let name = format!("executor-{e}");
                     let start = Utc::now();
-                    stack.lock().await.executors[e]
-                        .process
-                        .signal(Signal::SIGSTOP);
+                    signal_all(&[pid.as_raw()], Signal::SIGSTOP);
                     tokio::time::sleep(pause).await;
-                    stack.lock().await.executors[e]
-                        .process
-                        .signal(Signal::SIGCONT);
+                    signal_all(&[pid.as_raw()], Signal::SIGCONT);
                     record(&faults, "pause", name, start).await;
                     anyhow::Ok(())
                 }));
@@ -310,10 +353,32 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                 restarted
             }));
         }
+        if faults_on.contains(&FaultChoice::Partition) && now >= next_partition {
+            next_partition = now + Duration::from_millis(rng.u64(3_000..6_000));
+            let free: Vec<usize> = (0..partitioned_until.len())
+                .filter(|i| partitioned_until[*i] <= Instant::now())
+                .collect();
+            if !free.is_empty() {
+                let e = free[rng.usize(0..free.len())];
+                let cut = Duration::from_millis(rng.u64(lease_ms / 10..=lease_ms * 3 / 2));
+                partitioned_until[e] = Instant::now() + cut + Duration::from_secs(1);
+                let (stack, faults) = (stack.clone(), faults.clone());
+                tasks.push(tokio::spawn(async move {
+                    let start = Utc::now();
+                    stack.lock().await.partition_executor(e, true)?;
+                    tokio::time::sleep(cut).await;
+                    stack.lock().await.partition_executor(e, false)?;
+                    record(&faults, "partition", format!("executor-{e}"), start).await;
+                    anyhow::Ok(())
+                }));
+            }
+        }
         if faults_on.contains(&FaultChoice::StoreRestart) && now >= next_store_restart {
             next_store_restart = now + Duration::from_millis(rng.u64(12_000..20_000));
             let start = Utc::now();
-            let c = cluster.clone();
+            let c = cluster
+                .clone()
+                .context("store faults need the campaign's own cluster")?;
             tokio::task::spawn_blocking(move || c.restart_fast())
                 .await?
                 .map_err(anyhow::Error::msg)?;
@@ -323,7 +388,7 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             next_store_stall = now + Duration::from_millis(rng.u64(12_000..20_000));
             let stall = Duration::from_millis(rng.u64(300..=STALL_MAX_MS));
             let start = Utc::now();
-            let pids = cluster.pids();
+            let pids = cluster.as_ref().map(|c| c.pids()).unwrap_or_default();
             signal_all(&pids, Signal::SIGSTOP);
             tokio::time::sleep(stall).await;
             signal_all(&pids, Signal::SIGCONT);
@@ -372,12 +437,12 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
     // From here on, an executor that stops itself at a step is continued at once.
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let continuer = {
-        let (stack, draining) = (stack.clone(), draining.clone());
+        let (pids, draining) = (executor_pids.clone(), draining.clone());
         tokio::spawn(async move {
             while draining.load(std::sync::atomic::Ordering::SeqCst) {
-                for executor in &stack.lock().await.executors {
-                    if executor.process.is_stopped() {
-                        executor.process.signal(Signal::SIGCONT);
+                for pid in &pids {
+                    if pid_stopped(*pid) {
+                        signal_all(&[pid.as_raw()], Signal::SIGCONT);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -504,6 +569,11 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             report.count("store-restart"),
             options.expect_store_restarts,
         ),
+        (
+            "partitions",
+            report.count("partition"),
+            options.expect_partitions,
+        ),
     ] {
         if got < want {
             bail!("the campaign injected {got} {what}, fewer than the {want} expected");
@@ -549,6 +619,10 @@ fn print_report(report: &ChaosReport, payouts: usize, seed: u64, elapsed: Durati
     println!(
         "  scripted rail faults           {}",
         report.count("rail-fault")
+    );
+    println!(
+        "  partitions (compose)           {}",
+        report.count("partition")
     );
     println!("  failovers observed (SDK)       {}", report.failovers);
     println!("  fenced writes                  {}", report.fenced_writes);

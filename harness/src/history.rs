@@ -321,7 +321,11 @@ impl History {
         }
         // Writes after a pause that outlived the grant: refused ones are the zombie episodes.
         let mut refused = Vec::new();
-        for pause in self.faults.iter().filter(|f| f.kind == "pause") {
+        for pause in self
+            .faults
+            .iter()
+            .filter(|f| f.kind == "pause" || f.kind == "partition")
+        {
             for span in self.spans.values().flatten().filter(|s| {
                 s.owner == pause.target
                     && s.granted_at < pause.start

@@ -17,6 +17,17 @@ use crate::audit::{Audit, DeclaredLoss, declared_losses};
 use crate::compose::{self, Container};
 use crate::metrics::Metrics;
 
+/// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`: SIGSTOP).
+pub fn pid_stopped(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw()))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
 /// A service as the harness sees it: a local process, or a container (compose mode).
 #[derive(Debug)]
 pub enum Proc {
@@ -45,14 +56,7 @@ impl Proc {
 
     /// Whether the process is stopped (state `T` in `/proc/PID/stat`: SIGSTOP).
     pub fn is_stopped(&self) -> bool {
-        let pid = self.pid().as_raw();
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(')')
-                    .map(|(_, rest)| rest.trim_start().starts_with('T'))
-            })
-            .unwrap_or(false)
+        pid_stopped(self.pid())
     }
 
     /// Polls until the process is stopped; panics naming `what` after `deadline`.
@@ -642,6 +646,23 @@ impl Stack {
         )
         .await;
         Ok(())
+    }
+
+    /// Cuts executor `index` off the project network (`docker network disconnect`), or
+    /// reconnects it and learns its new address (compose mode).
+    pub fn partition_executor(&mut self, index: usize, cut: bool) -> anyhow::Result<()> {
+        let executor = &mut self.executors[index];
+        let container = executor
+            .process
+            .container()
+            .context("partitions need compose mode")?;
+        if cut {
+            container.disconnect()
+        } else {
+            container.connect()?;
+            executor.url = format!("http://{}:8084", container.ip()?);
+            Ok(())
+        }
     }
 
     /// Every service answers `/health/ready` (none needs a manual restart).

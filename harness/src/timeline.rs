@@ -90,7 +90,7 @@ pub fn render(
     }
     for fault in &history.faults {
         let lane = match fault.kind {
-            "pause" | "replica-kill" => lane_of(&fault.target),
+            "pause" | "partition" | "replica-kill" => lane_of(&fault.target),
             "store-restart" | "store-stall" => lane_of("store"),
             _ => None,
         };
@@ -99,10 +99,10 @@ pub fn render(
             continue;
         }
         let (x1, x2) = (scale.x(fault.start), scale.x(fault.end));
-        let color = if fault.kind == "pause" {
-            "#bbb"
-        } else {
-            "#f99"
+        let color = match fault.kind {
+            "pause" => "#bbb",
+            "partition" => "#9bf",
+            _ => "#f99",
         };
         let _ = writeln!(
             svg,
@@ -194,7 +194,7 @@ pub fn render(
     let legend_y = height - 14.0;
     let _ = writeln!(
         svg,
-        r#"<text x="10" y="{legend_y:.1}">green: grant released · amber: grant expired at the server (orange line) · grey: process paused · pink: replica/store down · red dashes: client-declared loss · ✗: fenced write</text>"#
+        r#"<text x="10" y="{legend_y:.1}">green: grant released · amber: grant expired at the server (orange line) · grey: process paused · blue: cut off the network · pink: replica/store down · red dashes: client-declared loss · ✗: fenced write</text>"#
     );
     svg.push_str("</svg>\n");
     svg
