@@ -111,6 +111,10 @@ impl Proc {
 
 /// How long a service may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
+/// How often a restart starts a process before it gives up.
+const RESTART_ATTEMPTS: u32 = 20;
+/// How long one restarted process may take to answer ready.
+const RESTART_READY_DEADLINE: Duration = Duration::from_secs(10);
 /// Budget of one harness call to a service: a stopped process must not hang a test.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines of each log printed when a test fails.
@@ -589,13 +593,14 @@ impl Stack {
     }
 
     /// Restarts replica `index` (after it was killed) on its port, as a new incarnation with
-    /// its own log; the old process is kept for its log.
+    /// its own log; the old process is kept for its log. Like a supervisor, it starts the
+    /// process again until it answers ready (a replica started while the store is down
+    /// exits: "cannot open the store").
     pub async fn restart_lock_server(&mut self, index: usize) -> anyhow::Result<()> {
         let (lockdb, env) = self
             .lock_spec
             .clone()
             .context("restarts need local processes")?;
-        self.incarnations += 1;
         let url = self.lock_servers[index].url.clone();
         let port = url.rsplit(':').next().unwrap_or_default().to_owned();
         let mut all = vec![
@@ -603,17 +608,54 @@ impl Stack {
             ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
         ];
         all.extend(env);
-        let name = format!("lock-server-{}.{}", index + 1, self.incarnations);
-        let process = ServiceProcess::spawn(&name, &self.bins[0], &[], &all, &self.log_dir);
-        let old = std::mem::replace(&mut self.lock_servers[index].process, Proc::Local(process));
+        let binary = self.bins[0].clone();
+        let name = format!("lock-server-{}", index + 1);
+        let process = self.supervise(&name, &binary, &all, &url).await?;
+        let old = std::mem::replace(&mut self.lock_servers[index].process, process);
         self.retired.push(old);
-        wait_until_ok(
-            &format!("{name} to become ready"),
-            &format!("{url}/health/ready"),
-            READY_DEADLINE,
-        )
-        .await;
         Ok(())
+    }
+
+    /// Starts `binary` as a new incarnation of `name` until it answers `url/health/ready`
+    /// (each incarnation with its own log, the failed ones retired).
+    async fn supervise(
+        &mut self,
+        name: &str,
+        binary: &Path,
+        env: &[(&str, String)],
+        url: &str,
+    ) -> anyhow::Result<Proc> {
+        for _ in 0..RESTART_ATTEMPTS {
+            self.incarnations += 1;
+            let log_name = format!("{name}.{}", self.incarnations);
+            let process = ServiceProcess::spawn(&log_name, binary, &[], env, &self.log_dir);
+            if self.ready_within(url, RESTART_READY_DEADLINE).await {
+                return Ok(Proc::Local(process));
+            }
+            process.signal(Signal::SIGKILL);
+            self.retired.push(Proc::Local(process));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        bail!("{name} did not become ready after {RESTART_ATTEMPTS} starts")
+    }
+
+    /// Whether `url/health/ready` answers 200 within `deadline` (never panics).
+    async fn ready_within(&self, url: &str, deadline: Duration) -> bool {
+        let started = std::time::Instant::now();
+        while started.elapsed() < deadline {
+            let ok = self
+                .http
+                .get(format!("{url}/health/ready"))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
     }
 
     fn service_index(&self, name: &str) -> anyhow::Result<usize> {
@@ -630,21 +672,16 @@ impl Stack {
         Ok(())
     }
 
-    /// Starts service `name` again (after a kill), as a new incarnation with its own log.
+    /// Starts service `name` again (after a kill), as a new incarnation with its own log,
+    /// until it answers ready.
     pub async fn restart_service(&mut self, name: &str) -> anyhow::Result<()> {
         let index = self.service_index(name)?;
-        self.incarnations += 1;
         let spec = self.service_specs[index].clone();
-        let log_name = format!("{}.{}", spec.name, self.incarnations);
-        let process = ServiceProcess::spawn(&log_name, &spec.binary, &[], &spec.env, &self.log_dir);
-        let old = std::mem::replace(&mut self.services[index], Proc::Local(process));
+        let process = self
+            .supervise(spec.name, &spec.binary, &spec.env, &spec.url)
+            .await?;
+        let old = std::mem::replace(&mut self.services[index], process);
         self.retired.push(old);
-        wait_until_ok(
-            &format!("{log_name} to become ready"),
-            &format!("{}/health/ready", spec.url),
-            READY_DEADLINE,
-        )
-        .await;
         Ok(())
     }
 
