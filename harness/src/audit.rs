@@ -56,12 +56,14 @@ pub struct Audit {
     pub closed: BTreeSet<String>,
 }
 
-fn lines(log: &str) -> impl Iterator<Item = Value> + '_ {
+/// The JSON lines of a log (other lines skipped).
+pub(crate) fn lines(log: &str) -> impl Iterator<Item = Value> + '_ {
     log.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
 }
 
-fn time(line: &Value, field: &str) -> anyhow::Result<DateTime<Utc>> {
+/// An RFC 3339 field of a log line.
+pub(crate) fn time(line: &Value, field: &str) -> anyhow::Result<DateTime<Utc>> {
     let text = line[field]
         .as_str()
         .with_context(|| format!("{field} missing in {line}"))?;

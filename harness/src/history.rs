@@ -19,9 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
-use crate::audit::{Audit, declared_losses};
+use crate::audit::{Audit, declared_losses, lines, time};
 
 /// One write an executor made (its `write` line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,20 +100,6 @@ pub struct History {
     pub losses: Vec<(String, crate::audit::DeclaredLoss)>,
     /// Endpoint rotations the executors' SDKs logged (failovers observed).
     pub failovers: usize,
-}
-
-fn time(line: &Value, field: &str) -> anyhow::Result<DateTime<Utc>> {
-    let text = line[field]
-        .as_str()
-        .with_context(|| format!("{field} missing in {line}"))?;
-    Ok(DateTime::parse_from_rfc3339(text)
-        .with_context(|| format!("{field} of {line}"))?
-        .with_timezone(&Utc))
-}
-
-fn lines(log: &str) -> impl Iterator<Item = Value> + '_ {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
 }
 
 impl History {

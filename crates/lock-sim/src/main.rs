@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use clap::error::ErrorKind;
 use indicatif::{ProgressBar, ProgressStyle};
 use lock_sim::{Bugs, DRIFT_BOUND, MUST_REACH, run_seed, run_seeds};
 
@@ -35,23 +34,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err)
-            if matches!(
-                err.kind(),
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-            ) =>
-        {
-            err.exit()
-        }
-        Err(err) => {
-            let rendered = err.to_string();
-            let line = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("lock-sim: {}", line.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
-    };
+    let cli: Cli = service_kit::parse_or_exit("lock-sim");
     let mut bugs = Bugs::default();
     for name in &cli.bug {
         bugs = match bugs.with(name) {
