@@ -39,7 +39,7 @@ enum Bench {
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(options) => harness::demo::run(&options).await,
@@ -51,8 +51,13 @@ async fn main() {
             which: Bench::Pipeline(options),
         } => run_pipeline(&options).await,
     };
-    if let Err(err) = result {
-        eprintln!("harness: {err:#}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("harness: {err:#}");
+            // Returning (not `process::exit`) drops the runtime, its tasks and so every
+            // stack they still share: the service processes are killed, not left behind.
+            std::process::ExitCode::FAILURE
+        }
     }
 }

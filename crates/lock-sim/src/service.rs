@@ -85,12 +85,6 @@ pub enum LockCall {
     Release { key: LockKey, token: FencingToken },
 }
 
-impl LockCall {
-    fn mutates(&self) -> bool {
-        true
-    }
-}
-
 /// A lock-surface answer (`expires` in true nanoseconds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockAnswer {
@@ -156,7 +150,8 @@ impl LockService {
         if !self.up[replica] {
             return None;
         }
-        if self.not_leader && call.mutates() {
+        // Every lock-surface call the clients make writes (L1-L6): all are refused.
+        if self.not_leader {
             return Some(LockAnswer::NotLeader);
         }
         self.env.set_now(now);
