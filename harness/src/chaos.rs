@@ -409,7 +409,7 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             let fault = if rng.bool() {
                 FaultKind::Timeout { hold_ms: 800 }
             } else {
-                FaultKind::Reject
+                FaultKind::Reject {}
             };
             s.rail_fault(&RailFault {
                 payout_id: Some(next),

@@ -227,6 +227,9 @@ pub struct Stack {
     pub proxy_url: String,
     /// rail-stub's base URL.
     pub rail_url: String,
+    /// paydb's URL (local processes only): attack tests write to it directly, as a store
+    /// compromised or restored from elsewhere would.
+    pub paydb_url: Option<String>,
     rail_admin_token: String,
     services: Vec<Proc>,
     /// How each of `services` was started (name, binary, env, base URL), for restarts.
@@ -411,6 +414,7 @@ impl Stack {
             payment_url,
             proxy_url,
             rail_url,
+            paydb_url: Some(paydb.url.clone()),
             rail_admin_token,
             services,
             service_specs,
@@ -478,6 +482,7 @@ impl Stack {
             payment_url,
             proxy_url,
             rail_url,
+            paydb_url: None,
             rail_admin_token,
             services,
             service_specs: Vec::new(),
@@ -799,6 +804,24 @@ impl Stack {
             .await?
             .error_for_status()?;
         Ok(())
+    }
+
+    /// rail-stub's admin credential (faults, the received list).
+    pub fn rail_admin_token(&self) -> &str {
+        &self.rail_admin_token
+    }
+
+    /// A fenced write to `url` for `payout_id` presenting `token`, as an executor sends it.
+    pub fn fenced_request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        _payout_id: i64,
+        token: i64,
+    ) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, url)
+            .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
     }
 
     /// P2 with `token`, as any caller could send it: the status and the error code, if any.

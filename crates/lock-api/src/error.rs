@@ -61,6 +61,14 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 415: the body is not `application/json`.
     UnsupportedMediaType,
+    /// 414: the request URI is longer than the server's parser accepts.
+    UriTooLong,
+    /// 431: the request headers are larger than the server's parser accepts.
+    HeadersTooLarge,
+    /// 403: a fenced write's `X-Fencing-Proof` is missing, malformed, signed by an unknown
+    /// key, or does not sign this lock key and token: the token was not issued by the lock
+    /// service for this resource.
+    ProofInvalid,
     /// 404: the session does not exist (never did, or was reaped).
     SessionUnknown,
     /// 410: the session exists but has expired.
@@ -87,7 +95,7 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument => 400,
             Self::Unauthenticated => 401,
-            Self::Forbidden => 403,
+            Self::Forbidden | Self::ProofInvalid => 403,
             Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
@@ -95,6 +103,8 @@ impl ErrorCode {
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
+            Self::UriTooLong => 414,
+            Self::HeadersTooLarge => 431,
             Self::NotLeader | Self::StoreUnavailable => 503,
             Self::Internal => 500,
         }
@@ -111,6 +121,9 @@ impl ErrorCode {
             Self::Timeout => "TIMEOUT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::UriTooLong => "URI_TOO_LONG",
+            Self::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            Self::ProofInvalid => "PROOF_INVALID",
             Self::SessionUnknown => "SESSION_UNKNOWN",
             Self::SessionExpired => "SESSION_EXPIRED",
             Self::LockHeld => "LOCK_HELD",
@@ -265,6 +278,9 @@ impl LockError {
             ErrorCode::InvalidArgument
             | ErrorCode::PayloadTooLarge
             | ErrorCode::UnsupportedMediaType
+            | ErrorCode::UriTooLong
+            | ErrorCode::HeadersTooLarge
+            | ErrorCode::ProofInvalid
             | ErrorCode::Unauthenticated
             | ErrorCode::Forbidden => Self::InvalidArgument { message },
             ErrorCode::NotFound
@@ -293,7 +309,7 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 17] = [
+    const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -302,6 +318,9 @@ mod tests {
         ErrorCode::Timeout,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
+        ErrorCode::UriTooLong,
+        ErrorCode::HeadersTooLarge,
+        ErrorCode::ProofInvalid,
         ErrorCode::SessionUnknown,
         ErrorCode::SessionExpired,
         ErrorCode::LockHeld,

@@ -4,16 +4,18 @@
 //! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the L1-L8 surface
 //! (`docs/contracts/C3-http-surfaces.md`), the error codes with their HTTP statuses, the
 //! client's [`LockHandle`] record, and the typed errors an SDK caller sees ([`LockError`],
-//! [`LockLost`]). This crate does no I/O.
+//! [`LockLost`]), and a log [`Throttle`] services and the SDK share. This crate does no I/O.
 
 mod error;
 mod handle;
 mod ids;
 mod limits;
+mod throttle;
 mod wire;
 
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
 pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
 pub use limits::*;
+pub use throttle::Throttle;
 pub use wire::*;

@@ -75,6 +75,9 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
+    /// Connection limits (header-read/idle timeout, connection cap).
+    #[command(flatten)]
+    pub http: service_kit::HttpLimits,
 }
 
 /// The TTL range and defaults, in milliseconds, as handlers apply them.

@@ -40,6 +40,7 @@ pub struct Server {
     reaper_interval: Duration,
     drain_grace: Duration,
     request_timeout: Duration,
+    http_limits: service_kit::HttpLimits,
 }
 
 impl Server {
@@ -77,6 +78,7 @@ impl Server {
             reaper_interval: config.reaper_interval,
             drain_grace: config.drain_grace,
             request_timeout: config.request_timeout,
+            http_limits: config.http.clone(),
         })
     }
 
@@ -104,6 +106,7 @@ impl Server {
             reaper_interval,
             drain_grace,
             request_timeout,
+            http_limits,
         } = self;
         let (stop_reaper, reaper_stop) = watch::channel(false);
         let reaper = tokio::spawn(crate::reaper::run(
@@ -122,11 +125,9 @@ impl Server {
             drain_state.start_draining();
             tokio::time::sleep(drain_grace).await;
         };
-        tracing::info!(event = "listening", addr = %listener.local_addr()?, backend = state.backend().as_str());
+        tracing::info!(event = "backend", backend = state.backend().as_str());
         let app = crate::http::router(state, request_timeout);
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(drain)
-            .await;
+        let served = service_kit::serve(listener, app, &http_limits, drain).await;
         let _ = stop_reaper.send(true);
         let _ = reaper.await;
         tracing::info!(event = "stopped", "lock-server stopped");

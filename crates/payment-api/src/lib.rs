@@ -16,6 +16,25 @@ pub use fence::{FenceRefusal, FenceRule, check_fence};
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted beneficiary, in bytes.
 pub const BENEFICIARY_MAX_BYTES: usize = 140;
+
+/// Whether `c` may not appear in a beneficiary: control characters, and the format
+/// characters that render as nothing or reorder text (zero-width spaces and joiners, the
+/// bidirectional embeddings, overrides and isolates, the word joiner, the byte-order mark,
+/// the soft hyphen): a name an operator reads must be the name the rail receives.
+pub fn is_hidden_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
 /// Longest accepted idempotency key, in bytes.
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
 /// Largest amount accepted, in minor units (a sanity bound, not a business limit).
@@ -239,10 +258,11 @@ pub enum FaultKind {
         /// Milliseconds.
         hold_ms: u64,
     },
-    /// Refuse the transfer.
-    Reject,
+    /// Refuse the transfer. (An empty struct variant, not a unit variant: serde ignores
+    /// unknown fields next to the tag of a unit variant.)
+    Reject {},
     /// Answer 503.
-    Error,
+    Error {},
 }
 
 /// rail-stub `POST /v1/faults` body: for one payout, or every payout when `payout_id` is absent.
@@ -284,5 +304,45 @@ mod tests {
         assert_eq!(f.fault, FaultKind::Timeout { hold_ms: 5000 });
         let all: Fault = serde_json::from_str(r#"{"fault":{"kind":"reject"}}"#).unwrap();
         assert_eq!(all.payout_id, None);
+    }
+}
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_with_an_unknown_field_is_refused() {
+        for body in [
+            r#"{"fault":{"kind":"reject","extra":1}}"#,
+            r#"{"fault":{"kind":"error","delay_ms":5}}"#,
+            r#"{"fault":{"kind":"delay","delay_ms":5,"extra":1}}"#,
+            r#"{"fault":{"kind":"timeout","hold_ms":5,"delay_ms":1}}"#,
+            r#"{"fault":{"kind":"reject"},"extra":1}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Fault>(body).is_err(),
+                "{body} accepted"
+            );
+        }
+        for body in [
+            r#"{"fault":{"kind":"reject"}}"#,
+            r#"{"payout_id":3,"fault":{"kind":"delay","delay_ms":5}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Fault>(body).is_ok(),
+                "{body} refused"
+            );
+        }
+    }
+
+    #[test]
+    fn hidden_characters_are_flagged() {
+        for c in ['\u{200B}', '\u{202E}', '\u{2066}', '\u{FEFF}', '\u{0007}'] {
+            assert!(is_hidden_char(c), "{c:?}");
+        }
+        for c in ['a', 'é', 'Ж', ' ', '-'] {
+            assert!(!is_hidden_char(c), "{c:?}");
+        }
     }
 }

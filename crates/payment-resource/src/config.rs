@@ -38,4 +38,7 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
+    /// Connection limits (header-read/idle timeout, connection cap).
+    #[command(flatten)]
+    pub http: service_kit::HttpLimits,
 }

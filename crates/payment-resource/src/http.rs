@@ -88,8 +88,9 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
 type ApiResult<T> = Result<T, ApiError>;
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
-    raw.parse::<i64>()
-        .ok()
+    Some(raw)
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|r| r.parse::<i64>().ok())
         .filter(|id| *id > 0)
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))
 }
@@ -107,21 +108,25 @@ fn validate(req: &CreatePayout) -> ApiResult<()> {
             "must be an ISO 4217 code like EUR",
         ));
     }
-    if req.beneficiary.trim().is_empty()
-        || req.beneficiary.len() > BENEFICIARY_MAX_BYTES
-        || req.beneficiary.chars().any(char::is_control)
+    if req.beneficiary.len() > BENEFICIARY_MAX_BYTES
+        || req.beneficiary.chars().any(payment_api::is_hidden_char)
+        || !req
+            .beneficiary
+            .chars()
+            .any(|c| !c.is_whitespace() && !payment_api::is_hidden_char(c))
     {
         return Err(ApiError::invalid(
             "beneficiary",
-            format!("must be 1 to {BENEFICIARY_MAX_BYTES} bytes without control characters"),
+            format!(
+                "must be 1 to {BENEFICIARY_MAX_BYTES} bytes with a visible character and no control, invisible or bidirectional-override characters"
+            ),
         ));
     }
     Ok(())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
-    let key = headers
-        .get(IDEMPOTENCY_KEY_HEADER)
+    let key = service_kit::single_header(headers, IDEMPOTENCY_KEY_HEADER, "Idempotency-Key")?
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .unwrap_or("");
@@ -167,6 +172,9 @@ struct ListQuery {
     claimable: Option<bool>,
     #[serde(default)]
     limit: Option<i64>,
+    /// Keyset paging: only payouts with a larger id.
+    #[serde(default)]
+    after: Option<i64>,
 }
 
 async fn list(
@@ -187,7 +195,14 @@ async fn list(
             format!("must be between 1 and {LIST_LIMIT_MAX}"),
         ));
     }
-    Ok(Json(state.store.list_claimable(limit).await?))
+    let after = query.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::invalid(
+            "after",
+            "must be a payout id (0 or more)",
+        ));
+    }
+    Ok(Json(state.store.list_claimable(after, limit).await?))
 }
 
 async fn get_payout(

@@ -24,5 +24,10 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
             .map(Into::into),
         hop_budget: config.hop_budget,
     };
-    Ok(Service::bind(config.bind, http::router(state, config.request_timeout)).await?)
+    Ok(Service::bind(
+        config.bind,
+        http::router(state, config.request_timeout),
+        config.http.clone(),
+    )
+    .await?)
 }

@@ -223,12 +223,14 @@ impl PayStore {
     }
 
     /// Non-terminal payouts in id order, at most `limit`.
-    pub async fn list_claimable(&self, limit: i64) -> Result<Vec<Payout>, PayError> {
+    pub async fn list_claimable(&self, after: i64, limit: i64) -> Result<Vec<Payout>, PayError> {
         let rows = sqlx::query(&format!(
             "SELECT {PAYOUT_COLUMNS} FROM payouts
-              WHERE state IN ('PENDING', 'CLAIMED', 'SUBMITTED') ORDER BY payout_id LIMIT $1"
+              WHERE state IN ('PENDING', 'CLAIMED', 'SUBMITTED') AND payout_id > $2
+              ORDER BY payout_id LIMIT $1"
         ))
         .bind(limit)
+        .bind(after)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(payout).collect()
@@ -361,6 +363,10 @@ impl PayStore {
         let mut tx = self.pool.begin().await?;
         let current = match fenced(&mut tx, payout_id, token, FenceRule::Holder).await {
             Err(PayError::AlreadyTerminal { .. }) => {
+                // Give the row lock and the pooled connection back before reading with
+                // another: holding one while waiting for a second starves the pool when many
+                // posts of one payout arrive at once.
+                tx.rollback().await?;
                 return self.get(payout_id).await.map(|p| (p, false));
             }
             other => other?,

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_api::{LockError, LockHandle, LockKey, LockLost};
+use lock_api::{LockError, LockHandle, LockKey, LockLost, Throttle};
 use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
 
 use crate::config::{Config, FaultStep};
@@ -23,6 +23,83 @@ pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
 /// cap 500 ms, 32 attempts). Workers do not trail each other because each visits a scan's
 /// payouts in its own shuffled order, so two rarely want the same payout at once.
 pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
+
+/// Longest pause between scans while a service keeps failing.
+pub const ERROR_BACKOFF_MAX_MS: u64 = 5_000;
+/// At most one line per this interval for each repeated warning (scan, acquire, step,
+/// session failures); the count of suppressed ones rides on the next line.
+pub const WARN_INTERVAL_MS: u64 = 5_000;
+/// How long a payout whose claim was fenced while this worker held its lock is skipped at
+/// first: such a fence was raised by a token the lock service has not issued yet (a forged
+/// or foreign one), or by a worker that took over this one's expired lease and is on it.
+/// Doubles per repeat, up to [`QUARANTINE_MAX_MS`].
+pub const QUARANTINE_FIRST_MS: u64 = 30_000;
+/// Longest quarantine.
+pub const QUARANTINE_MAX_MS: u64 = 600_000;
+
+/// The pause after `failures` consecutive failed scans: the poll interval doubled per
+/// failure, capped at [`ERROR_BACKOFF_MAX_MS`], with up to a quarter of jitter so that
+/// workers do not return in step.
+pub fn error_backoff(poll_interval: Duration, failures: u32) -> Duration {
+    let cap = Duration::from_millis(ERROR_BACKOFF_MAX_MS);
+    let doubled = poll_interval.saturating_mul(1_u32 << failures.min(16).saturating_sub(1));
+    let base = doubled.min(cap);
+    base.mul_f64(0.75 + fastrand::f64() * 0.25)
+}
+
+/// Payouts this worker skips for a while: fenced at claim while it held their lock.
+#[derive(Debug, Default)]
+pub struct Quarantine {
+    /// payout id -> (skipped until, times fenced in a row).
+    entries: Mutex<std::collections::HashMap<i64, (Instant, u32)>>,
+}
+
+impl Quarantine {
+    /// Skips `payout_id` for the next period (doubling per repeat).
+    pub fn add(&self, payout_id: i64, now: Instant) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repeats = entries.get(&payout_id).map_or(0, |(_, n)| *n);
+        let period_ms = QUARANTINE_FIRST_MS
+            .saturating_mul(1_u64 << repeats.min(16))
+            .min(QUARANTINE_MAX_MS);
+        entries.insert(
+            payout_id,
+            (
+                now + Duration::from_millis(period_ms),
+                repeats.saturating_add(1),
+            ),
+        );
+        metrics::gauge!(QUARANTINED).set(entries.len() as f64);
+    }
+
+    /// Forgets `payout_id` (its attempt got somewhere).
+    pub fn clear(&self, payout_id: i64) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.remove(&payout_id).is_some() {
+            metrics::gauge!(QUARANTINED).set(entries.len() as f64);
+        }
+    }
+
+    /// Whether `payout_id` is to be skipped at `now`.
+    pub fn is_skipped(&self, payout_id: i64, now: Instant) -> bool {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries
+            .get(&payout_id)
+            .is_some_and(|(until, _)| now < *until)
+    }
+}
+
+/// `executor_quarantined_payouts`: payouts this worker currently skips.
+pub const QUARANTINED: &str = "executor_quarantined_payouts";
 
 /// How one payout attempt ended (the `outcome` tag, pinned in C4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +125,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether the attempt changed the payout (or must be retried at once, as a short
+    /// lease is): a fenced, contended, terminal or failed attempt is no progress, so a
+    /// worker facing only such payouts sleeps instead of spinning.
+    pub fn is_progress(self) -> bool {
+        matches!(
+            self,
+            Self::Acked | Self::Rejected | Self::Ambiguous | Self::LeaseShort
+        )
+    }
+
     /// Every outcome, so each series is exported from start (at zero).
     pub const ALL: [Self; 9] = [
         Self::Acked,
@@ -96,6 +183,13 @@ pub struct Executor {
     sigstop_armed: AtomicBool,
     /// This process's scan order: seeded from the OS, so no two processes share it.
     scan_rng: Mutex<fastrand::Rng>,
+    /// Payouts skipped for a while.
+    quarantine: Quarantine,
+    /// Throttles of repeated warnings.
+    warn_scan: Throttle,
+    warn_acquire: Throttle,
+    warn_step: Throttle,
+    warn_session: Throttle,
 }
 
 impl Executor {
@@ -131,6 +225,7 @@ impl Executor {
             // Registered without a sample: every outcome's series exists from start.
             let _ = metrics::histogram!(EXECUTE_SECONDS, "outcome" => outcome.as_str());
         }
+        metrics::gauge!(QUARANTINED).set(0.0);
         Ok(Self {
             client,
             current: tokio::sync::RwLock::new(Current { session, loss }),
@@ -139,35 +234,78 @@ impl Executor {
             lease,
             sigstop_armed,
             scan_rng: Mutex::new(fastrand::Rng::new()),
+            quarantine: Quarantine::default(),
+            warn_scan: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
+            warn_acquire: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
+            warn_step: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
+            warn_session: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
         })
     }
 
-    /// Scans and executes until `stop` turns true.
+    /// Scans and executes until `stop` turns true. A scan visits one page of claimable
+    /// payouts (keyset-paged by id, so payouts this worker cannot finish at the head of the
+    /// queue never hide the ones behind them), skipping quarantined ones. It sleeps the poll
+    /// interval when a whole pass changed no payout, and backs off exponentially (up to
+    /// [`ERROR_BACKOFF_MAX_MS`]) while a service fails.
     pub async fn run(&self, stop: tokio::sync::watch::Receiver<bool>) {
+        let mut cursor = 0_i64;
+        let mut pass_worked = false;
+        let mut failures = 0_u32;
         while !*stop.borrow() {
-            let mut payouts = match self.services.claimable(self.config.batch).await {
-                Ok(payouts) => payouts,
+            let page = match self.services.claimable(cursor, self.config.batch).await {
+                Ok(page) => Some(page),
                 Err(err) => {
-                    tracing::warn!(event = "scan_failed", error = %err);
-                    Vec::new()
+                    if let Some(suppressed) = self.warn_scan.allow() {
+                        tracing::warn!(event = "scan_failed", error = %err, suppressed);
+                    }
+                    None
                 }
             };
+            let mut failed = page.is_none();
+            let full_page = page
+                .as_ref()
+                .is_some_and(|p| p.len() >= self.config.batch as usize);
+            let mut payouts = page.unwrap_or_default();
+            cursor = match payouts.last() {
+                Some(last) if full_page => last.payout_id,
+                _ => 0,
+            };
+            let now = Instant::now();
+            payouts.retain(|p| !self.quarantine.is_skipped(p.payout_id, now));
             self.scan_rng
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .shuffle(&mut payouts);
-            let mut worked = false;
             for payout in payouts {
                 if *stop.borrow() {
                     break;
                 }
                 let outcome = self.execute(payout.payout_id).await;
-                worked |= !matches!(outcome, Outcome::Contended | Outcome::Error);
+                pass_worked |= outcome.is_progress();
+                match outcome {
+                    Outcome::Fenced => self.quarantine.add(payout.payout_id, Instant::now()),
+                    Outcome::Error => {
+                        // A failing service: stop hammering it with the rest of the page.
+                        failed = true;
+                        break;
+                    }
+                    _ => self.quarantine.clear(payout.payout_id),
+                }
             }
-            if !worked {
+            let pause = if failed {
+                failures = failures.saturating_add(1);
+                Some(error_backoff(self.config.poll_interval, failures))
+            } else {
+                failures = 0;
+                // A pass ends where paging wraps to the start; only an idle pass sleeps.
+                let pass_ended = cursor == 0;
+                let idle = pass_ended && !std::mem::take(&mut pass_worked);
+                idle.then_some(self.config.poll_interval)
+            };
+            if let Some(pause) = pause {
                 let mut stop = stop.clone();
                 tokio::select! {
-                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = tokio::time::sleep(pause) => {}
                     _ = stop.changed() => {}
                 }
             }
@@ -198,13 +336,17 @@ impl Executor {
             Ok(Some(handle)) => handle,
             Ok(None) => return Outcome::Contended,
             Err(err @ (LockError::SessionExpired { .. } | LockError::SessionUnknown { .. })) => {
-                tracing::warn!(event = "acquire_failed", payout_id, error = %err, "the session is lost for good: opening a new one");
+                if let Some(suppressed) = self.warn_acquire.allow() {
+                    tracing::warn!(event = "acquire_failed", payout_id, error = %err, suppressed, "the session is lost for good: opening a new one");
+                }
                 drop(current);
                 self.replace_session().await;
                 return Outcome::Error;
             }
             Err(err) => {
-                tracing::warn!(event = "acquire_failed", payout_id, error = %err);
+                if let Some(suppressed) = self.warn_acquire.allow() {
+                    tracing::warn!(event = "acquire_failed", payout_id, error = %err, suppressed);
+                }
                 return Outcome::Error;
             }
         };
@@ -245,7 +387,11 @@ impl Executor {
                 tracing::info!(event = "session_replaced", old = %old.session.id(), new = %current.session.id());
                 old.session.close().await;
             }
-            Err(err) => tracing::warn!(event = "session_reopen_failed", error = %err),
+            Err(err) => {
+                if let Some(suppressed) = self.warn_session.allow() {
+                    tracing::warn!(event = "session_reopen_failed", error = %err, suppressed);
+                }
+            }
         }
     }
 
@@ -269,7 +415,7 @@ impl Executor {
         .await
         {
             Ok(payout) => payout,
-            Err(err) => return Ok(refusal(payout_id, "claim", &err)),
+            Err(err) => return Ok(self.refusal(payout_id, "claim", &err)),
         };
         if claimed.state != "SUBMITTED" {
             guard(session, handle, watch)?;
@@ -299,7 +445,7 @@ impl Executor {
                 Ok(()) => {}
                 // Crash recovery: the submission is on record; post its outcome.
                 Err(err) if err.code() == Some(&Refusal::AlreadySubmitted) => {}
-                Err(err) => return Ok(refusal(payout_id, "submit", &err)),
+                Err(err) => return Ok(self.refusal(payout_id, "submit", &err)),
             }
         }
         self.fault_point(payout_id, FaultStep::Post);
@@ -323,9 +469,28 @@ impl Executor {
                         Outcome::Error
                     }
                 },
-                Err(err) => refusal(payout_id, "post", &err),
+                Err(err) => self.refusal(payout_id, "post", &err),
             },
         )
+    }
+
+    /// The outcome of a refused or failed write; a failure's warning is throttled.
+    fn refusal(&self, payout_id: i64, step: &str, err: &CallError) -> Outcome {
+        match err.code() {
+            Some(Refusal::FencedOut) => {
+                // Not throttled: one line per fenced payout attempt is the evidence of a
+                // stopped zombie, and the quarantine keeps repeats rare.
+                tracing::warn!(event = "fenced", payout_id, step, error = %err, "refused by the fence: not re-acquiring in this attempt");
+                Outcome::Fenced
+            }
+            Some(Refusal::AlreadyTerminal) => Outcome::AlreadyTerminal,
+            _ => {
+                if let Some(suppressed) = self.warn_step.allow() {
+                    tracing::warn!(event = "step_failed", payout_id, step, error = %err, suppressed);
+                }
+                Outcome::Error
+            }
+        }
     }
 
     /// The test-only fault point: stop this whole process (every thread, heartbeat included)
@@ -420,16 +585,56 @@ pub fn guard(
     session.check_still_held(handle)
 }
 
-fn refusal(payout_id: i64, step: &str, err: &CallError) -> Outcome {
-    match err.code() {
-        Some(Refusal::FencedOut) => {
-            tracing::warn!(event = "fenced", payout_id, step, error = %err, "refused by the fence: not re-acquiring in this attempt");
-            Outcome::Fenced
-        }
-        Some(Refusal::AlreadyTerminal) => Outcome::AlreadyTerminal,
-        _ => {
-            tracing::warn!(event = "step_failed", payout_id, step, error = %err);
-            Outcome::Error
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_changed_payout_is_progress() {
+        let progress: Vec<_> = Outcome::ALL
+            .into_iter()
+            .filter(|o| o.is_progress())
+            .collect();
+        assert_eq!(
+            progress,
+            [
+                Outcome::Acked,
+                Outcome::Rejected,
+                Outcome::Ambiguous,
+                Outcome::LeaseShort
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fenced_payout_is_skipped_for_a_doubling_period() {
+        let q = Quarantine::default();
+        let t0 = Instant::now();
+        assert!(!q.is_skipped(7, t0));
+        q.add(7, t0);
+        let first = Duration::from_millis(QUARANTINE_FIRST_MS);
+        assert!(q.is_skipped(7, t0 + first - Duration::from_millis(1)));
+        assert!(!q.is_skipped(7, t0 + first));
+        assert!(!q.is_skipped(8, t0), "other payouts are not skipped");
+        q.add(7, t0 + first);
+        assert!(
+            q.is_skipped(7, t0 + first + first + first / 2),
+            "the second period doubles"
+        );
+        q.clear(7);
+        assert!(!q.is_skipped(7, t0 + first));
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_poll_interval_to_its_cap() {
+        let poll = Duration::from_millis(100);
+        for (failures, base_ms) in [(1, 100), (2, 200), (3, 400), (7, 5_000), (40, 5_000)] {
+            let pause = error_backoff(poll, failures);
+            let base = Duration::from_millis(base_ms);
+            assert!(
+                pause <= base && pause >= base.mul_f64(0.75),
+                "{failures}: {pause:?}"
+            );
         }
     }
 }

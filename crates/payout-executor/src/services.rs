@@ -140,10 +140,10 @@ impl Services {
         }
     }
 
-    /// Non-terminal payouts, oldest first.
-    pub async fn claimable(&self, limit: u32) -> Result<Vec<PayoutView>, CallError> {
+    /// One page of non-terminal payouts with ids above `after`, oldest first.
+    pub async fn claimable(&self, after: i64, limit: u32) -> Result<Vec<PayoutView>, CallError> {
         Self::read(self.http.get(format!(
-            "{}/v1/payouts?claimable=true&limit={limit}",
+            "{}/v1/payouts?claimable=true&limit={limit}&after={after}",
             self.payment_url
         )))
         .await

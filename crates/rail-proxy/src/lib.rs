@@ -62,6 +62,9 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
+    /// Connection limits (header-read/idle timeout, connection cap).
+    #[command(flatten)]
+    pub http: service_kit::HttpLimits,
 }
 
 #[derive(Debug)]
@@ -299,5 +302,5 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         config.hop_budget,
         RequestMetrics::for_service("rail-proxy"),
     );
-    Ok(Service::bind(config.bind, app).await?)
+    Ok(Service::bind(config.bind, app, config.http.clone()).await?)
 }

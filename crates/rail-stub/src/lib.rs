@@ -50,6 +50,9 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
+    /// Connection limits (header-read/idle timeout, connection cap).
+    #[command(flatten)]
+    pub http: service_kit::HttpLimits,
 }
 
 #[derive(Debug, Default)]
@@ -122,14 +125,14 @@ async fn transfer(
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             Ok(accepted())
         }
-        Some(FaultKind::Reject) => Ok((
+        Some(FaultKind::Reject {}) => Ok((
             StatusCode::OK,
             Json(TransferAnswer {
                 status: "rejected".into(),
                 rail_reference: reference,
             }),
         )),
-        Some(FaultKind::Error) => Err(ApiError::new(
+        Some(FaultKind::Error {}) => Err(ApiError::new(
             ErrorCode::StoreUnavailable,
             "scripted rail failure",
         )),
@@ -177,7 +180,7 @@ async fn add_fault(
     let ms = match fault.fault {
         FaultKind::Delay { delay_ms } => Some(("delay_ms", delay_ms)),
         FaultKind::Timeout { hold_ms } => Some(("hold_ms", hold_ms)),
-        FaultKind::Reject | FaultKind::Error => None,
+        FaultKind::Reject {} | FaultKind::Error {} => None,
     };
     if let Some((field, ms)) = ms.filter(|(_, ms)| *ms > FAULT_MAX_MS) {
         return Err(ApiError::invalid(
@@ -228,5 +231,10 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         proxy_credential: clean(&config.proxy_credential),
         admin_token: clean(&config.admin_token),
     };
-    Ok(Service::bind(config.bind, router(state, config.request_timeout)).await?)
+    Ok(Service::bind(
+        config.bind,
+        router(state, config.request_timeout),
+        config.http.clone(),
+    )
+    .await?)
 }

@@ -19,13 +19,13 @@ pub fn require_bearer(
             format!("{what} is disabled: no credential is configured"),
         ));
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .unwrap_or("");
+    let presented =
+        crate::extract::single_header(headers, header::AUTHORIZATION.as_str(), "Authorization")?
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .unwrap_or("");
     if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
         Ok(())
     } else {

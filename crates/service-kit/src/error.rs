@@ -50,6 +50,8 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
         StatusCode::REQUEST_TIMEOUT => ErrorCode::Timeout,
         StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
         StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::URI_TOO_LONG => ErrorCode::UriTooLong,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => ErrorCode::HeadersTooLarge,
         StatusCode::SERVICE_UNAVAILABLE => ErrorCode::StoreUnavailable,
         _ => ErrorCode::Internal,
     }

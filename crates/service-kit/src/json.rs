@@ -51,7 +51,13 @@ where
         let mut de = serde_json::Deserializer::from_slice(&bytes);
         let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
             let path = err.path().to_string();
-            let field = if path == "." { "body".to_owned() } else { path };
+            // A syntax error is about the body as a whole, wherever the parser stopped.
+            let malformed = err.inner().is_syntax() || err.inner().is_eof();
+            let field = if path == "." || malformed {
+                "body".to_owned()
+            } else {
+                path
+            };
             let reason = err.inner().to_string();
             let reason = reason
                 .strip_prefix(&format!("{field}: "))

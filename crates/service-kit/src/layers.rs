@@ -74,7 +74,7 @@ async fn track(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method()).to_owned();
     let response = next.run(request).await;
     let mut labels: Vec<Label> = metrics
         .labels
@@ -88,6 +88,28 @@ async fn track(
     labels.push(Label::new("status", response.status().as_u16().to_string()));
     metrics::counter!(metrics.requests_total, labels).increment(1);
     response
+}
+
+/// The `method` label: a standard method's name, or `OTHER`. Any token is a valid HTTP
+/// method, so labelling by the raw name would let every caller add a series that never
+/// goes away; unmatched routes are likewise one `route="unmatched"`.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    let known = [
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::PATCH, "PATCH"),
+        (Method::TRACE, "TRACE"),
+        (Method::CONNECT, "CONNECT"),
+    ];
+    known
+        .into_iter()
+        .find(|(m, _)| m == method)
+        .map_or("OTHER", |(_, name)| name)
 }
 
 /// Turns any error answer that is not already our JSON (router 405, timeouts, limits) into
@@ -113,4 +135,20 @@ pub async fn jsonify_errors(response: Response) -> Response {
     let mut out = ApiError::new(code_for_status(status), message).into_response();
     *out.status_mut() = status;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Method;
+
+    #[test]
+    fn made_up_methods_share_one_label() {
+        assert_eq!(method_label(&Method::POST), "POST");
+        assert_eq!(method_label(&Method::DELETE), "DELETE");
+        for raw in ["FOO", "BREW", "get", "X1"] {
+            let method = Method::from_bytes(raw.as_bytes()).expect("a token");
+            assert_eq!(method_label(&method), "OTHER", "{raw}");
+        }
+    }
 }

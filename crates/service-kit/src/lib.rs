@@ -1,7 +1,8 @@
 //! HTTP plumbing every service shares, so each service crate holds only its own logic:
 //! [`ApiError`] (the `{"code","message"}` answer), [`ApiJson`] (a body extractor whose
 //! refusals name the field), [`common_layers`] (limits, timeout, metrics, JSON errors,
-//! tracing), Prometheus and health handlers, bearer credentials, logs and shutdown.
+//! tracing), the accept loop with its connection limits ([`serve`]), Prometheus and health
+//! handlers, bearer credentials, logs and shutdown.
 
 mod auth;
 mod cli;
@@ -10,6 +11,7 @@ mod extract;
 mod json;
 mod layers;
 pub mod logging;
+mod parse_errors;
 mod serve;
 pub mod shutdown;
 mod telemetry;
@@ -17,9 +19,12 @@ mod telemetry;
 pub use auth::require_bearer;
 pub use cli::parse_or_exit;
 pub use error::{ApiError, code_for_status, not_found, tag};
-pub use extract::FencingTokenHeader;
+pub use extract::{FencingTokenHeader, single_header};
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use logging::LogFormat;
-pub use serve::{Service, run_main, serve};
+pub use serve::{
+    CONNECTIONS_MAX_DEFAULT, HEADER_READ_TIMEOUT_DEFAULT, HttpLimits, Service, run_main, serve,
+};
+
 pub use telemetry::{install_metrics, live, render_metrics};

@@ -1,26 +1,82 @@
-//! A bound service and the body of every service binary's `main`.
+//! A bound service, the accept loop every service runs, and the body of every service
+//! binary's `main`.
+//!
+//! The accept loop is ours (not `axum::serve`) because a service on a hostile network needs
+//! bounds `axum::serve` does not offer: a header-read timeout that also closes idle
+//! keep-alive connections, a cap on open connections, logged accept failures (a process out
+//! of file descriptors says so), and JSON bodies on the answers hyper's parser writes itself
+//! ([`crate::parse_errors`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use lock_api::Throttle;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::logging::{self, LogFormat};
+use crate::parse_errors::JsonParseErrors;
+
+/// Default time a client has to send a request's head, counted from the moment the server
+/// waits for one: a connection that opens and sends nothing, sends half a head, or idles
+/// between keep-alive requests for longer is closed. Ten seconds is far above any SDK or
+/// executor gap between requests on a busy connection and well below what an attacker
+/// needs to hold many sockets cheaply.
+pub const HEADER_READ_TIMEOUT_DEFAULT: &str = "10s";
+/// Default cap on open connections per service. A full pipeline (two executors, the proxy,
+/// the harness) uses a few dozen; 1,024 leaves room for benchmarks and stays under the usual
+/// soft limit of open files.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// After an accept error (e.g. out of file descriptors) the loop waits this long before
+/// accepting again, instead of spinning.
+const ACCEPT_ERROR_BACKOFF_MS: u64 = 100;
+/// At most one warning per this interval for refused connections and accept errors; the
+/// rest are counted into the next one.
+const WARN_INTERVAL_MS: u64 = 5_000;
+
+/// Connection limits every service takes from its flags and environment (C5).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpLimits {
+    /// Time a client has to send a request head; also the idle timeout between keep-alive
+    /// requests.
+    #[arg(long = "http.header-read-timeout", env = "HTTP_HEADER_READ_TIMEOUT", default_value = HEADER_READ_TIMEOUT_DEFAULT, value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Most open connections; one more is closed at once (and counted).
+    #[arg(long = "http.connections-max", env = "HTTP_CONNECTIONS_MAX", default_value_t = CONNECTIONS_MAX_DEFAULT)]
+    pub connections_max: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: humantime::parse_duration(HEADER_READ_TIMEOUT_DEFAULT)
+                .unwrap_or(Duration::from_secs(10)),
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+        }
+    }
+}
 
 /// A router bound to its listener, not yet serving.
 #[derive(Debug)]
 pub struct Service {
     listener: TcpListener,
     app: Router,
+    limits: HttpLimits,
 }
 
 impl Service {
-    /// Binds `app` to `addr`.
-    pub async fn bind(addr: SocketAddr, app: Router) -> std::io::Result<Self> {
+    /// Binds `app` to `addr`, served within `limits`.
+    pub async fn bind(addr: SocketAddr, app: Router, limits: HttpLimits) -> std::io::Result<Self> {
         Ok(Self {
             listener: TcpListener::bind(addr).await?,
             app,
+            limits,
         })
     }
 
@@ -34,21 +90,75 @@ impl Service {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        serve(self.listener, self.app, shutdown).await
+        serve(self.listener, self.app, &self.limits, shutdown).await
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes; in-flight requests finish first.
+/// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
+/// accepting, lets in-flight requests finish and closes idle connections.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    limits: &HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    tracing::info!(event = "listening", addr = %addr);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    tracing::info!(
+        event = "listening",
+        addr = %addr,
+        header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
+        connections_max = limits.connections_max
+    );
+    let slots = Arc::new(Semaphore::new(limits.connections_max));
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    let refused_warn = Throttle::new(Duration::from_millis(WARN_INTERVAL_MS));
+    let accept_warn = Throttle::new(Duration::from_millis(WARN_INTERVAL_MS));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    metrics::counter!("http_accept_errors_total").increment(1);
+                    if let Some(suppressed) = accept_warn.allow() {
+                        tracing::warn!(event = "accept_failed", error = %err, suppressed, "cannot accept connections (out of file descriptors?)");
+                    }
+                    tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_BACKOFF_MS)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics::counter!("http_connections_refused_total").increment(1);
+            if let Some(suppressed) = refused_warn.allow() {
+                tracing::warn!(
+                    event = "connection_refused",
+                    connections_max = limits.connections_max,
+                    suppressed,
+                    "connection cap reached; closing new connections"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(JsonParseErrors::new(stream));
+        let conn = builder.serve_connection(io, TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // A client that goes away or times out is not an error of ours.
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
     tracing::info!(event = "stopped", addr = %addr);
     Ok(())
 }
