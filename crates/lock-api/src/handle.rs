@@ -1,6 +1,6 @@
 //! `LockHandle`: the record of one grant as a client holds it.
 //!
-//! The handle carries the grant (key, token, lease, session) and the client's conservative
+//! The handle carries the grant (key, token, lease, session, the server's signed proof) and the client's conservative
 //! deadline in monotonic nanoseconds, shared with the SDK that renews it. The SDK attaches
 //! itself as the handle's [`HandleOwner`] so a handle dropped without release is released in
 //! the background. This type does no I/O.
@@ -24,6 +24,7 @@ pub struct LockHandle {
     fencing_token: FencingToken,
     lease_ms: u64,
     session_id: SessionId,
+    proof: Option<String>,
     client_deadline_nanos: Arc<AtomicU64>,
     owner: Option<Arc<dyn HandleOwner>>,
 }
@@ -43,9 +44,22 @@ impl LockHandle {
             fencing_token,
             lease_ms,
             session_id,
+            proof: None,
             client_deadline_nanos,
             owner,
         }
+    }
+
+    /// The same handle carrying the lock-server's proof of the grant.
+    pub fn with_proof(mut self, proof: Option<String>) -> Self {
+        self.proof = proof;
+        self
+    }
+
+    /// The lock-server's signed proof of this grant (`X-Fencing-Proof`), when it signs
+    /// grants: send it, unchanged, next to the token with every write it guards.
+    pub fn fence_proof(&self) -> Option<&str> {
+        self.proof.as_deref()
     }
 
     /// The key held.

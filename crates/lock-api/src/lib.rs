@@ -10,6 +10,7 @@ mod error;
 mod handle;
 mod ids;
 mod limits;
+mod proof;
 mod throttle;
 mod wire;
 
@@ -17,5 +18,9 @@ pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerd
 pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
 pub use limits::*;
+pub use proof::{
+    FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, KEY_ID_MAX_BYTES, PROOF_VERSION, ProofError,
+    signed_message,
+};
 pub use throttle::Throttle;
 pub use wire::*;

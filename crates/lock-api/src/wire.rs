@@ -102,6 +102,10 @@ pub struct LockGrant {
     pub expires_at: DateTime<Utc>,
     /// The holding session.
     pub session_id: SessionId,
+    /// The lock-server's signed proof of this grant (`v1.{key_id}.{signature}`, see
+    /// [`crate::FenceVerifier`]); absent when the server has no signing key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// L5 `POST /v1/locks/{lock_key}/renew` request.
@@ -114,10 +118,14 @@ pub struct RenewRequest {
     pub fencing_token: FencingToken,
 }
 
-/// L6 `POST /v1/locks/{lock_key}/release` request: compare-and-delete on key and token.
+/// L6 `POST /v1/locks/{lock_key}/release` request: compare-and-delete on key, token and
+/// holding session. The session id is the holder's proof: L7 never shows it, so knowing
+/// the key and the token is not enough to release someone else's lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
+    /// The holding session.
+    pub session_id: SessionId,
     /// The grant's token.
     pub fencing_token: FencingToken,
 }
@@ -129,7 +137,8 @@ pub struct ReleaseResponse {
     pub released: bool,
 }
 
-/// L7 `GET /v1/locks/{lock_key}` response (200): who holds the key now.
+/// L7 `GET /v1/locks/{lock_key}` response (200): who holds the key now. It names the
+/// holder's owner, never its session id: the session id is what L2-L6 require.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockInfo {
     /// The key.
@@ -138,8 +147,6 @@ pub struct LockInfo {
     pub fencing_token: FencingToken,
     /// The holding session's owner.
     pub owner_id: OwnerId,
-    /// The holding session.
-    pub session_id: SessionId,
     /// The earlier of the lease's and the session's expiry (display only).
     pub expires_at: DateTime<Utc>,
 }

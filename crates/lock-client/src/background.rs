@@ -11,6 +11,7 @@ pub(crate) enum Background {
     /// L6 for a handle dropped without release.
     Release {
         endpoint: String,
+        session: SessionId,
         key: LockKey,
         token: FencingToken,
     },

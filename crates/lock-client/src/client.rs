@@ -86,9 +86,9 @@ impl LockClient {
     /// A client over HTTP with the system clock.
     pub fn new(config: LockClientConfig) -> Result<Self, ClientError> {
         config.validate()?;
-        let app = HttpTransport::new(config.request_timeout)
+        let app = HttpTransport::new(config.request_timeout, config.credential.as_ref())
             .map_err(|e| ClientError::Start(e.to_string()))?;
-        let beat = HttpTransport::new(config.request_timeout)
+        let beat = HttpTransport::new(config.request_timeout, config.credential.as_ref())
             .map_err(|e| ClientError::Start(e.to_string()))?;
         Self::with_parts(
             config,
@@ -304,8 +304,8 @@ fn run_heartbeat(
                 message = rx.recv() => match message {
                     None => break,
                     Some(Background::Wake) => grid.tighten(clock.now_nanos(), inner.period()),
-                    Some(Background::Release { endpoint, key, token }) => {
-                        let call = Call::Release(key, ReleaseRequest { fencing_token: token });
+                    Some(Background::Release { endpoint, session, key, token }) => {
+                        let call = Call::Release(key, ReleaseRequest { session_id: session, fencing_token: token });
                         if let Err(err) = transport.send(&endpoint, call).await {
                             tracing::debug!(event = "release_failed", token = token.0, error = %err);
                         }

@@ -42,6 +42,31 @@ pub struct LockClientConfig {
     pub heartbeat_period: Option<Duration>,
     /// `lock.client.request-timeout` (`LOCK_CLIENT_REQUEST_TIMEOUT`): budget of one HTTP call.
     pub request_timeout: Duration,
+    /// `LOCK_CLIENT_TOKEN`: the bearer credential every call presents (the lock-server's
+    /// L1-L7 role). Never printed.
+    pub credential: Option<Credential>,
+}
+
+/// A bearer credential: compared and cloned like a string, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential(String);
+
+impl Credential {
+    /// Wraps `secret`.
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+
+    /// The secret itself, for the `Authorization` header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(<redacted>)")
+    }
 }
 
 impl LockClientConfig {
@@ -54,6 +79,7 @@ impl LockClientConfig {
             safety_margin: DEFAULT_SAFETY_MARGIN,
             heartbeat_period: None,
             request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
+            credential: None,
         }
     }
 
@@ -93,6 +119,10 @@ impl LockClientConfig {
                 reason: format!("{raw:?} is not a number"),
             })?;
         }
+        config.credential = lookup("LOCK_CLIENT_TOKEN")
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+            .map(Credential::new);
         config.validate()?;
         Ok(config)
     }

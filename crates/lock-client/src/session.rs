@@ -35,6 +35,8 @@ struct State {
     core: SessionCore,
     /// Each held grant's deadline cell, shared with its handles (`client_deadline_nanos`).
     cells: HashMap<LockKey, Arc<AtomicU64>>,
+    /// Each held grant's signed proof, as the server sent it (reentrant handles share it).
+    proofs: HashMap<LockKey, String>,
     listeners: Vec<Listener>,
 }
 
@@ -92,6 +94,7 @@ impl Shared {
             state: Mutex::new(State {
                 core,
                 cells: HashMap::new(),
+                proofs: HashMap::new(),
                 listeners: Vec::new(),
             }),
             background,
@@ -231,6 +234,7 @@ impl Shared {
         let outcome = state.core().unhold(key, token);
         if matches!(outcome, Unhold::Last(_)) {
             state.cells.remove(key);
+            state.proofs.remove(key);
         }
         outcome
     }
@@ -247,6 +251,7 @@ impl HandleOwner for Shared {
             tracing::debug!(event = "handle_dropped", key = %key, token = token.0, "handle dropped without release; releasing in the background");
             let _ = self.background.send(Background::Release {
                 endpoint: self.endpoint(),
+                session: self.id,
                 key: key.clone(),
                 token,
             });
@@ -422,7 +427,8 @@ impl LockClientSession {
             Ok(None) => Ok(None),
             Ok(Some(held)) => {
                 let cell = Self::cell(&mut state, key, &held);
-                Ok(Some(self.handle(key, &held, cell)))
+                let proof = state.proofs.get(key).cloned();
+                Ok(Some(self.handle(key, &held, cell, proof)))
             }
             Err(Refused::Session(reason)) => Err(self.session_error(reason)),
             Err(Refused::Grant(lost)) => Err(LockError::Lost(lost)),
@@ -462,6 +468,10 @@ impl LockClientSession {
                     let cell = Self::cell(&mut state, key, &held);
                     // A new grant of this key (the last one ended): its own deadline.
                     cell.store(held.deadline_nanos, Ordering::Release);
+                    match &grant.proof {
+                        Some(proof) => state.proofs.insert(key.clone(), proof.clone()),
+                        None => state.proofs.remove(key),
+                    };
                     Ok((held, cell))
                 }
                 Err(stale) => Err(stale),
@@ -471,7 +481,7 @@ impl LockClientSession {
             Ok((held, cell)) => {
                 // A shorter lease may shorten the heartbeat period.
                 let _ = self.shared.background.send(Background::Wake);
-                Ok(Some(self.handle(key, &held, cell)))
+                Ok(Some(self.handle(key, &held, cell, grant.proof.clone())))
             }
             Err(stale) => {
                 // Our own earlier release of this token is unanswered and may still delete
@@ -488,6 +498,7 @@ impl LockClientSession {
         let call = Call::Release(
             key.clone(),
             ReleaseRequest {
+                session_id: self.shared.id,
                 fencing_token: token,
             },
         );
@@ -508,7 +519,13 @@ impl LockClientSession {
         }
     }
 
-    fn handle(&self, key: &LockKey, held: &Held, deadline: Arc<AtomicU64>) -> LockHandle {
+    fn handle(
+        &self,
+        key: &LockKey,
+        held: &Held,
+        deadline: Arc<AtomicU64>,
+        proof: Option<String>,
+    ) -> LockHandle {
         let owner: Arc<dyn HandleOwner> = self.shared.clone();
         LockHandle::new(
             key.clone(),
@@ -518,6 +535,7 @@ impl LockClientSession {
             deadline,
             Some(owner),
         )
+        .with_proof(proof)
     }
 
     /// Returns `Ok(())` while `handle`'s grant is still within its conservative deadline,

@@ -223,6 +223,7 @@ impl MemoryTransport {
                     lease_ms,
                     expires_at: now,
                     session_id: req.session_id,
+                    proof: Some(rig_proof(&key, token)),
                 };
                 match state.locks.get(&key) {
                     Some((token, holder, _)) if *holder == req.session_id => {
@@ -253,6 +254,7 @@ impl MemoryTransport {
                             lease_ms: *lease_ms,
                             expires_at: now,
                             session_id: *holder,
+                            proof: Some(rig_proof(&key, *token)),
                         }))
                     }
                     _ => Err(status(
@@ -265,7 +267,7 @@ impl MemoryTransport {
                 let released = state
                     .locks
                     .get(&key)
-                    .is_some_and(|(t, _, _)| *t == req.fencing_token);
+                    .is_some_and(|(t, holder, _)| *t == req.fencing_token && *holder == req.session_id);
                 if released {
                     state.locks.remove(&key);
                 }
@@ -293,4 +295,10 @@ impl Transport for MemoryTransport {
         }
         answer
     }
+}
+
+/// The proof the rig's server attaches to a grant (not a signature: the rig checks that the
+/// SDK carries the server's proof to the handle unchanged).
+pub fn rig_proof(key: &LockKey, token: FencingToken) -> String {
+    format!("rig.{key}.{}", token.0)
 }

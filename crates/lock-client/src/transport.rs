@@ -101,10 +101,27 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    /// A transport whose every request times out after `request_timeout`.
-    pub fn new(request_timeout: Duration) -> Result<Self, TransportError> {
+    /// A transport whose every request times out after `request_timeout` and presents
+    /// `credential` as a bearer token.
+    pub fn new(
+        request_timeout: Duration,
+        credential: Option<&crate::config::Credential>,
+    ) -> Result<Self, TransportError> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(credential) = credential {
+            let mut value =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {}", credential.expose()))
+                    .map_err(|_| {
+                        TransportError::Unreachable(
+                            "LOCK_CLIENT_TOKEN is not a valid header value".into(),
+                        )
+                    })?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
             .timeout(request_timeout)
+            .default_headers(headers)
             .build()
             .map_err(|e| TransportError::Unreachable(format!("build HTTP client: {e}")))?;
         Ok(Self { http })

@@ -60,6 +60,23 @@ pub struct Config {
     #[arg(long, env = "LOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Bearer token lock clients present on L1-L7. When unset, L1-L7 answer 403.
+    #[arg(long, env = "LOCK_CLIENT_TOKEN", hide_env_values = true)]
+    pub client_token: Option<String>,
+
+    /// Ed25519 secret seed (base64, 32 bytes) every grant's proof is signed with; replicas
+    /// share it. When unset, grants carry no proof and resources refuse their tokens.
+    #[arg(long, env = "LOCK_SIGNING_KEY", hide_env_values = true)]
+    pub signing_key: Option<String>,
+
+    /// Id of the signing key, named in every proof (rotation: resources trust several ids).
+    #[arg(long, env = "LOCK_SIGNING_KEY_ID", default_value = "k1")]
+    pub signing_key_id: String,
+
+    /// Print a new signing key and its public key as env lines, then exit.
+    #[arg(long)]
+    pub generate_signing_key: bool,
+
     /// How often expired grants and sessions are deleted.
     #[arg(long, env = "LOCK_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,
@@ -142,6 +159,18 @@ impl Config {
             }
         }
         Ok(policy)
+    }
+
+    /// The grant signer, when a signing key is configured.
+    pub fn signer(&self) -> Result<Option<lock_api::FenceSigner>, String> {
+        self.signing_key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .map(|k| {
+                lock_api::FenceSigner::from_secret(&self.signing_key_id, k)
+                    .map_err(|e| format!("signing key (LOCK_SIGNING_KEY / LOCK_SIGNING_KEY_ID): {e}"))
+            })
+            .transpose()
     }
 
     /// A configuration with every default, for tests and embedding.

@@ -2,7 +2,8 @@
 //!
 //! Map: [`config`] (flags and env), [`store`] (the trait, PostgreSQL and memory stores),
 //! [`http`] (routes L1-L8, errors, extractors, layers), [`state`] (what handlers share),
-//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain).
+//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain),
+//! [`signing`] (key generation; grants are signed in the handlers with `lock_api::FenceSigner`).
 //! Plumbing shared with the other services (errors, layers, logs) is in `service-kit`.
 //! `main.rs` only parses flags and calls [`server::Server`].
 
@@ -11,8 +12,10 @@ pub mod http;
 pub mod metrics;
 pub mod reaper;
 pub mod server;
+pub mod signing;
 pub mod state;
 pub mod store;
 
 pub use config::Config;
 pub use server::{Server, StartError, shutdown_signal};
+pub use signing::generate_signing_key;

@@ -1,4 +1,5 @@
-//! `lock-server` binary: parse flags, set up logs, serve until SIGTERM/SIGINT.
+//! `lock-server` binary: parse flags, set up logs, serve until SIGTERM/SIGINT (or print a new
+//! signing key with `--generate-signing-key`).
 //! A startup failure is one line on stderr and exit code 1.
 
 use lock_server::{Config, Server, shutdown_signal};
@@ -6,6 +7,16 @@ use lock_server::{Config, Server, shutdown_signal};
 #[tokio::main]
 async fn main() {
     let config: Config = service_kit::parse_or_exit("lock-server");
+    if config.generate_signing_key {
+        match lock_server::generate_signing_key(&config.signing_key_id) {
+            Ok(lines) => println!("{lines}"),
+            Err(err) => {
+                eprintln!("lock-server: {err}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     service_kit::logging::init(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("lock-server: {err:#}");

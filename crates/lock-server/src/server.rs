@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{BackendChoice, Config, TtlPolicy};
-use crate::state::AppState;
+use crate::state::{AppState, Credentials};
 use crate::store::{LockStore, MemoryStore, PostgresStore, StoreError};
 
 /// Why a replica could not start.
@@ -70,7 +70,29 @@ impl Server {
                 addr: config.bind,
                 source,
             })?;
-        let state = AppState::new(store, ttl, config.admin_token.clone());
+        let signer = config.signer().map_err(StartError::Config)?;
+        match &signer {
+            Some(signer) => tracing::info!(event = "signing_grants", key_id = signer.key_id()),
+            None => tracing::warn!(
+                event = "grants_unsigned",
+                "LOCK_SIGNING_KEY is unset: grants carry no proof, and resources that verify proofs refuse their tokens"
+            ),
+        }
+        if config.client_token.as_deref().is_none_or(str::is_empty) {
+            tracing::warn!(
+                event = "lock_surface_disabled",
+                "LOCK_CLIENT_TOKEN is unset: L1-L7 answer 403 until it is configured"
+            );
+        }
+        let state = AppState::new(
+            store,
+            ttl,
+            Credentials {
+                admin_token: config.admin_token.clone(),
+                client_token: config.client_token.clone(),
+                signer,
+            },
+        );
         service_kit::install_metrics();
         Ok(Self {
             listener,

@@ -82,7 +82,11 @@ pub enum LockCall {
         token: FencingToken,
     },
     /// L6.
-    Release { key: LockKey, token: FencingToken },
+    Release {
+        key: LockKey,
+        session: SessionId,
+        token: FencingToken,
+    },
 }
 
 /// A lock-surface answer (`expires` in true nanoseconds).
@@ -200,9 +204,11 @@ impl LockService {
                 expires: store_nanos(g.expires_at),
                 session: g.session_id,
             }),
-            LockCall::Release { key, token } => {
-                now_or_never(store.release(key, *token)).map(|_| LockAnswer::Released)
-            }
+            LockCall::Release {
+                key,
+                session,
+                token,
+            } => now_or_never(store.release(key, *session, *token)).map(|_| LockAnswer::Released),
         };
         Some(answer.unwrap_or_else(|err| match err {
             StoreError::SessionUnknown(_) => LockAnswer::SessionUnknown,

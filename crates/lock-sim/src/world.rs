@@ -890,9 +890,11 @@ impl World {
                     // A re-grant of our own unanswered release's token: release it again and
                     // acquire anew (the SDK does the same).
                     self.coverage.hit("a stale re-grant refused");
+                    let session = s.id;
                     self.clients[c].job = None;
                     let call = LockCall::Release {
                         key: key.clone(),
+                        session,
                         token,
                     };
                     self.lock_request(c, Pending::Release { key, token }, call);
@@ -1036,6 +1038,7 @@ impl World {
                 // The executor awaits its release (or its timeout) before the next payout.
                 let call = LockCall::Release {
                     key: job.key.clone(),
+                    session: session.id,
                     token,
                 };
                 self.lock_request(

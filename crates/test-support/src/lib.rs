@@ -8,15 +8,18 @@
 //! - [`net`]: free loopback ports.
 //! - [`binaries`]: workspace binaries built on demand.
 //! - [`bad_input`]: table-driven bad-request checks.
+//! - [`keys`]: the test signing key and its public entry.
 
 pub mod bad_input;
 pub mod binaries;
+pub mod keys;
 pub mod net;
 pub mod pg;
 pub mod poll;
 pub mod process;
 
 pub use binaries::{cargo_bin, cargo_bins};
+pub use keys::{public_keys, signing_key_base64, test_signer};
 pub use net::free_port;
 pub use pg::{
     PgContainer, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database, fresh_database_on,

@@ -183,3 +183,27 @@ async fn a_regrant_of_an_unanswered_releases_token_is_released_again_and_replace
     assert_eq!(rig.service.count("release"), 2, "token 1 released again");
     session.release(second).await.unwrap();
 }
+
+/// The server's proof of a grant reaches the handle unchanged, for a reentrant handle too,
+/// so the caller can send it with every fenced write.
+#[tokio::test]
+async fn the_handle_carries_the_servers_proof() {
+    let rig = Rig::new(QUIET);
+    let a = rig.session("a").await;
+    let key = LockKey::parse("payout:5").unwrap();
+    let first = a
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let expected = lock_client::testing::rig_proof(&key, first.fencing_token());
+    assert_eq!(first.fence_proof(), Some(expected.as_str()));
+    let again = a
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.fence_proof(), Some(expected.as_str()), "reentrant");
+    a.release(again).await.unwrap();
+    a.release(first).await.unwrap();
+}

@@ -99,9 +99,10 @@ pub async fn acquire(
         .await?
     {
         AcquireOutcome::Granted {
-            grant,
+            mut grant,
             took_over_expired,
         } => {
+            grant.proof = sign(&state, &grant);
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
             tracing::info!(event = "lock_granted", key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
@@ -132,7 +133,8 @@ pub async fn renew(
         .renew(&key, req.session_id, req.fencing_token.validate()?)
         .await
     {
-        Ok(grant) => {
+        Ok(mut grant) => {
+            grant.proof = sign(&state, &grant);
             tracing::info!(event = "lock_renewed", key = %key, token = grant.fencing_token.0, session = %grant.session_id, expires_at = %grant.expires_at.to_rfc3339());
             Ok(Json(grant))
         }
@@ -145,7 +147,7 @@ pub async fn renew(
     }
 }
 
-/// L6 `POST /v1/locks/{lock_key}/release`: compare-and-delete on key and token.
+/// L6 `POST /v1/locks/{lock_key}/release`: compare-and-delete on key, session and token.
 pub async fn release(
     State(state): State<AppState>,
     Path(lock_key): Path<String>,
@@ -154,8 +156,8 @@ pub async fn release(
     let key = key_from_path(lock_key)?;
     let token = req.fencing_token.validate()?;
     let invoked_at = chrono::Utc::now();
-    let released = state.store().release(&key, token).await?;
-    tracing::info!(event = "lock_released", key = %key, token = token.0, released, invoked_at = %invoked_at.to_rfc3339());
+    let released = state.store().release(&key, req.session_id, token).await?;
+    tracing::info!(event = "lock_released", key = %key, token = token.0, session = %req.session_id, released, invoked_at = %invoked_at.to_rfc3339());
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))
@@ -194,6 +196,30 @@ pub async fn revoke(
         revoked: token.is_some(),
         fencing_token: token,
     }))
+}
+
+/// The proof of `grant`, when this replica signs grants.
+fn sign(state: &AppState, grant: &LockGrant) -> Option<String> {
+    state
+        .signer()
+        .map(|signer| signer.sign(&grant.lock_key, grant.fencing_token))
+}
+
+/// Middleware of L1-L7: `Authorization: Bearer <LOCK_CLIENT_TOKEN>`.
+pub async fn require_client(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match service_kit::require_bearer(
+        request.headers(),
+        state.client_token(),
+        "the lock surface (LOCK_CLIENT_TOKEN)",
+    ) {
+        Ok(()) => next.run(request).await,
+        Err(err) => err.into_response(),
+    }
 }
 
 fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {

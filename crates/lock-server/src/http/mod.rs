@@ -21,7 +21,8 @@ use crate::state::AppState;
 
 /// The router of one replica.
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
-    let routes = Router::new()
+    // L1-L7: the lock clients' credential, checked before anything else.
+    let client_routes = Router::new()
         .route("/v1/sessions", post(handlers::create_session))
         .route(
             "/v1/sessions/{session_id}/heartbeat",
@@ -34,8 +35,15 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/v1/locks/{lock_key}/acquire", post(handlers::acquire))
         .route("/v1/locks/{lock_key}/renew", post(handlers::renew))
         .route("/v1/locks/{lock_key}/release", post(handlers::release))
-        .route("/v1/locks/{lock_key}/revoke", post(handlers::revoke))
         .route("/v1/locks/{lock_key}", get(handlers::get_lock))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            handlers::require_client,
+        ));
+    let routes = Router::new()
+        .merge(client_routes)
+        // L8: the operators' credential, checked in the handler.
+        .route("/v1/locks/{lock_key}/revoke", post(handlers::revoke))
         .route("/health/live", get(service_kit::live))
         .route("/health/ready", get(handlers::ready))
         .route("/metrics", get(service_kit::render_metrics))

@@ -220,6 +220,7 @@ impl LockStore for MemoryStore {
                     lease_ms,
                     expires_at: self.display(expires),
                     session_id: session,
+                    proof: None,
                 },
                 took_over_expired: false,
             });
@@ -246,6 +247,7 @@ impl LockStore for MemoryStore {
                 lease_ms,
                 expires_at: self.display(expires),
                 session_id: session,
+            proof: None,
             },
             took_over_expired: replaced,
         })
@@ -275,12 +277,22 @@ impl LockStore for MemoryStore {
             lease_ms: grant.lease_ms,
             expires_at: self.display(grant.expires),
             session_id: session,
+            proof: None,
         })
     }
 
-    async fn release(&self, key: &LockKey, token: FencingToken) -> Result<bool, StoreError> {
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
         let mut state = self.state()?;
-        if state.locks.get(key).is_some_and(|g| g.token == token) {
+        if state
+            .locks
+            .get(key)
+            .is_some_and(|g| g.token == token && g.session == session)
+        {
             state.locks.remove(key);
             return Ok(true);
         }
@@ -301,7 +313,6 @@ impl LockStore for MemoryStore {
             lock_key: key.clone(),
             fencing_token: grant.token,
             owner_id: session.owner.clone(),
-            session_id: grant.session,
             expires_at: self.display(grant.expires.min(session.expires)),
         }))
     }

@@ -130,8 +130,14 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         token: FencingToken,
     ) -> Result<LockGrant, StoreError>;
 
-    /// L6: compare-and-delete on (key, token). Returns whether a row was deleted.
-    async fn release(&self, key: &LockKey, token: FencingToken) -> Result<bool, StoreError>;
+    /// L6: compare-and-delete on (key, holding session, token). Returns whether a grant was
+    /// deleted: a stale token or another session's is `false`, never an error.
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError>;
 
     /// L7: the live grant of `key`, if any.
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;

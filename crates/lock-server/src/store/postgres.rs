@@ -188,6 +188,7 @@ impl LockStore for PostgresStore {
                     lease_ms: to_u64(required(lease, "lease_ms")?)?,
                     expires_at: required(expires_at, "expires_at")?,
                     session_id: session,
+                    proof: None,
                 },
                 took_over_expired: took_over.unwrap_or(false),
             }),
@@ -219,6 +220,7 @@ impl LockStore for PostgresStore {
                 lease_ms: to_u64(required(lease, "lease_ms")?)?,
                 expires_at: required(expires_at, "expires_at")?,
                 session_id: session,
+                proof: None,
             }),
             "LOCK_LOST" => Err(StoreError::LockLost {
                 lock_key: key.clone(),
@@ -228,10 +230,18 @@ impl LockStore for PostgresStore {
         }
     }
 
-    async fn release(&self, key: &LockKey, token: FencingToken) -> Result<bool, StoreError> {
-        let result = sqlx::query("DELETE FROM locks WHERE lock_key = $1 AND fencing_token = $2")
-            .bind(key.as_str())
-            .bind(to_i64(token.0)?)
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "DELETE FROM locks WHERE lock_key = $1 AND fencing_token = $2 AND session_id = $3",
+        )
+        .bind(key.as_str())
+        .bind(to_i64(token.0)?)
+        .bind(session.0)
             .execute(&self.pool)
             .await
             .map_err(map_err)?;
@@ -239,8 +249,8 @@ impl LockStore for PostgresStore {
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let row: Option<(i64, Uuid, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT l.fencing_token, l.session_id, s.owner_id, LEAST(l.expires_at, s.expires_at)
+        let row: Option<(i64, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT l.fencing_token, s.owner_id, LEAST(l.expires_at, s.expires_at)
                FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
               WHERE l.lock_key = $1 AND l.expires_at > now() AND s.expires_at > now()",
         )
@@ -248,13 +258,12 @@ impl LockStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        row.map(|(token, session, owner, expires_at)| {
+        row.map(|(token, owner, expires_at)| {
             Ok(LockInfo {
                 lock_key: key.clone(),
                 fencing_token: FencingToken(to_u64(token)?),
                 owner_id: OwnerId::parse(owner)
                     .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
-                session_id: SessionId(session),
                 expires_at,
             })
         })

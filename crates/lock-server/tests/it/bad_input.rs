@@ -34,7 +34,24 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
         BadRequest::new(name, method.clone(), path, body)
     };
     let invalid = "INVALID_ARGUMENT";
+    let bearer = format!("Bearer {}", crate::support::CLIENT_TOKEN);
     let cases = vec![
+        bad(
+            "release without the holder's session",
+            &post,
+            "/v1/locks/held/release",
+            r#"{"fencing_token":1}"#,
+        )
+        .expect(400, invalid, "session_id"),
+        bad("no client credential", &post, "/v1/sessions", r#"{"owner_id":"a"}"#)
+            .header("authorization", "")
+            .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
+        bad("a wrong client credential", &get, "/v1/locks/held", "")
+            .header("authorization", "Bearer not-the-token")
+            .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
+        bad("the admin credential on L4", &post, "/v1/locks/held/acquire", &acquire)
+            .header("authorization", "Bearer adm1n")
+            .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
         bad("malformed JSON", &post, "/v1/sessions", r#"{"owner_id":"#).expect(400, invalid, "EOF"),
         bad("missing owner_id", &post, "/v1/sessions", "{}").expect(400, invalid, "owner_id"),
         bad(
@@ -164,7 +181,7 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
             "release with a token above bigint",
             &post,
             "/v1/locks/held/release",
-            r#"{"fencing_token":18446744073709551615}"#,
+            &format!(r#"{{"session_id":"{session}","fencing_token":18446744073709551615}}"#),
         )
         .expect(400, invalid, "fencing_token"),
         bad(
@@ -218,6 +235,17 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
         .expect(401, "UNAUTHENTICATED", "bearer"),
     ];
     assert!(cases.len() >= 15);
+    // Every case presents the client credential unless it is about credentials.
+    let cases: Vec<BadRequest> = cases
+        .into_iter()
+        .map(|case| {
+            if case.headers.iter().any(|(name, _)| *name == "authorization") {
+                case
+            } else {
+                case.header("authorization", bearer.clone())
+            }
+        })
+        .collect();
     let failures = check_all(&api.base, &cases).await;
     assert!(
         failures.is_empty(),

@@ -91,7 +91,7 @@ async fn tokens_increase_across_grants(store: Arc<dyn LockStore>) {
         t1,
         "LOCK_HELD names the holder's token"
     );
-    assert!(store.release(&k, t1).await.unwrap());
+    assert!(store.release(&k, a, t1).await.unwrap());
     let t2 = grant(&*store, &k, b, LONG_MS).await;
     assert!(t2 > t1, "{t2} > {t1}");
     let other = grant(&*store, &key("payout:2"), a, LONG_MS).await;
@@ -135,7 +135,7 @@ async fn renew_keeps_token_and_refuses_stale(store: Arc<dyn LockStore>) {
         ),
         "other session"
     );
-    assert!(store.release(&k, t).await.unwrap());
+    assert!(store.release(&k, a, t).await.unwrap());
     assert!(
         matches!(
             store.renew(&k, a, t).await,
@@ -155,17 +155,26 @@ async fn release_is_compare_and_delete(store: Arc<dyn LockStore>) {
     let k = key("cad");
     let t = grant(&*store, &k, a, LONG_MS).await;
     assert!(
-        !store.release(&k, FencingToken(t.0 + 7)).await.unwrap(),
+        !store.release(&k, a, FencingToken(t.0 + 7)).await.unwrap(),
         "wrong token is not an error"
+    );
+    let stranger = session(&*store, "stranger", LONG_MS).await;
+    assert!(
+        !store.release(&k, stranger, t).await.unwrap(),
+        "the right key and token from another session release nothing"
+    );
+    assert!(
+        !store.release(&k, SessionId::random(), t).await.unwrap(),
+        "nor from an unknown session"
     );
     assert_eq!(
         store.get(&k).await.unwrap().map(|i| i.fencing_token),
         Some(t),
         "still held"
     );
-    assert!(store.release(&k, t).await.unwrap());
+    assert!(store.release(&k, a, t).await.unwrap());
     assert!(
-        !store.release(&k, t).await.unwrap(),
+        !store.release(&k, a, t).await.unwrap(),
         "stale release is false"
     );
     assert_eq!(store.get(&k).await.unwrap(), None);
@@ -185,10 +194,13 @@ async fn expired_lease_is_regranted_with_higher_token(store: Arc<dyn LockStore>)
         Err(StoreError::LockLost { .. })
     ));
     assert!(
-        !store.release(&k, t1).await.unwrap(),
+        !store.release(&k, a, t1).await.unwrap(),
         "the zombie's release does not free b's grant"
     );
-    assert_eq!(store.get(&k).await.unwrap().map(|i| i.session_id), Some(b));
+    assert_eq!(
+        store.get(&k).await.unwrap().map(|i| (i.fencing_token, i.owner_id)),
+        Some((t2, OwnerId::parse("b").unwrap()))
+    );
 }
 
 async fn session_expiry_frees_its_locks(store: Arc<dyn LockStore>) {
@@ -229,8 +241,13 @@ async fn get_and_revoke(store: Arc<dyn LockStore>) {
     let t = grant(&*store, &k, a, LONG_MS).await;
     let info = store.get(&k).await.unwrap().expect("held");
     assert_eq!(
-        (info.fencing_token, info.session_id, info.owner_id.as_str()),
-        (t, a, "owner-a")
+        (info.fencing_token, info.owner_id.as_str()),
+        (t, "owner-a")
+    );
+    let shown = serde_json::to_string(&info).unwrap();
+    assert!(
+        !shown.contains(&a.to_string()),
+        "L7 never shows the session id: {shown}"
     );
     assert_eq!(store.revoke(&k).await.unwrap(), Some(t));
     assert_eq!(store.get(&k).await.unwrap(), None);
@@ -284,6 +301,7 @@ async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
         sessions.push(session(&*store, &format!("racer-{i}"), LONG_MS).await);
     }
     let mut last = FencingToken(0);
+    let mut holder_of = std::collections::HashMap::new();
     for _round in 0..5 {
         let mut tasks = tokio::task::JoinSet::new();
         for &s in &sessions {
@@ -294,7 +312,10 @@ async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
         let winners: Vec<FencingToken> = outcomes
             .iter()
             .filter_map(|o| match o {
-                AcquireOutcome::Granted { grant, .. } => Some(grant.fencing_token),
+                AcquireOutcome::Granted { grant, .. } => {
+                    holder_of.insert(grant.fencing_token, grant.session_id);
+                    Some(grant.fencing_token)
+                }
                 AcquireOutcome::Held { .. } => None,
             })
             .collect();
@@ -309,7 +330,7 @@ async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
             winners[0]
         );
         last = winners[0];
-        assert!(store.release(&k, last).await.unwrap());
+        assert!(store.release(&k, holder_of[&last], last).await.unwrap());
     }
 }
 

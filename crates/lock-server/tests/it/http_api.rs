@@ -77,10 +77,14 @@ async fn l1_to_l7_round_trip_with_documented_bodies() {
     );
 
     assert!(
-        !api.release("payout:7", t + 1).await,
+        !api.release("payout:7", &session, t + 1).await,
         "stale release is false, not an error"
     );
-    assert!(api.release("payout:7", t).await);
+    assert!(
+        !api.release("payout:7", &other, t).await,
+        "another session cannot release with the holder's key and token"
+    );
+    assert!(api.release("payout:7", &session, t).await);
     let (status, body) = api.call(Method::GET, "/v1/locks/payout:7", None).await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -333,4 +337,42 @@ async fn metrics_and_health_are_served() {
         );
     }
     server.shutdown().await;
+}
+
+/// Every grant and renewal carries the replica's signed proof of (key, token), which the
+/// test public key verifies offline; a replica without a signing key sends none.
+#[tokio::test]
+async fn grants_carry_a_proof_a_resource_verifies_offline() {
+    let (store, _) = pg_store().await;
+    let server = TestServer::start(store.clone(), &[]).await;
+    let api = &server.api;
+    let verifier = lock_api::FenceVerifier::parse(&test_support::public_keys()).unwrap();
+    let session = api.session("signed", 30_000).await;
+    let (status, grant) = api.acquire("payout:41", &session, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let key = lock_api::LockKey::parse("payout:41").unwrap();
+    let t = lock_api::FencingToken(token(&grant));
+    let proof = grant["proof"].as_str().expect("a proof");
+    assert_eq!(verifier.verify(&key, t, proof), Ok(()));
+    let other = lock_api::LockKey::parse("payout:42").unwrap();
+    assert!(verifier.verify(&other, t, proof).is_err(), "bound to its key");
+    let (status, renewed) = api
+        .post(
+            "/v1/locks/payout:41/renew",
+            json!({"session_id": session, "fencing_token": t.0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{renewed}");
+    assert_eq!(renewed["proof"].as_str(), Some(proof), "renewal: same proof");
+    // L7 shows the holder's owner and token, never its session id.
+    let (status, info) = api.call(Method::GET, "/v1/locks/payout:41", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(info["owner_id"], "signed");
+    assert!(!info.to_string().contains(&session), "{info}");
+
+    let unsigned = TestServer::start(store, &["--signing-key", ""]).await;
+    let s2 = unsigned.api.session("unsigned", 30_000).await;
+    let (status, grant) = unsigned.api.acquire("payout:43", &s2, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    assert!(grant.get("proof").is_none(), "{grant}");
 }

@@ -24,6 +24,12 @@ fn spawn(name: &str, database_url: &str, port: u16, logs: &std::path::Path) -> S
             ("LOCK_REAPER_INTERVAL", "100ms".into()),
             ("LOCK_DRAIN_GRACE", "200ms".into()),
             ("LOG_FORMAT", "json".into()),
+            ("LOCK_CLIENT_TOKEN", crate::support::CLIENT_TOKEN.into()),
+            (
+                "LOCK_SIGNING_KEY",
+                test_support::signing_key_base64().into(),
+            ),
+            ("LOCK_SIGNING_KEY_ID", test_support::keys::SIGNING_KEY_ID.into()),
         ],
         logs,
     )
@@ -60,7 +66,7 @@ async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly() {
     let (status, grant) = api.acquire("payout:1", &session, 30_000).await;
     assert_eq!(status, StatusCode::OK);
     let t1 = token(&grant);
-    assert!(api.release("payout:1", t1).await);
+    assert!(api.release("payout:1", &session, t1).await);
     let (status, _) = api.acquire("short-lived", &session, 100).await;
     assert_eq!(status, StatusCode::OK);
     poll_until(

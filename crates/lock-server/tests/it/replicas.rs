@@ -47,6 +47,12 @@ async fn two_replicas_race_for_one_key_and_exactly_one_wins_each_round() {
             .filter(|(s, _)| *s == StatusCode::OK)
             .map(|(_, b)| token(b))
             .collect();
+        let winner_session = answers
+            .iter()
+            .find(|(s, _)| *s == StatusCode::OK)
+            .and_then(|(_, b)| b["session_id"].as_str())
+            .unwrap_or_default()
+            .to_owned();
         assert_eq!(
             winners.len(),
             1,
@@ -59,7 +65,7 @@ async fn two_replicas_race_for_one_key_and_exactly_one_wins_each_round() {
         );
         // Release through the other replica than the one most racers used.
         let releaser = if round % 2 == 0 { &b.api } else { &a.api };
-        assert!(releaser.release("hot", winners[0]).await);
+        assert!(releaser.release("hot", &winner_session, winners[0]).await);
         tokens.push(winners[0]);
     }
     assert!(

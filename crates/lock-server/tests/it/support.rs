@@ -11,10 +11,21 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Test defaults: any port, short minimum TTL, a fast reaper, a short drain.
+/// The lock clients' credential every test replica is configured with.
+pub const CLIENT_TOKEN: &str = "test-client-token";
+
+/// Test defaults: any port, short minimum TTL, a fast reaper, a short drain, the test
+/// client credential and signing key.
 pub fn config(extra: &[&str]) -> Config {
+    let signing_key = test_support::signing_key_base64();
     let mut args = vec![
         "lock-server",
+        "--client-token",
+        CLIENT_TOKEN,
+        "--signing-key",
+        signing_key,
+        "--signing-key-id",
+        test_support::keys::SIGNING_KEY_ID,
         "--bind",
         "127.0.0.1:0",
         "--lock.ttl.min",
@@ -90,10 +101,26 @@ pub struct Api {
 }
 
 impl Api {
+    /// A client presenting the test client credential.
     pub fn new(base: String) -> Self {
+        Self::with_credential(base, Some(CLIENT_TOKEN))
+    }
+
+    /// A client presenting `credential` (or none).
+    pub fn with_credential(base: String, credential: Option<&str>) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(credential) = credential {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {credential}").parse().expect("a header value"),
+            );
+        }
         Self {
             base,
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .expect("client"),
         }
     }
 
@@ -143,12 +170,12 @@ impl Api {
         .await
     }
 
-    /// L6; returns `released`.
-    pub async fn release(&self, key: &str, token: u64) -> bool {
+    /// L6 as `session`; returns `released`.
+    pub async fn release(&self, key: &str, session: &str, token: u64) -> bool {
         let (status, body) = self
             .post(
                 &format!("/v1/locks/{key}/release"),
-                serde_json::json!({"fencing_token": token}),
+                serde_json::json!({"session_id": session, "fencing_token": token}),
             )
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");

@@ -1,0 +1,29 @@
+//! The credentials and signing key every test stack is configured with. Test-only values,
+//! public by design: production secrets come from the environment (`.env`), never from here.
+
+use lock_api::FenceSigner;
+
+/// The test signing key's id.
+pub const SIGNING_KEY_ID: &str = "test-k1";
+/// The test signing key: the base64 of 32 bytes of 7, not a secret.
+const SIGNING_KEY_BASE64: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// The test signing key, as `LOCK_SIGNING_KEY` takes it (id: [`SIGNING_KEY_ID`]).
+pub fn signing_key_base64() -> &'static str {
+    SIGNING_KEY_BASE64
+}
+
+/// A signer with the test key: what a lock-server configured by the tests signs with.
+pub fn test_signer() -> FenceSigner {
+    FenceSigner::from_secret(SIGNING_KEY_ID, SIGNING_KEY_BASE64).expect("the test key is valid")
+}
+
+/// `FENCE_PUBLIC_KEYS` for resources that trust the test key.
+pub fn public_keys() -> String {
+    test_signer().verifier_entry()
+}
+
+/// A signer nobody trusts (an attacker's own key, under the trusted key id).
+pub fn rogue_signer() -> FenceSigner {
+    FenceSigner::from_seed(SIGNING_KEY_ID, [9; 32])
+}
