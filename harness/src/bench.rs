@@ -102,7 +102,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     )
     .await?;
     let base = server.url.clone();
-    let http = reqwest::Client::new();
+    let http = crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?;
 
     let mut db = PgConnection::connect(&db_url).await?;
     let duration = Duration::from_secs(options.seconds);
@@ -175,7 +175,7 @@ async fn http_side(
                         .as_u64()
                         .context("grant without token")?;
                     http.post(format!("{base}/v1/locks/{key}/release"))
-                        .json(&json!({"fencing_token": token}))
+                        .json(&json!({"session_id": session, "fencing_token": token}))
                         .send()
                         .await?
                         .error_for_status()?;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use lock_api::FenceSigner;
+use lock_client::LockClientConfig;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submission};
@@ -161,6 +163,7 @@ async fn spawn_lock_server(
         ("DATABASE_URL", database_url.to_owned()),
         ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
     ];
+    env.extend(test_support::keys::lock_server_env());
     env.extend(extra_env.iter().cloned());
     let process = ServiceProcess::spawn(name, binary, &[], &env, log_dir);
     let url = format!("http://127.0.0.1:{port}");
@@ -174,6 +177,113 @@ async fn spawn_lock_server(
         process: Proc::Local(process),
         url,
     })
+}
+
+/// A lock-client configuration for lock-servers started by [`start_lock_server`] or a
+/// local stack: the test client credential.
+pub fn lock_client_config(
+    endpoints: impl IntoIterator<Item = impl Into<String>>,
+) -> LockClientConfig {
+    let mut config = LockClientConfig::new(endpoints);
+    config.credential = Some(lock_client::Credential::new(
+        test_support::keys::LOCK_CLIENT_TOKEN,
+    ));
+    config
+}
+
+/// An HTTP client that presents the lock clients' credential (raw L1-L7 calls of tests and
+/// benchmarks).
+pub fn lock_http(credential: &str) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {credential}").parse()?,
+    );
+    Ok(reqwest::Client::builder()
+        .timeout(HTTP_TIMEOUT)
+        .default_headers(headers)
+        .build()?)
+}
+
+/// The secrets of a stack's roles (C5): each service gets only those of its own roles.
+#[derive(Debug, Clone)]
+pub struct Secrets {
+    /// P0 (`PAYMENT_CREATOR_TOKEN`).
+    pub creator: String,
+    /// Executors to payment-resource and rail-proxy (`PAYOUT_EXECUTOR_TOKEN`).
+    pub executor: String,
+    /// Operators' repairs at payment-resource (`PAYMENT_ADMIN_TOKEN`).
+    pub payment_admin: String,
+    /// Lock clients on L1-L7 (`LOCK_CLIENT_TOKEN`).
+    pub lock_client: String,
+    /// L8 (`LOCK_ADMIN_TOKEN`).
+    pub lock_admin: String,
+    /// rail-proxy to payment-resource (`PAYMENT_PROXY_TOKEN`).
+    pub proxy: String,
+    /// rail-proxy to rail-stub (`RAIL_PROXY_CREDENTIAL`).
+    pub rail: String,
+    /// rail-stub's admin (`RAIL_STUB_ADMIN_TOKEN`).
+    pub rail_admin: String,
+    /// `LOCK_SIGNING_KEY_ID`.
+    pub signing_key_id: String,
+    /// `LOCK_SIGNING_KEY`.
+    pub signing_key: String,
+}
+
+impl Secrets {
+    /// Fresh role tokens and the test signing key (local processes).
+    fn local() -> Self {
+        Self {
+            creator: secret(),
+            executor: secret(),
+            payment_admin: secret(),
+            lock_client: test_support::keys::LOCK_CLIENT_TOKEN.to_owned(),
+            lock_admin: secret(),
+            proxy: secret(),
+            rail: secret(),
+            rail_admin: secret(),
+            signing_key_id: test_support::keys::SIGNING_KEY_ID.to_owned(),
+            signing_key: test_support::signing_key_base64().to_owned(),
+        }
+    }
+
+    /// The compose stack's, from `.env`.
+    fn from_env_file(env: &[(String, String)]) -> anyhow::Result<Self> {
+        let get = |key: &str| {
+            env.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .with_context(|| format!("{key} in .env"))
+        };
+        Ok(Self {
+            creator: get("PAYMENT_CREATOR_TOKEN")?,
+            executor: get("PAYOUT_EXECUTOR_TOKEN")?,
+            payment_admin: get("PAYMENT_ADMIN_TOKEN")?,
+            lock_client: get("LOCK_CLIENT_TOKEN")?,
+            lock_admin: get("LOCK_ADMIN_TOKEN")?,
+            proxy: get("PAYMENT_PROXY_TOKEN")?,
+            rail: get("RAIL_PROXY_CREDENTIAL")?,
+            rail_admin: get("RAIL_STUB_ADMIN_TOKEN")?,
+            signing_key_id: get("LOCK_SIGNING_KEY_ID")?,
+            signing_key: get("LOCK_SIGNING_KEY")?,
+        })
+    }
+
+    /// The signer the stack's lock-servers use.
+    pub fn signer(&self) -> anyhow::Result<FenceSigner> {
+        FenceSigner::from_secret(&self.signing_key_id, &self.signing_key)
+            .map_err(|e| anyhow::anyhow!("LOCK_SIGNING_KEY: {e}"))
+    }
+
+    /// Env of a lock-server replica.
+    fn lock_server_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("LOCK_CLIENT_TOKEN", self.lock_client.clone()),
+            ("LOCK_ADMIN_TOKEN", self.lock_admin.clone()),
+            ("LOCK_SIGNING_KEY", self.signing_key.clone()),
+            ("LOCK_SIGNING_KEY_ID", self.signing_key_id.clone()),
+        ]
+    }
 }
 
 /// Knobs of a stack. The defaults keep scenarios fast: short leases, short hop budgets.
@@ -230,7 +340,9 @@ pub struct Stack {
     /// paydb's URL (local processes only): attack tests write to it directly, as a store
     /// compromised or restored from elsewhere would.
     pub paydb_url: Option<String>,
-    rail_admin_token: String,
+    /// Every role's secret.
+    pub secrets: Secrets,
+    signer: FenceSigner,
     services: Vec<Proc>,
     /// How each of `services` was started (name, binary, env, base URL), for restarts.
     service_specs: Vec<ServiceSpec>,
@@ -323,13 +435,14 @@ impl Stack {
                 test_support::fresh_database().await,
             ),
         };
-        let proxy_credential = secret();
-        let payment_token = secret();
-        let rail_admin_token = secret();
-        let lock_env = [
+        let secrets = Secrets::local();
+        let signer = secrets.signer()?;
+        let public_keys = signer.verifier_entry();
+        let mut lock_env = vec![
             ("LOCK_TTL_MIN", "50ms".to_owned()),
             ("LOCK_REAPER_INTERVAL", "200ms".to_owned()),
         ];
+        lock_env.extend(secrets.lock_server_env());
         let mut lock_servers = Vec::new();
         for name in ["lock-server-1", "lock-server-2"] {
             lock_servers
@@ -347,7 +460,11 @@ impl Stack {
                 vec![
                     ("DATABASE_URL", paydb.url.clone()),
                     ("PAYMENT_BIND", format!("127.0.0.1:{pay_port}")),
-                    ("PAYMENT_PROXY_TOKEN", payment_token.clone()),
+                    ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
+                    ("PAYMENT_CREATOR_TOKEN", secrets.creator.clone()),
+                    ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
+                    ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
+                    ("FENCE_PUBLIC_KEYS", public_keys.clone()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                 ],
             ),
@@ -356,8 +473,8 @@ impl Stack {
                 &bins[3],
                 vec![
                     ("RAIL_STUB_BIND", format!("127.0.0.1:{rail_port}")),
-                    ("RAIL_PROXY_CREDENTIAL", proxy_credential.clone()),
-                    ("RAIL_STUB_ADMIN_TOKEN", rail_admin_token.clone()),
+                    ("RAIL_PROXY_CREDENTIAL", secrets.rail.clone()),
+                    ("RAIL_STUB_ADMIN_TOKEN", secrets.rail_admin.clone()),
                 ],
             ),
             (
@@ -367,8 +484,10 @@ impl Stack {
                     ("RAIL_PROXY_BIND", format!("127.0.0.1:{proxy_port}")),
                     ("PAYMENT_URL", payment_url.clone()),
                     ("RAIL_URL", rail_url.clone()),
-                    ("RAIL_PROXY_CREDENTIAL", proxy_credential),
-                    ("PAYMENT_PROXY_TOKEN", payment_token),
+                    ("RAIL_PROXY_CREDENTIAL", secrets.rail.clone()),
+                    ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
+                    ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
+                    ("FENCE_PUBLIC_KEYS", public_keys.clone()),
                     ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                 ],
@@ -415,13 +534,11 @@ impl Stack {
             proxy_url,
             rail_url,
             paydb_url: Some(paydb.url.clone()),
-            rail_admin_token,
+            secrets,
+            signer,
             services,
             service_specs,
-            lock_spec: Some((
-                lockdb.url.clone(),
-                lock_env.iter().map(|(k, v)| (*k, v.clone())).collect(),
-            )),
+            lock_spec: Some((lockdb.url.clone(), lock_env.clone())),
             retired: Vec::new(),
             incarnations: 0,
             last_payout: std::sync::atomic::AtomicI64::new(0),
@@ -434,13 +551,8 @@ impl Stack {
     /// Compose mode: the infrastructure from compose.yaml, from a clean state.
     async fn start_compose(options: StackOptions) -> anyhow::Result<Self> {
         let env = compose::env_file()?;
-        let secret = |key: &str| {
-            env.iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
-                .context(format!("{key} in .env"))
-        };
-        let rail_admin_token = secret("RAIL_STUB_ADMIN_TOKEN")?;
+        let secrets = Secrets::from_env_file(&env)?;
+        let signer = secrets.signer()?;
         tokio::task::spawn_blocking(compose::up).await??;
         let local = |port: u16| format!("http://127.0.0.1:{port}");
         let (payment_url, proxy_url, rail_url) = (local(8082), local(8083), local(8085));
@@ -483,7 +595,8 @@ impl Stack {
             proxy_url,
             rail_url,
             paydb_url: None,
-            rail_admin_token,
+            secrets,
+            signer,
             services,
             service_specs: Vec::new(),
             lock_spec: None,
@@ -519,6 +632,8 @@ impl Stack {
             ("LOCK_DEFAULT_TTL", self.options.lease.to_owned()),
             ("RAIL_HOP_BUDGET", self.options.hop_budget.to_owned()),
             ("EXECUTOR_POLL_INTERVAL", "50ms".to_owned()),
+            ("LOCK_CLIENT_TOKEN", self.secrets.lock_client.clone()),
+            ("PAYOUT_EXECUTOR_TOKEN", self.secrets.executor.clone()),
         ];
         let (process, url) = if self.compose {
             let mut env = vec![
@@ -577,6 +692,7 @@ impl Stack {
             let payout: Payout = self
                 .http
                 .post(format!("{}/v1/payouts", self.payment_url))
+                .bearer_auth(&self.secrets.creator)
                 .header(payment_api::IDEMPOTENCY_KEY_HEADER, format!("{prefix}-{i}"))
                 .json(&body)
                 .send()
@@ -786,7 +902,7 @@ impl Stack {
         Ok(self
             .http
             .get(format!("{}/v1/received?payout_id={id}", self.rail_url))
-            .bearer_auth(&self.rail_admin_token)
+            .bearer_auth(&self.secrets.rail_admin)
             .send()
             .await?
             .error_for_status()?
@@ -798,7 +914,7 @@ impl Stack {
     pub async fn rail_fault(&self, fault: &Fault) -> anyhow::Result<()> {
         self.http
             .post(format!("{}/v1/faults", self.rail_url))
-            .bearer_auth(&self.rail_admin_token)
+            .bearer_auth(&self.secrets.rail_admin)
             .json(fault)
             .send()
             .await?
@@ -808,7 +924,22 @@ impl Stack {
 
     /// rail-stub's admin credential (faults, the received list).
     pub fn rail_admin_token(&self) -> &str {
-        &self.rail_admin_token
+        &self.secrets.rail_admin
+    }
+
+    /// The proof the stack's lock-servers give a grant of `payout:{payout_id}` with `token`.
+    pub fn proof(&self, payout_id: i64, token: i64) -> String {
+        self.signer.sign(
+            &payment_api::payout_lock_key(payout_id),
+            lock_api::FencingToken(u64::try_from(token).unwrap_or_default()),
+        )
+    }
+
+    /// A lock-client configuration for this stack's lock-servers and credential.
+    pub fn lock_client_config(&self) -> LockClientConfig {
+        let mut config = LockClientConfig::new(self.lock_endpoints());
+        config.credential = Some(lock_client::Credential::new(&self.secrets.lock_client));
+        config
     }
 
     /// A fenced write to `url` for `payout_id` presenting `token`, as an executor sends it.
@@ -816,31 +947,38 @@ impl Stack {
         &self,
         method: reqwest::Method,
         url: &str,
-        _payout_id: i64,
+        payout_id: i64,
         token: i64,
     ) -> reqwest::RequestBuilder {
         self.http
             .request(method, url)
+            .bearer_auth(&self.secrets.executor)
             .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
+            .header(lock_api::FENCING_PROOF_HEADER, self.proof(payout_id, token))
     }
 
-    /// P2 with `token`, as any caller could send it: the status and the error code, if any.
+    /// P2 with `token` (and its genuine proof), as a stale executor would send it: the
+    /// status and the error code, if any.
     pub async fn try_claim(&self, id: i64, token: i64) -> anyhow::Result<(u16, Option<String>)> {
         let url = format!("{}/v1/payouts/{id}/claim", self.payment_url);
-        self.try_write(url, token).await
+        self.try_write(url, id, token).await
     }
 
-    /// A submit through rail-proxy with `token`: the status and the error code, if any.
+    /// A submit through rail-proxy with `token` (and its genuine proof): the status and the
+    /// error code, if any.
     pub async fn try_submit(&self, id: i64, token: i64) -> anyhow::Result<(u16, Option<String>)> {
         let url = format!("{}/v1/payouts/{id}/submit", self.proxy_url);
-        self.try_write(url, token).await
+        self.try_write(url, id, token).await
     }
 
-    async fn try_write(&self, url: String, token: i64) -> anyhow::Result<(u16, Option<String>)> {
+    async fn try_write(
+        &self,
+        url: String,
+        id: i64,
+        token: i64,
+    ) -> anyhow::Result<(u16, Option<String>)> {
         let response = self
-            .http
-            .post(url)
-            .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
+            .fenced_request(reqwest::Method::POST, &url, id, token)
             .send()
             .await?;
         let status = response.status().as_u16();
@@ -853,6 +991,7 @@ impl Stack {
         let response = self
             .http
             .get(format!("{}/v1/locks/{key}", self.lock_servers[0].url))
+            .bearer_auth(&self.secrets.lock_client)
             .send()
             .await?;
         if response.status() == StatusCode::NOT_FOUND {

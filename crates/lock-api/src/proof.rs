@@ -160,7 +160,9 @@ impl FenceVerifier {
         let mut keys = BTreeMap::new();
         for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (key_id, public) = entry.split_once('=').ok_or_else(|| {
-                ProofError::Config(format!("public key entry {entry:?}: expected key_id=base64"))
+                ProofError::Config(format!(
+                    "public key entry {entry:?}: expected key_id=base64"
+                ))
             })?;
             let key_id = key_id.trim();
             if !valid_key_id(key_id) {
@@ -169,10 +171,13 @@ impl FenceVerifier {
                 )));
             }
             let bytes = decode_key(&format!("public key {key_id}"), public)?;
-            let key = VerifyingKey::from_bytes(&bytes)
-                .map_err(|_| ProofError::Config(format!("public key {key_id}: not a valid Ed25519 key")))?;
+            let key = VerifyingKey::from_bytes(&bytes).map_err(|_| {
+                ProofError::Config(format!("public key {key_id}: not a valid Ed25519 key"))
+            })?;
             if keys.insert(key_id.to_owned(), key).is_some() {
-                return Err(ProofError::Config(format!("public key id {key_id} is listed twice")));
+                return Err(ProofError::Config(format!(
+                    "public key id {key_id} is listed twice"
+                )));
             }
         }
         if keys.is_empty() {
@@ -205,10 +210,9 @@ impl FenceVerifier {
         if version != PROOF_VERSION {
             return Err(ProofError::Malformed("unknown proof version"));
         }
-        let key = self
-            .keys
-            .get(key_id)
-            .ok_or_else(|| ProofError::UnknownKey(key_id.chars().take(KEY_ID_MAX_BYTES).collect()))?;
+        let key = self.keys.get(key_id).ok_or_else(|| {
+            ProofError::UnknownKey(key_id.chars().take(KEY_ID_MAX_BYTES).collect())
+        })?;
         let bytes = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| ProofError::Malformed("the signature is not base64url"))?;
@@ -273,7 +277,11 @@ mod tests {
             both.verify(&payout, token, &relabelled),
             Err(ProofError::BadSignature { .. })
         ));
-        assert_eq!(both.verify(&payout, token, &other), Ok(()), "rotation: both trusted");
+        assert_eq!(
+            both.verify(&payout, token, &other),
+            Ok(()),
+            "rotation: both trusted"
+        );
     }
 
     #[test]
@@ -281,7 +289,15 @@ mod tests {
         let k1 = signer("k1", 1);
         let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
         let payout = key("payout:1");
-        for bad in ["", "v1", "v1.k1", "v2.k1.AAAA", "v1.k1.not base64!", "v1.k1.AAAA", "v1.k1.a.b"] {
+        for bad in [
+            "",
+            "v1",
+            "v1.k1",
+            "v2.k1.AAAA",
+            "v1.k1.not base64!",
+            "v1.k1.AAAA",
+            "v1.k1.a.b",
+        ] {
             assert!(
                 matches!(
                     verifier.verify(&payout, FencingToken(1), bad),
@@ -294,13 +310,27 @@ mod tests {
             verifier.verify(&payout, FencingToken(1), &"v1.k1.".repeat(100)),
             Err(ProofError::Malformed(_))
         ));
-        for bad in ["", "k1", "k1=", "k1=AAAA", "bad id=AAAA", &format!("{0},{0}", k1.verifier_entry())] {
+        for bad in [
+            "",
+            "k1",
+            "k1=",
+            "k1=AAAA",
+            "bad id=AAAA",
+            &format!("{0},{0}", k1.verifier_entry()),
+        ] {
             assert!(FenceVerifier::parse(bad).is_err(), "{bad:?}");
         }
         assert!(FenceSigner::from_secret("k1", "short").is_err());
         assert!(FenceSigner::from_secret("", &STANDARD.encode([1_u8; 32])).is_err());
-        let from_text = FenceSigner::from_secret("k1", &STANDARD.encode([1_u8; 32])).expect("valid");
-        assert_eq!(from_text.sign(&payout, FencingToken(5)), k1.sign(&payout, FencingToken(5)));
-        assert!(!format!("{from_text:?}").contains("AQEB"), "the secret is not printed");
+        let from_text =
+            FenceSigner::from_secret("k1", &STANDARD.encode([1_u8; 32])).expect("valid");
+        assert_eq!(
+            from_text.sign(&payout, FencingToken(5)),
+            k1.sign(&payout, FencingToken(5))
+        );
+        assert!(
+            !format!("{from_text:?}").contains("AQEB"),
+            "the secret is not printed"
+        );
     }
 }

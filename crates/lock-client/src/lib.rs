@@ -53,8 +53,8 @@ pub use backoff::{ceiling as backoff_ceiling, full_jitter};
 pub use client::{ClientError, LockClient};
 pub use clock::{Clock, FakeClock, Sleep, SystemClock, deadline_passed, nanos_until};
 pub use config::{
-    Credential,
-    AcquirePolicy, ConfigError, DEFAULT_SAFETY_MARGIN, HEARTBEAT_DIVISOR, LockClientConfig,
+    AcquirePolicy, ConfigError, Credential, DEFAULT_SAFETY_MARGIN, HEARTBEAT_DIVISOR,
+    LockClientConfig,
 };
 pub use lock_api::{LockError, LockHandle, LockLost, LossReason};
 pub use session::LockClientSession;

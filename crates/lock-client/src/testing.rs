@@ -264,10 +264,9 @@ impl MemoryTransport {
                 }
             }
             Call::Release(key, req) => {
-                let released = state
-                    .locks
-                    .get(&key)
-                    .is_some_and(|(t, holder, _)| *t == req.fencing_token && *holder == req.session_id);
+                let released = state.locks.get(&key).is_some_and(|(t, holder, _)| {
+                    *t == req.fencing_token && *holder == req.session_id
+                });
                 if released {
                     state.locks.remove(&key);
                 }

@@ -167,8 +167,9 @@ impl Config {
             .as_deref()
             .filter(|k| !k.is_empty())
             .map(|k| {
-                lock_api::FenceSigner::from_secret(&self.signing_key_id, k)
-                    .map_err(|e| format!("signing key (LOCK_SIGNING_KEY / LOCK_SIGNING_KEY_ID): {e}"))
+                lock_api::FenceSigner::from_secret(&self.signing_key_id, k).map_err(|e| {
+                    format!("signing key (LOCK_SIGNING_KEY / LOCK_SIGNING_KEY_ID): {e}")
+                })
             })
             .transpose()
     }

@@ -31,12 +31,20 @@ mod tests {
                 .expect(name)
                 .to_owned()
         };
-        let signer = FenceSigner::from_secret(&value("LOCK_SIGNING_KEY_ID"), &value("LOCK_SIGNING_KEY"))
-            .expect("a usable secret");
+        let signer =
+            FenceSigner::from_secret(&value("LOCK_SIGNING_KEY_ID"), &value("LOCK_SIGNING_KEY"))
+                .expect("a usable secret");
         let verifier = lock_api::FenceVerifier::parse(&value("FENCE_PUBLIC_KEYS")).expect("parses");
         let key = lock_api::LockKey::parse("payout:1").expect("key");
         let proof = signer.sign(&key, lock_api::FencingToken(3));
-        assert_eq!(verifier.verify(&key, lock_api::FencingToken(3), &proof), Ok(()));
-        assert_ne!(generate_signing_key("k7").expect("again"), lines, "random each time");
+        assert_eq!(
+            verifier.verify(&key, lock_api::FencingToken(3), &proof),
+            Ok(())
+        );
+        assert_ne!(
+            generate_signing_key("k7").expect("again"),
+            lines,
+            "random each time"
+        );
     }
 }

@@ -12,6 +12,12 @@ mod fence;
 pub use codes::{AnyCode, AnyErrorBody, PaymentCode};
 pub use fence::{FenceRefusal, FenceRule, check_fence};
 
+/// The lock guarding payout `payout_id`: `payout:{id}` (C1). Its fencing proofs sign this key.
+pub fn payout_lock_key(payout_id: i64) -> lock_api::LockKey {
+    lock_api::LockKey::parse(format!("payout:{payout_id}"))
+        .unwrap_or_else(|_| unreachable!("payout:{{digits}} is a valid lock key"))
+}
+
 /// The header that makes payout creation idempotent.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted beneficiary, in bytes.

@@ -28,6 +28,24 @@ pub struct Config {
     /// unset, those endpoints answer 403.
     #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
     pub proxy_token: Option<String>,
+    /// Bearer token of whoever creates payouts (P0). When unset, P0 answers 403.
+    #[arg(long, env = "PAYMENT_CREATOR_TOKEN", hide_env_values = true)]
+    pub creator_token: Option<String>,
+    /// Bearer token executors present to list claimable payouts, claim (P2) and post (P3).
+    /// When unset, those endpoints answer 403.
+    #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]
+    pub executor_token: Option<String>,
+    /// Bearer token of operators' repair actions (re-fence). When unset, they answer 403.
+    #[arg(long, env = "PAYMENT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The lock service's public keys, `key_id=base64[,key_id=base64]`: every fenced write's
+    /// `X-Fencing-Proof` must be one of their signatures of `payout:{id}` and the token.
+    /// Required.
+    #[arg(long, env = "FENCE_PUBLIC_KEYS")]
+    pub fence_public_keys: Option<String>,
+    /// A non-terminal payout untouched for longer than this counts in `payouts_stuck`.
+    #[arg(long, env = "PAYMENT_STUCK_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub stuck_after: Duration,
     /// The proxy's whole hop budget: an `IN_FLIGHT` submission older than this has an
     /// unknowable outcome and ends `RAIL_AMBIGUOUS` when posted.
     #[arg(long = "rail.hop-budget", env = "RAIL_HOP_BUDGET", default_value = "3s", value_parser = humantime::parse_duration)]

@@ -1,5 +1,7 @@
-//! Routes of payment-resource (C3 section P): create, get, list claimable, claim (P2),
-//! reserve and record a rail submission (rail-proxy only), post (P3), ledger summary.
+//! Routes of payment-resource (C3 section P): create (creators), get, list claimable (executors),
+//! claim (P2) and post (P3) (executors), reserve and record a rail submission (rail-proxy
+//! only), re-fence (operators), ledger summary. Each write checks, in this order: the
+//! caller's role credential, the path, the token and its signed proof, then the fence.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,14 +10,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_api::{ErrorCode, WireCode};
+use lock_api::{ErrorCode, FenceVerifier, FencingToken, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, PaymentCode, Payout, RecordOutcome, Reservation,
     Submission,
 };
 use serde::Deserialize;
-use service_kit::{ApiError, ApiJson, FencingTokenHeader, RequestMetrics, common_layers};
+use service_kit::{ApiError, ApiJson, RequestMetrics, common_layers};
 
 use crate::store::{LIST_LIMIT_MAX, PayError, PayStore};
 
@@ -29,8 +31,16 @@ const LIST_LIMIT_DEFAULT: i64 = 50;
 pub struct AppState {
     /// paydb.
     pub store: PayStore,
-    /// rail-proxy's bearer token.
+    /// rail-proxy's bearer token (reserve, record outcome).
     pub proxy_token: Option<Arc<str>>,
+    /// The payout creators' bearer token (P0).
+    pub creator_token: Option<Arc<str>>,
+    /// The executors' bearer token (list claimable, P2, P3).
+    pub executor_token: Option<Arc<str>>,
+    /// The operators' bearer token (re-fence).
+    pub admin_token: Option<Arc<str>>,
+    /// The lock service's public keys: every fenced write's proof is checked against them.
+    pub verifier: Arc<FenceVerifier>,
     /// The proxy's hop budget.
     pub hop_budget: Duration,
 }
@@ -71,6 +81,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
             post(record_outcome),
         )
         .route("/v1/payouts/{payout_id}/post", post(post_result))
+        .route("/v1/payouts/{payout_id}/refence", post(refence))
         .route("/v1/ledger/summary", get(ledger_summary))
         .route("/health/live", get(service_kit::live))
         .route("/health/ready", get(ready))
@@ -86,6 +97,17 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
 }
 
 type ApiResult<T> = Result<T, ApiError>;
+
+/// The caller presents `expected`, the credential of the role the endpoint names.
+fn role(headers: &HeaderMap, expected: &Option<Arc<str>>, what: &str) -> ApiResult<()> {
+    service_kit::require_bearer(headers, expected.as_deref(), what)
+}
+
+/// The token of a fenced write to `payout_id`, proven by the lock service's signature.
+fn proven(state: &AppState, headers: &HeaderMap, payout_id: i64) -> ApiResult<FencingToken> {
+    let key = payment_api::payout_lock_key(payout_id);
+    service_kit::proven_fencing_token(headers, &state.verifier, &key).map(|(token, _)| token)
+}
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
     Some(raw)
@@ -149,6 +171,11 @@ async fn create(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreatePayout>,
 ) -> ApiResult<(StatusCode, Json<Payout>)> {
+    role(
+        &headers,
+        &state.creator_token,
+        "creating payouts (PAYMENT_CREATOR_TOKEN)",
+    )?;
     let key = idempotency_key(&headers)?;
     validate(&req)?;
     let (payout, created) = state.store.create(&key, &req).await?;
@@ -179,8 +206,14 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
+    headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<Payout>>> {
+    role(
+        &headers,
+        &state.executor_token,
+        "listing claimable payouts (PAYOUT_EXECUTOR_TOKEN)",
+    )?;
     let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     if query.claimable != Some(true) {
         return Err(ApiError::invalid(
@@ -214,26 +247,34 @@ async fn get_payout(
 
 async fn claim(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(id): Path<String>,
-    FencingTokenHeader(token): FencingTokenHeader,
 ) -> ApiResult<Json<Payout>> {
-    Ok(Json(state.store.claim(payout_id(&id)?, token).await?))
+    role(
+        &headers,
+        &state.executor_token,
+        "claims (PAYOUT_EXECUTOR_TOKEN)",
+    )?;
+    let id = payout_id(&id)?;
+    let token = proven(&state, &headers, id)?;
+    Ok(Json(state.store.claim(id, token).await?))
 }
 
 async fn reserve(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    FencingTokenHeader(token): FencingTokenHeader,
 ) -> ApiResult<(StatusCode, Json<Reservation>)> {
-    service_kit::require_bearer(
+    role(
         &headers,
-        state.proxy_token.as_deref(),
+        &state.proxy_token,
         "submissions (PAYMENT_PROXY_TOKEN)",
     )?;
+    let id = payout_id(&id)?;
+    let token = proven(&state, &headers, id)?;
     Ok((
         StatusCode::CREATED,
-        Json(state.store.reserve(payout_id(&id)?, token).await?),
+        Json(state.store.reserve(id, token).await?),
     ))
 }
 
@@ -248,34 +289,63 @@ async fn record_outcome(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    FencingTokenHeader(token): FencingTokenHeader,
     ApiJson(req): ApiJson<RecordOutcome>,
 ) -> ApiResult<Json<Submission>> {
-    service_kit::require_bearer(
+    role(
         &headers,
-        state.proxy_token.as_deref(),
+        &state.proxy_token,
         "submissions (PAYMENT_PROXY_TOKEN)",
     )?;
-    Ok(Json(
-        state
-            .store
-            .record_outcome(payout_id(&id)?, token, &req)
-            .await?,
-    ))
+    let id = payout_id(&id)?;
+    let token = proven(&state, &headers, id)?;
+    Ok(Json(state.store.record_outcome(id, token, &req).await?))
 }
 
 async fn post_result(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(id): Path<String>,
-    FencingTokenHeader(token): FencingTokenHeader,
 ) -> ApiResult<Json<Payout>> {
-    let (payout, posted) = state
-        .store
-        .post(payout_id(&id)?, token, state.hop_budget)
-        .await?;
+    role(
+        &headers,
+        &state.executor_token,
+        "posting (PAYOUT_EXECUTOR_TOKEN)",
+    )?;
+    let id = payout_id(&id)?;
+    let token = proven(&state, &headers, id)?;
+    let (payout, posted) = state.store.post(id, token, state.hop_budget).await?;
     if posted {
         metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
     }
+    Ok(Json(payout))
+}
+
+/// Operator repair of a payout no genuine token can move (a fence raised by a forged or
+/// foreign token): the operator acquires `payout:{id}` from the lock service and presents
+/// that grant's token and proof; the fence is set to it, even downwards. Audited: a WARN
+/// line and `payouts_refenced_total`.
+async fn refence(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Payout>> {
+    role(
+        &headers,
+        &state.admin_token,
+        "re-fencing (PAYMENT_ADMIN_TOKEN)",
+    )?;
+    let id = payout_id(&id)?;
+    let token = proven(&state, &headers, id)?;
+    let (payout, old_fence) = state.store.refence(id, token).await?;
+    metrics::counter!("payouts_refenced_total").increment(1);
+    tracing::warn!(
+        event = "payout_refenced",
+        payout_id = id,
+        old_fence,
+        new_fence = payout.fence,
+        state = payout.state.as_str(),
+        "an operator re-fenced a payout to a token the lock service granted"
+    );
     Ok(Json(payout))
 }
 

@@ -1,29 +1,47 @@
 //! payment-resource: the protected resource. It owns paydb: payouts and their fences, the one
 //! rail submission per payout, and the double-entry ledger. Every write carries
-//! `X-Fencing-Token` and is checked against the payout's fence in the transaction that writes.
+//! `X-Fencing-Token` with the lock-server's signed `X-Fencing-Proof`, verified offline, and is
+//! checked against the payout's fence in the transaction that writes.
 //!
-//! Map: [`config`] (flags and env), [`store`] (paydb, the fence rule), [`http`] (routes).
+//! Map: [`config`] (flags and env), [`store`] (paydb, the fence rule), [`http`] (routes,
+//! credentials, proof checks), [`stuck`] (the gauge of payouts stuck non-terminal).
 
 pub mod config;
 pub mod http;
 pub mod store;
+pub mod stuck;
 
 pub use config::Config;
 use service_kit::Service;
 
 /// Connects paydb (running migrations) and binds: a service ready to run.
 pub async fn build(config: &Config) -> anyhow::Result<Service> {
+    let verifier = config
+        .fence_public_keys
+        .as_deref()
+        .filter(|k| !k.trim().is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "FENCE_PUBLIC_KEYS is required: the lock-server's public keys as key_id=base64 (lock-server --generate-signing-key prints them)"
+            )
+        })?;
+    let verifier = lock_api::FenceVerifier::parse(verifier)
+        .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
     let store = store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
     service_kit::install_metrics();
+    // Exported from start: an absent series is not a zero.
+    metrics::counter!("payouts_refenced_total").increment(0);
+    let secret = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Into::into);
     let state = http::AppState {
-        store,
-        proxy_token: config
-            .proxy_token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(Into::into),
+        store: store.clone(),
+        proxy_token: secret(&config.proxy_token),
+        creator_token: secret(&config.creator_token),
+        executor_token: secret(&config.executor_token),
+        admin_token: secret(&config.admin_token),
+        verifier: std::sync::Arc::new(verifier),
         hop_budget: config.hop_budget,
     };
+    tokio::spawn(stuck::watch(store, config.stuck_after));
     Ok(Service::bind(
         config.bind,
         http::router(state, config.request_timeout),

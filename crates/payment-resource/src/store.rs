@@ -415,6 +415,56 @@ impl PayStore {
         self.get(payout_id).await.map(|p| (p, true))
     }
 
+    /// How many non-terminal payouts were not updated for `stuck_after`, and the age in
+    /// seconds of the oldest non-terminal payout (0 when none).
+    pub async fn open_payout_ages(&self, stuck_after: Duration) -> Result<(i64, f64), PayError> {
+        let (stuck, oldest): (i64, f64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE updated_at < now() - $1 * interval '1 millisecond'),
+                    COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+               FROM payouts WHERE state IN ('PENDING', 'CLAIMED', 'SUBMITTED')",
+        )
+        .bind(i64::try_from(stuck_after.as_millis()).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((stuck, oldest))
+    }
+
+    /// Operator repair: sets the fence of non-terminal `payout_id` to `token` (a token the
+    /// lock service just granted, proven by the caller), even when that is lower than the
+    /// fence. Safe because every token issued before `token` is below it: they stay fenced
+    /// out; only a fence no genuine grant can reach is lowered. Returns the old fence.
+    pub async fn refence(
+        &self,
+        payout_id: i64,
+        token: FencingToken,
+    ) -> Result<(Payout, i64), PayError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1 FOR UPDATE"
+        ))
+        .bind(payout_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(PayError::PayoutUnknown(payout_id))?;
+        let current = payout(&row)?;
+        if current.state.is_terminal() {
+            return Err(PayError::AlreadyTerminal {
+                payout_id,
+                state: current.state,
+            });
+        }
+        let row = sqlx::query(&format!(
+            "UPDATE payouts SET fence = $2, updated_at = now() WHERE payout_id = $1
+             RETURNING {PAYOUT_COLUMNS}"
+        ))
+        .bind(payout_id)
+        .bind(token_i64(token))
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((payout(&row)?, current.fence))
+    }
+
     /// The ledger balance check of invariant I6.
     pub async fn ledger_summary(&self) -> Result<LedgerSummary, PayError> {
         let balances: Vec<(String, i64)> = sqlx::query_as(

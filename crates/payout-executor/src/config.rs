@@ -62,6 +62,9 @@ pub struct Config {
     /// rail-proxy base URL.
     #[arg(long, env = "RAIL_PROXY_URL", default_value = "http://127.0.0.1:8083")]
     pub rail_proxy_url: String,
+    /// The executors' bearer credential, presented to payment-resource and rail-proxy.
+    #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]
+    pub executor_token: Option<String>,
     /// `rail.hop-budget`: the worst-case submit. Before submitting, the remaining lease (the
     /// earlier of the grant's and the session's conservative deadlines) must cover
     /// `hop budget × (1 + safety margin)`; with heartbeats every `ttl × (1 − m) / 3`, that

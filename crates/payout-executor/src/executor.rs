@@ -14,7 +14,7 @@ use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession
 
 use crate::config::{Config, FaultStep};
 use crate::loss::{SessionLossHandler, Watch};
-use crate::services::{CallError, Refusal, Services};
+use crate::services::{CallError, Fence, Refusal, Services};
 
 /// `payout_execute_seconds{outcome}`: one sample per payout attempt.
 pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
@@ -205,6 +205,7 @@ impl Executor {
             &config.rail_proxy_url,
             config.request_timeout,
             config.hop_budget,
+            config.executor_token.as_deref(),
         )?;
         if config.fault_sigstop_rate > 0.0 {
             tracing::warn!(
@@ -405,12 +406,13 @@ impl Executor {
         watch: &Watch,
     ) -> Result<Outcome, LockLost> {
         let token = handle.fencing_token();
+        let fence = Fence::of(handle);
         self.fault_point(payout_id, FaultStep::Claim);
         let claimed = match logged(
             payout_id,
             "claim",
             token,
-            self.services.claim(payout_id, token),
+            self.services.claim(payout_id, fence),
         )
         .await
         {
@@ -438,7 +440,7 @@ impl Executor {
                 payout_id,
                 "submit",
                 token,
-                self.services.submit(payout_id, token),
+                self.services.submit(payout_id, fence),
             )
             .await
             {
@@ -456,7 +458,7 @@ impl Executor {
                 payout_id,
                 "post",
                 token,
-                self.services.post(payout_id, token),
+                self.services.post(payout_id, fence),
             )
             .await
             {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_api::{FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FencingToken};
 use serde::Deserialize;
 
 /// The fields of a payout the executor reads.
@@ -88,6 +88,25 @@ impl CallError {
     }
 }
 
+/// What a fenced write presents: the handle's token and its proof.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    /// `X-Fencing-Token`.
+    pub token: FencingToken,
+    /// `X-Fencing-Proof`, when the lock-server signs grants.
+    pub proof: Option<&'a str>,
+}
+
+impl<'a> Fence<'a> {
+    /// The fence of `handle`'s grant.
+    pub fn of(handle: &'a lock_api::LockHandle) -> Self {
+        Self {
+            token: handle.fencing_token(),
+            proof: handle.fence_proof(),
+        }
+    }
+}
+
 /// The two services the executor writes to.
 #[derive(Debug, Clone)]
 pub struct Services {
@@ -98,16 +117,27 @@ pub struct Services {
 }
 
 impl Services {
-    /// Clients for the two base URLs.
+    /// Clients for the two base URLs, presenting `credential` (the executors' role) to both.
     pub fn new(
         payment_url: &str,
         rail_proxy_url: &str,
         request_timeout: Duration,
         hop_budget: Duration,
-    ) -> reqwest::Result<Self> {
+        credential: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(credential) = credential.filter(|c| !c.is_empty()) {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {credential}"))
+                .map_err(|_| {
+                    anyhow::anyhow!("PAYOUT_EXECUTOR_TOKEN is not a valid header value")
+                })?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         Ok(Self {
             http: reqwest::Client::builder()
                 .timeout(request_timeout)
+                .default_headers(headers)
                 .build()?,
             payment_url: payment_url.trim_end_matches('/').to_owned(),
             rail_proxy_url: rail_proxy_url.trim_end_matches('/').to_owned(),
@@ -149,41 +179,35 @@ impl Services {
         .await
     }
 
-    /// P2.
-    pub async fn claim(
-        &self,
-        payout_id: i64,
-        token: FencingToken,
-    ) -> Result<PayoutView, CallError> {
-        let url = format!("{}/v1/payouts/{payout_id}/claim", self.payment_url);
-        Self::read(
-            self.http
-                .post(url)
-                .header(FENCING_TOKEN_HEADER, token.0.to_string()),
-        )
-        .await
-    }
-
-    /// Submit through rail-proxy, within the hop budget.
-    pub async fn submit(&self, payout_id: i64, token: FencingToken) -> Result<(), CallError> {
-        let url = format!("{}/v1/payouts/{payout_id}/submit", self.rail_proxy_url);
+    /// A fenced write: the grant's token and the lock-server's proof, both unchanged.
+    fn fenced(&self, url: String, fence: Fence<'_>) -> reqwest::RequestBuilder {
         let request = self
             .http
             .post(url)
-            .timeout(self.hop_budget)
-            .header(FENCING_TOKEN_HEADER, token.0.to_string());
+            .header(FENCING_TOKEN_HEADER, fence.token.0.to_string());
+        match fence.proof {
+            Some(proof) => request.header(FENCING_PROOF_HEADER, proof),
+            None => request,
+        }
+    }
+
+    /// P2.
+    pub async fn claim(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
+        let url = format!("{}/v1/payouts/{payout_id}/claim", self.payment_url);
+        Self::read(self.fenced(url, fence)).await
+    }
+
+    /// Submit through rail-proxy, within the hop budget.
+    pub async fn submit(&self, payout_id: i64, fence: Fence<'_>) -> Result<(), CallError> {
+        let url = format!("{}/v1/payouts/{payout_id}/submit", self.rail_proxy_url);
+        let request = self.fenced(url, fence).timeout(self.hop_budget);
         Self::read::<serde_json::Value>(request).await.map(|_| ())
     }
 
     /// P3.
-    pub async fn post(&self, payout_id: i64, token: FencingToken) -> Result<PayoutView, CallError> {
+    pub async fn post(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/post", self.payment_url);
-        Self::read(
-            self.http
-                .post(url)
-                .header(FENCING_TOKEN_HEADER, token.0.to_string()),
-        )
-        .await
+        Self::read(self.fenced(url, fence)).await
     }
 }
 

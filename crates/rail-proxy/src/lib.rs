@@ -1,4 +1,6 @@
-//! rail-proxy: stateless, and the only service that may call the rail. For each submit it
+//! rail-proxy: stateless, and the only service that may call the rail. A submit must carry
+//! the executors' credential and a fencing token with the lock-server's signed proof,
+//! verified here offline before anything else. For each submit it
 //! reserves the payout's one submission with payment-resource (fence and duplicate check),
 //! calls the rail within the per-hop timeout, and records the outcome. A timeout, a lost
 //! connection or a 5xx after sending is `TIMEOUT` (the payout ends `RAIL_AMBIGUOUS`) and is
@@ -10,17 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
-use lock_api::{ErrorCode, FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{
+    ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FenceVerifier, FencingToken,
+};
 use payment_api::{
     AnyErrorBody, RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer,
     TransferAnswer,
 };
-use service_kit::{
-    ApiError, FencingTokenHeader, LogFormat, RequestMetrics, Service, common_layers,
-};
+use service_kit::{ApiError, LogFormat, RequestMetrics, Service, common_layers};
 
 /// Submits refused because the payout already has a submission on record.
 pub const DUPLICATE_ATTEMPTED_TOTAL: &str = "rail_duplicate_attempted_total";
@@ -53,6 +56,13 @@ pub struct Config {
     /// The bearer token presented to payment-resource's submission endpoints.
     #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
     pub payment_token: String,
+    /// The bearer token executors present to submit. When unset, submits answer 403.
+    #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]
+    pub executor_token: Option<String>,
+    /// The lock service's public keys, `key_id=base64[,…]`: a submit's `X-Fencing-Proof`
+    /// must be one of their signatures of `payout:{id}` and the token. Required.
+    #[arg(long, env = "FENCE_PUBLIC_KEYS")]
+    pub fence_public_keys: String,
     /// `rail.hop-timeout`: how long the rail may take to answer one transfer.
     #[arg(long = "rail.hop-timeout", env = "RAIL_HOP_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub rail_timeout: Duration,
@@ -74,7 +84,16 @@ struct Proxy {
     rail_url: String,
     rail_credential: String,
     payment_token: String,
+    executor_token: Option<String>,
+    verifier: FenceVerifier,
     rail_timeout: Duration,
+}
+
+/// A proven fenced write: the token and the lock-server's proof, forwarded unchanged.
+#[derive(Debug, Clone)]
+struct Fence {
+    token: FencingToken,
+    proof: String,
 }
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -84,7 +103,8 @@ fn unavailable(what: &str, err: impl std::fmt::Display) -> ApiError {
 }
 
 impl Proxy {
-    async fn reserve(&self, payout_id: i64, token: FencingToken) -> ApiResult<Reservation> {
+    async fn reserve(&self, payout_id: i64, fence: &Fence) -> ApiResult<Reservation> {
+        let token = fence.token;
         let response = self
             .http
             .post(format!(
@@ -92,6 +112,7 @@ impl Proxy {
                 self.payment_url
             ))
             .header(FENCING_TOKEN_HEADER, token.0.to_string())
+            .header(FENCING_PROOF_HEADER, &fence.proof)
             .bearer_auth(&self.payment_token)
             .send()
             .await
@@ -196,19 +217,15 @@ impl Proxy {
         }
     }
 
-    async fn record(
-        &self,
-        payout_id: i64,
-        token: FencingToken,
-        outcome: RecordOutcome,
-    ) -> ApiResult<()> {
+    async fn record(&self, payout_id: i64, fence: &Fence, outcome: RecordOutcome) -> ApiResult<()> {
         let response = self
             .http
             .post(format!(
                 "{}/v1/payouts/{payout_id}/submission/outcome",
                 self.payment_url
             ))
-            .header(FENCING_TOKEN_HEADER, token.0.to_string())
+            .header(FENCING_TOKEN_HEADER, fence.token.0.to_string())
+            .header(FENCING_PROOF_HEADER, &fence.proof)
             .bearer_auth(&self.payment_token)
             .json(&outcome)
             .send()
@@ -224,10 +241,15 @@ impl Proxy {
 
 async fn submit(
     State(proxy): State<Arc<Proxy>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
-    FencingTokenHeader(token): FencingTokenHeader,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Json<SubmitResult>> {
+    service_kit::require_bearer(
+        &headers,
+        proxy.executor_token.as_deref(),
+        "submits (PAYOUT_EXECUTOR_TOKEN)",
+    )?;
     match body {
         Ok(bytes) if bytes.is_empty() => {}
         Ok(_) => return Err(ApiError::invalid("body", "submit takes no body")),
@@ -238,12 +260,20 @@ async fn submit(
             ));
         }
     }
-    let payout_id = id
-        .parse::<i64>()
-        .ok()
+    let payout_id = Some(id.as_str())
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|r| r.parse::<i64>().ok())
         .filter(|id| *id > 0)
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))?;
-    let reservation = proxy.reserve(payout_id, token).await?;
+    // Verified here, offline, before anything is reserved or sent; payment-resource
+    // verifies the forwarded proof again.
+    let (token, proof) = service_kit::proven_fencing_token(
+        &headers,
+        &proxy.verifier,
+        &payment_api::payout_lock_key(payout_id),
+    )?;
+    let fence = Fence { token, proof };
+    let reservation = proxy.reserve(payout_id, &fence).await?;
     let (outcome, rail_reference) = proxy.call_rail(&reservation).await;
     metrics::counter!(RAIL_CALLS_TOTAL, "outcome" => outcome.as_str()).increment(1);
     tracing::info!(
@@ -255,7 +285,7 @@ async fn submit(
     if let Err(err) = proxy
         .record(
             payout_id,
-            token,
+            &fence,
             RecordOutcome {
                 outcome,
                 rail_reference: rail_reference.clone(),
@@ -276,6 +306,8 @@ async fn submit(
 
 /// Binds: a service ready to run.
 pub async fn build(config: &Config) -> anyhow::Result<Service> {
+    let verifier = FenceVerifier::parse(&config.fence_public_keys)
+        .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
     service_kit::install_metrics();
     metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).absolute(0);
     let http = reqwest::Client::builder()
@@ -287,6 +319,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         rail_url: config.rail_url.trim_end_matches('/').to_owned(),
         rail_credential: config.rail_credential.clone(),
         payment_token: config.payment_token.clone(),
+        executor_token: config.executor_token.clone().filter(|t| !t.is_empty()),
+        verifier,
         rail_timeout: config.rail_timeout,
     });
     let routes = Router::new()

@@ -1,9 +1,12 @@
-//! Extractors for headers the pipeline relies on.
+//! Extractors and readers for headers the pipeline relies on: the fencing token and its
+//! signed proof, and headers that must be sent once.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
-use lock_api::{FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{
+    ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FenceVerifier, FencingToken, LockKey,
+};
 
 use crate::error::ApiError;
 
@@ -31,25 +34,59 @@ impl<S: Send + Sync> FromRequestParts<S> for FencingTokenHeader {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let raw = single_header(&parts.headers, FENCING_TOKEN_HEADER, "X-Fencing-Token")?
-            .ok_or_else(|| {
-                ApiError::invalid("X-Fencing-Token", "header is required for a fenced write")
-            })?;
-        let token: u64 = raw
-            .to_str()
-            .ok()
-            .map(str::trim)
-            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| {
-                ApiError::invalid("X-Fencing-Token", "must be a decimal token (digits only)")
-            })?;
-        let token = FencingToken(token)
-            .validate()
-            .map_err(|e| ApiError::invalid("X-Fencing-Token", e.reason))?;
-        if token.0 == 0 {
-            return Err(ApiError::invalid("X-Fencing-Token", "tokens start at 1"));
-        }
-        Ok(Self(token))
+        fencing_token(&parts.headers).map(Self)
     }
+}
+
+/// The `X-Fencing-Token` header: required, sent once, ASCII digits (no sign) of a token in
+/// the range stores issue.
+pub fn fencing_token(headers: &HeaderMap) -> Result<FencingToken, ApiError> {
+    let raw =
+        single_header(headers, FENCING_TOKEN_HEADER, "X-Fencing-Token")?.ok_or_else(|| {
+            ApiError::invalid("X-Fencing-Token", "header is required for a fenced write")
+        })?;
+    let token: u64 = raw
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            ApiError::invalid("X-Fencing-Token", "must be a decimal token (digits only)")
+        })?;
+    let token = FencingToken(token)
+        .validate()
+        .map_err(|e| ApiError::invalid("X-Fencing-Token", e.reason))?;
+    if token.0 == 0 {
+        return Err(ApiError::invalid("X-Fencing-Token", "tokens start at 1"));
+    }
+    Ok(token)
+}
+
+/// A fenced write's token, proven: `X-Fencing-Token` as [`fencing_token`] reads it, and
+/// `X-Fencing-Proof` verified offline against the lock service's public keys for
+/// `lock_key`, before any fence logic. A missing, malformed, foreign-key or forged proof is
+/// 403 `PROOF_INVALID`; nothing is written.
+pub fn proven_fencing_token(
+    headers: &HeaderMap,
+    verifier: &FenceVerifier,
+    lock_key: &LockKey,
+) -> Result<(FencingToken, String), ApiError> {
+    let token = fencing_token(headers)?;
+    let proof = single_header(headers, FENCING_PROOF_HEADER, "X-Fencing-Proof")?
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ProofInvalid,
+                "X-Fencing-Proof: header is required: the lock-server's proof of the grant",
+            )
+        })?
+        .to_str()
+        .map_err(|_| ApiError::new(ErrorCode::ProofInvalid, "X-Fencing-Proof: not ASCII"))?
+        .trim()
+        .to_owned();
+    verifier.verify(lock_key, token, &proof).map_err(|err| {
+        tracing::warn!(event = "proof_refused", lock_key = %lock_key, token = token.0, error = %err, "a fenced write without a valid proof");
+        ApiError::new(ErrorCode::ProofInvalid, format!("X-Fencing-Proof: {err}"))
+    })?;
+    Ok((token, proof))
 }

@@ -27,3 +27,16 @@ pub fn public_keys() -> String {
 pub fn rogue_signer() -> FenceSigner {
     FenceSigner::from_seed(SIGNING_KEY_ID, [9; 32])
 }
+
+/// The lock clients' credential (`LOCK_CLIENT_TOKEN`) of lock-servers started by tests.
+pub const LOCK_CLIENT_TOKEN: &str = "test-lock-client-token";
+
+/// The environment a test lock-server needs besides its store: the client credential and
+/// the test signing key.
+pub fn lock_server_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("LOCK_CLIENT_TOKEN", LOCK_CLIENT_TOKEN.to_owned()),
+        ("LOCK_SIGNING_KEY", SIGNING_KEY_BASE64.to_owned()),
+        ("LOCK_SIGNING_KEY_ID", SIGNING_KEY_ID.to_owned()),
+    ]
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use harness::stack::start_lock_server;
 use lock_api::LockKey;
-use lock_client::{AcquirePolicy, LockClient, LockClientConfig};
+use lock_client::{AcquirePolicy, LockClient};
 use reqwest::StatusCode;
 use test_support::poll_until;
 
@@ -29,13 +29,18 @@ async fn server() -> (harness::stack::LockServer, tempfile::TempDir) {
 }
 
 fn client(url: &str) -> LockClient {
-    let mut config = LockClientConfig::new([url]);
+    let mut config = harness::stack::lock_client_config([url]);
     config.session_ttl = TTL;
     LockClient::new(config).unwrap()
 }
 
 async fn holder_token(url: &str, key: &str) -> Option<u64> {
-    let response = reqwest::get(format!("{url}/v1/locks/{key}")).await.unwrap();
+    let response = harness::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)
+        .unwrap()
+        .get(format!("{url}/v1/locks/{key}"))
+        .send()
+        .await
+        .unwrap();
     match response.status() {
         StatusCode::OK => {
             response.json::<serde_json::Value>().await.unwrap()["fencing_token"].as_u64()

@@ -247,7 +247,7 @@ impl LockStore for MemoryStore {
                 lease_ms,
                 expires_at: self.display(expires),
                 session_id: session,
-            proof: None,
+                proof: None,
             },
             took_over_expired: replaced,
         })

@@ -242,9 +242,9 @@ impl LockStore for PostgresStore {
         .bind(key.as_str())
         .bind(to_i64(token.0)?)
         .bind(session.0)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?;
         Ok(result.rows_affected() > 0)
     }
 

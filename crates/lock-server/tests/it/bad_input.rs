@@ -43,15 +43,25 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
             r#"{"fencing_token":1}"#,
         )
         .expect(400, invalid, "session_id"),
-        bad("no client credential", &post, "/v1/sessions", r#"{"owner_id":"a"}"#)
-            .header("authorization", "")
-            .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
+        bad(
+            "no client credential",
+            &post,
+            "/v1/sessions",
+            r#"{"owner_id":"a"}"#,
+        )
+        .header("authorization", "")
+        .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
         bad("a wrong client credential", &get, "/v1/locks/held", "")
             .header("authorization", "Bearer not-the-token")
             .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
-        bad("the admin credential on L4", &post, "/v1/locks/held/acquire", &acquire)
-            .header("authorization", "Bearer adm1n")
-            .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
+        bad(
+            "the admin credential on L4",
+            &post,
+            "/v1/locks/held/acquire",
+            &acquire,
+        )
+        .header("authorization", "Bearer adm1n")
+        .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
         bad("malformed JSON", &post, "/v1/sessions", r#"{"owner_id":"#).expect(400, invalid, "EOF"),
         bad("missing owner_id", &post, "/v1/sessions", "{}").expect(400, invalid, "owner_id"),
         bad(
@@ -239,7 +249,11 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
     let cases: Vec<BadRequest> = cases
         .into_iter()
         .map(|case| {
-            if case.headers.iter().any(|(name, _)| *name == "authorization") {
+            if case
+                .headers
+                .iter()
+                .any(|(name, _)| *name == "authorization")
+            {
                 case
             } else {
                 case.header("authorization", bearer.clone())

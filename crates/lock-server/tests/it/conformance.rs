@@ -198,7 +198,11 @@ async fn expired_lease_is_regranted_with_higher_token(store: Arc<dyn LockStore>)
         "the zombie's release does not free b's grant"
     );
     assert_eq!(
-        store.get(&k).await.unwrap().map(|i| (i.fencing_token, i.owner_id)),
+        store
+            .get(&k)
+            .await
+            .unwrap()
+            .map(|i| (i.fencing_token, i.owner_id)),
         Some((t2, OwnerId::parse("b").unwrap()))
     );
 }
@@ -240,10 +244,7 @@ async fn get_and_revoke(store: Arc<dyn LockStore>) {
     assert_eq!(store.revoke(&k).await.unwrap(), None, "nothing to revoke");
     let t = grant(&*store, &k, a, LONG_MS).await;
     let info = store.get(&k).await.unwrap().expect("held");
-    assert_eq!(
-        (info.fencing_token, info.owner_id.as_str()),
-        (t, "owner-a")
-    );
+    assert_eq!((info.fencing_token, info.owner_id.as_str()), (t, "owner-a"));
     let shown = serde_json::to_string(&info).unwrap();
     assert!(
         !shown.contains(&a.to_string()),

@@ -355,7 +355,10 @@ async fn grants_carry_a_proof_a_resource_verifies_offline() {
     let proof = grant["proof"].as_str().expect("a proof");
     assert_eq!(verifier.verify(&key, t, proof), Ok(()));
     let other = lock_api::LockKey::parse("payout:42").unwrap();
-    assert!(verifier.verify(&other, t, proof).is_err(), "bound to its key");
+    assert!(
+        verifier.verify(&other, t, proof).is_err(),
+        "bound to its key"
+    );
     let (status, renewed) = api
         .post(
             "/v1/locks/payout:41/renew",
@@ -363,7 +366,11 @@ async fn grants_carry_a_proof_a_resource_verifies_offline() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{renewed}");
-    assert_eq!(renewed["proof"].as_str(), Some(proof), "renewal: same proof");
+    assert_eq!(
+        renewed["proof"].as_str(),
+        Some(proof),
+        "renewal: same proof"
+    );
     // L7 shows the holder's owner and token, never its session id.
     let (status, info) = api.call(Method::GET, "/v1/locks/payout:41", None).await;
     assert_eq!(status, StatusCode::OK);

@@ -29,7 +29,10 @@ fn spawn(name: &str, database_url: &str, port: u16, logs: &std::path::Path) -> S
                 "LOCK_SIGNING_KEY",
                 test_support::signing_key_base64().into(),
             ),
-            ("LOCK_SIGNING_KEY_ID", test_support::keys::SIGNING_KEY_ID.into()),
+            (
+                "LOCK_SIGNING_KEY_ID",
+                test_support::keys::SIGNING_KEY_ID.into(),
+            ),
         ],
         logs,
     )

@@ -112,7 +112,9 @@ impl Api {
         if let Some(credential) = credential {
             headers.insert(
                 reqwest::header::AUTHORIZATION,
-                format!("Bearer {credential}").parse().expect("a header value"),
+                format!("Bearer {credential}")
+                    .parse()
+                    .expect("a header value"),
             );
         }
         Self {
