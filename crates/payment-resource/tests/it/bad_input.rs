@@ -4,7 +4,52 @@
 use reqwest::Method;
 use test_support::bad_input::{BadRequest, check_all};
 
-use crate::support::{PROXY_TOKEN, create, start};
+use crate::support::{CREATOR_TOKEN, EXECUTOR_TOKEN, PROXY_TOKEN, create, proof, start};
+
+/// Gives `case` the credential of the role its endpoint names (unless it sets one) and, when
+/// it presents a numeric token for a numeric payout, that token's genuine proof: each case
+/// is then refused for the one mistake it is about.
+fn as_its_role(case: BadRequest) -> BadRequest {
+    let role = if case.path.contains("submission") {
+        PROXY_TOKEN
+    } else if case.path.starts_with("/v1/payouts")
+        && case.path.split('/').count() == 3
+        && case.method == Method::POST
+    {
+        CREATOR_TOKEN
+    } else {
+        EXECUTOR_TOKEN
+    };
+    let token = case
+        .headers
+        .iter()
+        .find(|(name, _)| *name == "x-fencing-token")
+        .and_then(|(_, value)| value.parse::<u64>().ok());
+    let id = case
+        .path
+        .split('/')
+        .nth(3)
+        .and_then(|s| s.parse::<i64>().ok());
+    let mut case = if case
+        .headers
+        .iter()
+        .any(|(name, _)| *name == "authorization")
+    {
+        case
+    } else {
+        case.header("authorization", format!("Bearer {role}"))
+    };
+    if let (Some(token), Some(id)) = (token, id) {
+        if !case
+            .headers
+            .iter()
+            .any(|(name, _)| *name == "x-fencing-proof")
+        {
+            case = case.header("x-fencing-proof", proof(id, token));
+        }
+    }
+    case
+}
 
 async fn counts(url: &str) -> (i64, i64, i64) {
     let pool = sqlx::PgPool::connect(url).await.unwrap();
@@ -27,7 +72,47 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
     let invalid = "INVALID_ARGUMENT";
     let ok_body = r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B"}"#;
     let bearer = format!("Bearer {PROXY_TOKEN}");
+    let exec = format!("Bearer {EXECUTOR_TOKEN}");
     let cases = vec![
+        payout(ok_body)
+            .header("authorization", exec.clone())
+            .expect(401, "UNAUTHENTICATED", "PAYMENT_CREATOR_TOKEN"),
+        BadRequest::new(
+            "claim with the creator's credential",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .header("authorization", format!("Bearer {CREATOR_TOKEN}"))
+        .expect(401, "UNAUTHENTICATED", "PAYOUT_EXECUTOR_TOKEN"),
+        BadRequest::new(
+            "claim without a proof",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .header("x-fencing-proof", "")
+        .expect(403, "PROOF_INVALID", "X-Fencing-Proof"),
+        BadRequest::new(
+            "claim with another payout's proof",
+            post.clone(),
+            format!("/v1/payouts/{id}/claim"),
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .header("x-fencing-proof", proof(id + 1, 1))
+        .expect(403, "PROOF_INVALID", "does not sign"),
+        BadRequest::new(
+            "re-fence with the executor's credential",
+            post.clone(),
+            format!("/v1/payouts/{id}/refence"),
+            "",
+        )
+        .header("x-fencing-token", "1")
+        .header("authorization", exec)
+        .expect(401, "UNAUTHENTICATED", "PAYMENT_ADMIN_TOKEN"),
         payout(ok_body)
             .without("idempotency-key")
             .expect(400, invalid, "Idempotency-Key"),
@@ -128,6 +213,7 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
             "",
         )
         .header("x-fencing-token", "1")
+        .header("authorization", "")
         .expect(401, "UNAUTHENTICATED", "bearer"),
         BadRequest::new(
             "record IN_FLIGHT as an outcome",
@@ -182,6 +268,7 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         BadRequest::new("unknown route", get, "/v1/nothing", "").expect(404, "NOT_FOUND", "route"),
     ];
     assert!(cases.len() >= 10);
+    let cases: Vec<BadRequest> = cases.into_iter().map(as_its_role).collect();
     let failures = check_all(&service.base, &cases).await;
     assert!(
         failures.is_empty(),

@@ -4,13 +4,22 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{PROXY_TOKEN, create, start};
+use crate::support::{EXECUTOR_TOKEN, PROXY_TOKEN, create, proof, start};
 
+/// A fenced write to `path` (`/v1/payouts/{id}/…`) with `token` and its genuine proof, under
+/// the credential of the role the endpoint names.
 async fn call(base: &str, path: &str, token: u64, body: Option<Value>) -> (StatusCode, Value) {
+    let id: i64 = path.split('/').nth(3).and_then(|s| s.parse().ok()).unwrap();
+    let role = if path.contains("submission") {
+        PROXY_TOKEN
+    } else {
+        EXECUTOR_TOKEN
+    };
     let mut request = reqwest::Client::new()
         .post(format!("{base}{path}"))
         .header("x-fencing-token", token.to_string())
-        .bearer_auth(PROXY_TOKEN);
+        .header("x-fencing-proof", proof(id, token))
+        .bearer_auth(role);
     if let Some(body) = body {
         request = request.json(&body);
     }

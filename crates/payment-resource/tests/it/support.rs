@@ -4,6 +4,17 @@ use clap::Parser;
 use payment_resource::Config;
 
 pub const PROXY_TOKEN: &str = "proxy-secret";
+pub const CREATOR_TOKEN: &str = "creator-secret";
+pub const EXECUTOR_TOKEN: &str = "executor-secret";
+pub const ADMIN_TOKEN: &str = "admin-secret";
+
+/// The test lock service's proof of `payout:{payout_id}` with `token`.
+pub fn proof(payout_id: i64, token: u64) -> String {
+    test_support::test_signer().sign(
+        &payment_api::payout_lock_key(payout_id),
+        lock_api::FencingToken(token),
+    )
+}
 
 pub struct Running {
     pub base: String,
@@ -13,6 +24,7 @@ pub struct Running {
 
 pub async fn start() -> Running {
     let db = test_support::fresh_database().await;
+    let public_keys = test_support::public_keys();
     let config = Config::parse_from([
         "payment-resource",
         "--bind",
@@ -21,6 +33,14 @@ pub async fn start() -> Running {
         &db.url,
         "--proxy-token",
         PROXY_TOKEN,
+        "--creator-token",
+        CREATOR_TOKEN,
+        "--executor-token",
+        EXECUTOR_TOKEN,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--fence-public-keys",
+        &public_keys,
         "--rail.hop-budget",
         "200ms",
     ]);
@@ -41,6 +61,7 @@ pub async fn start() -> Running {
 pub async fn create(base: &str, key: &str) -> i64 {
     let payout: serde_json::Value = reqwest::Client::new()
         .post(format!("{base}/v1/payouts"))
+        .bearer_auth(CREATOR_TOKEN)
         .header("idempotency-key", key)
         .json(&serde_json::json!({"amount_minor": 500, "currency": "EUR", "beneficiary": "Ada"}))
         .send()

@@ -21,13 +21,26 @@ async fn bad_requests_are_refused_before_any_call() {
         "c",
         "--payment-token",
         "t",
+        "--executor-token",
+        "exec",
+        "--fence-public-keys",
+        &test_support::public_keys(),
     ]);
     let server = rail_proxy::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     tokio::spawn(server.run_until(std::future::pending()));
     let post = Method::POST;
+    let proof = |id: i64, token: u64| {
+        test_support::test_signer().sign(
+            &payment_api::payout_lock_key(id),
+            lock_api::FencingToken(token),
+        )
+    };
     let submit = |path: &str| {
-        BadRequest::new("submit", post.clone(), path, "").header("x-fencing-token", "3")
+        BadRequest::new("submit", post.clone(), path, "")
+            .header("x-fencing-token", "3")
+            .header("x-fencing-proof", proof(1, 3))
+            .header("authorization", "Bearer exec")
     };
     let invalid = "INVALID_ARGUMENT";
     let cases = vec![
@@ -65,6 +78,23 @@ async fn bad_requests_are_refused_before_any_call() {
             "NOT_FOUND",
             "route",
         ),
+        submit("/v1/payouts/1/submit")
+            .without("authorization")
+            .expect(401, "UNAUTHENTICATED", "PAYOUT_EXECUTOR_TOKEN"),
+        submit("/v1/payouts/1/submit")
+            .without("x-fencing-proof")
+            .expect(403, "PROOF_INVALID", "X-Fencing-Proof"),
+        submit("/v1/payouts/1/submit")
+            .header("x-fencing-proof", proof(2, 3))
+            .expect(403, "PROOF_INVALID", "does not sign"),
+        submit("/v1/payouts/1/submit")
+            .header(
+                "x-fencing-proof",
+                test_support::keys::rogue_signer()
+                    .sign(&payment_api::payout_lock_key(1), lock_api::FencingToken(3)),
+            )
+            .expect(403, "PROOF_INVALID", "does not sign"),
+        submit("/v1/payouts/+1/submit").expect(400, invalid, "payout_id"),
         submit("/v1/payouts/1/submit").expect(503, "STORE_UNAVAILABLE", "payment-resource"),
     ];
     let failures = check_all(&base, &cases).await;
