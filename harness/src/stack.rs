@@ -466,6 +466,8 @@ impl Stack {
                     ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
                     ("FENCE_PUBLIC_KEYS", public_keys.clone()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
+                    // Short, so tests see a stuck payout counted.
+                    ("PAYMENT_STUCK_AFTER", "2s".to_owned()),
                 ],
             ),
             (

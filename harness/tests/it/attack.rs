@@ -77,6 +77,370 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
         .await
         .unwrap();
     assert_eq!(quarantined, 50.0);
+    // The stuck payouts are counted for an alert...
+    let payment_url = stack.payment_url.clone();
+    test_support::poll_until(
+        "payouts_stuck to count the poisoned payouts",
+        Duration::from_secs(30),
+        || async {
+            let stuck = stack
+                .metric(&payment_url, "payouts_stuck", &[])
+                .await
+                .ok()?;
+            (stuck >= 50.0).then_some(())
+        },
+    )
+    .await;
+    // ...and an operator repairs one: a genuine grant of its lock, presented with the
+    // operators' credential, re-fences it; the executor then settles it.
+    let repaired = poisoned[0];
+    let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
+    let session = client.open_session("operator").await.unwrap();
+    let key = payment_api::payout_lock_key(repaired);
+    let handle = session
+        .acquire(
+            &key,
+            Duration::from_secs(10),
+            &lock_client::AcquirePolicy::DEFAULT,
+        )
+        .await
+        .unwrap()
+        .expect("the operator gets the lock");
+    let url = format!("{}/v1/payouts/{repaired}/refence", stack.payment_url);
+    let refence = |credential: String| {
+        reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(credential)
+            .header(
+                lock_api::FENCING_TOKEN_HEADER,
+                handle.fencing_token().0.to_string(),
+            )
+            .header(
+                lock_api::FENCING_PROOF_HEADER,
+                handle.fence_proof().unwrap(),
+            )
+            .send()
+    };
+    let refused = refence(stack.secrets.executor.clone()).await.unwrap();
+    assert_eq!(refused.status(), 401, "an executor cannot re-fence");
+    let answer = refence(stack.secrets.payment_admin.clone()).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["fence"].as_u64(), Some(handle.fencing_token().0));
+    session.release(handle).await.unwrap();
+    session.close().await;
+    client.close();
+    let settled = stack
+        .wait_terminal(&[repaired], SETTLE_DEADLINE)
+        .await
+        .unwrap();
+    assert_eq!(settled[0].state, PayoutState::Settled);
+    let refenced = stack
+        .metric(&stack.payment_url, "payouts_refenced_total", &[])
+        .await
+        .unwrap();
+    assert_eq!(refenced, 1.0);
+}
+
+/// A1, A2: a made-up token is refused at payment-resource and rail-proxy whatever proof
+/// comes with it — none, an attacker's own key under a trusted key id, a key id nobody
+/// trusts, a genuine proof replayed from another payout or another token — and the fence,
+/// the state and the rail are unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a1_a2_forged_tokens_are_refused_with_the_fence_unchanged() {
+    let stack = stack().await;
+    let id = stack.create_payouts("forge", 1).await.unwrap()[0];
+    let forged = i64::MAX;
+    let key = payment_api::payout_lock_key(id);
+    let max = lock_api::FencingToken(forged as u64);
+    let foreign = lock_api::FenceSigner::from_seed("not-trusted", [3; 32]);
+    let cases: Vec<(&str, Option<String>, &str)> = vec![
+        ("no proof", None, "X-Fencing-Proof"),
+        (
+            "an attacker's key under the trusted id",
+            Some(test_support::keys::rogue_signer().sign(&key, max)),
+            "does not sign",
+        ),
+        (
+            "a key id nobody trusts",
+            Some(foreign.sign(&key, max)),
+            "unknown key id",
+        ),
+        (
+            "a genuine proof of another payout",
+            Some(stack.proof(id + 1, forged)),
+            "does not sign",
+        ),
+        (
+            "a genuine proof of another token",
+            Some(stack.proof(id, 7)),
+            "does not sign",
+        ),
+        ("garbage", Some("v1.test-k1.@@@".to_owned()), "malformed"),
+    ];
+    for (what, proof, mentions) in &cases {
+        for url in [
+            format!("{}/v1/payouts/{id}/claim", stack.payment_url),
+            format!("{}/v1/payouts/{id}/submit", stack.proxy_url),
+            format!("{}/v1/payouts/{id}/post", stack.payment_url),
+        ] {
+            let mut request = reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(&stack.secrets.executor)
+                .header(lock_api::FENCING_TOKEN_HEADER, forged.to_string());
+            if let Some(proof) = proof {
+                request = request.header(lock_api::FENCING_PROOF_HEADER, proof);
+            }
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            let body: Value = answer.json().await.unwrap();
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (403, Some("PROOF_INVALID")),
+                "{what} at {url}: {body}"
+            );
+            assert!(
+                body["message"].as_str().unwrap().contains(mentions),
+                "{what}: {body}"
+            );
+        }
+    }
+    let payout = stack.payout(id).await.unwrap();
+    assert_eq!(
+        (payout.fence, payout.state),
+        (0, PayoutState::Pending),
+        "fence unchanged"
+    );
+    assert!(
+        stack.rail_received(id).await.unwrap().is_empty(),
+        "the rail saw nothing"
+    );
+    assert!(
+        stack.submission(id).await.unwrap().is_none(),
+        "no submission reserved"
+    );
+}
+
+/// A3: each write needs the credential of the role the contract names; another role's
+/// credential (a leaked executor's, say) or none is refused and nothing is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a3_every_caller_needs_its_roles_credential() {
+    let stack = stack().await;
+    let id = stack.create_payouts("roles", 1).await.unwrap()[0];
+    let http = reqwest::Client::new();
+    let s = &stack.secrets;
+    let create = format!("{}/v1/payouts", stack.payment_url);
+    let body = json!({"amount_minor": 1_000_000_000_000_i64, "currency": "EUR", "beneficiary": "attacker IBAN"});
+    for (what, credential) in [
+        ("none", None),
+        ("the executors'", Some(&s.executor)),
+        ("the proxy's", Some(&s.proxy)),
+        ("the lock clients'", Some(&s.lock_client)),
+    ] {
+        let mut request = http
+            .post(&create)
+            .header("Idempotency-Key", format!("steal-{what}"))
+            .json(&body);
+        if let Some(credential) = credential {
+            request = request.bearer_auth(credential);
+        }
+        assert_eq!(
+            request.send().await.unwrap().status(),
+            401,
+            "P0 with {what} credential"
+        );
+    }
+    let token = 5;
+    for (what, credential) in [
+        ("none", None),
+        ("the creators'", Some(&s.creator)),
+        ("the lock clients'", Some(&s.lock_client)),
+    ] {
+        for url in [
+            format!("{}/v1/payouts/{id}/claim", stack.payment_url),
+            format!("{}/v1/payouts/{id}/submit", stack.proxy_url),
+            format!("{}/v1/payouts/{id}/post", stack.payment_url),
+            format!("{}/v1/payouts?claimable=true", stack.payment_url),
+        ] {
+            let method = if url.contains('?') {
+                Method::GET
+            } else {
+                Method::POST
+            };
+            let mut request = http
+                .request(method, &url)
+                .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
+                .header(lock_api::FENCING_PROOF_HEADER, stack.proof(id, token));
+            if let Some(credential) = credential {
+                request = request.bearer_auth(credential);
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(answer.status(), 401, "{url} with {what} credential");
+        }
+    }
+    let lock = &stack.lock_servers[0].url;
+    for credential in [None, Some(&s.executor), Some(&s.lock_admin)] {
+        let mut request = http
+            .post(format!("{lock}/v1/sessions"))
+            .json(&json!({"owner_id": "intruder"}));
+        if let Some(credential) = credential {
+            request = request.bearer_auth(credential);
+        }
+        assert_eq!(
+            request.send().await.unwrap().status(),
+            401,
+            "L1 with {credential:?}"
+        );
+    }
+    let payout = stack.payout(id).await.unwrap();
+    assert_eq!((payout.fence, payout.state), (0, PayoutState::Pending));
+    assert_eq!(
+        stack.last_payout_id().await,
+        Some(id),
+        "no payout was created"
+    );
+}
+
+/// A4: a second client that knows everything L7 shows (and holds the lock clients'
+/// credential) can neither renew, release, heartbeat nor delete another's session or lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a4_what_l7_shows_does_not_let_anyone_act_for_the_holder() {
+    let stack = stack().await;
+    let lock = stack.lock_servers[0].url.clone();
+    let http = harness::stack::lock_http(&stack.secrets.lock_client).unwrap();
+    let call = |method: Method, path: String, body: Option<Value>| {
+        let http = http.clone();
+        let url = format!("{lock}{path}");
+        async move {
+            let mut request = http.request(method, url);
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (_, victim) = call(
+        Method::POST,
+        "/v1/sessions".into(),
+        Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
+    )
+    .await;
+    let victim = victim["session_id"].as_str().unwrap().to_owned();
+    let (status, grant) = call(
+        Method::POST,
+        "/v1/locks/payout:9/acquire".into(),
+        Some(json!({"session_id": victim, "ttl_ms": 30_000})),
+    )
+    .await;
+    assert_eq!(status, 200, "{grant}");
+    let token = grant["fencing_token"].as_u64().unwrap();
+    // What the attacker sees.
+    let (status, shown) = call(Method::GET, "/v1/locks/payout:9".into(), None).await;
+    assert_eq!(status, 200);
+    assert!(
+        !shown.to_string().contains(&victim),
+        "L7 shows the session id: {shown}"
+    );
+    let (_, attacker) = call(
+        Method::POST,
+        "/v1/sessions".into(),
+        Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
+    )
+    .await;
+    let attacker = attacker["session_id"].as_str().unwrap().to_owned();
+    let guessed = uuid::Uuid::new_v4().to_string();
+    for session in [&attacker, &guessed] {
+        let (status, body) = call(
+            Method::POST,
+            "/v1/locks/payout:9/renew".into(),
+            Some(json!({"session_id": session, "fencing_token": token})),
+        )
+        .await;
+        assert!(
+            matches!(status, 404 | 409),
+            "renew as {session}: {status} {body}"
+        );
+        let (status, body) = call(
+            Method::POST,
+            "/v1/locks/payout:9/release".into(),
+            Some(json!({"session_id": session, "fencing_token": token})),
+        )
+        .await;
+        assert_eq!(
+            (status, body["released"].as_bool()),
+            (200, Some(false)),
+            "release as {session}"
+        );
+        let (status, _) = call(
+            Method::POST,
+            "/v1/locks/payout:9/acquire".into(),
+            Some(json!({"session_id": session, "ttl_ms": 30_000})),
+        )
+        .await;
+        assert_ne!(status, 200, "acquire as {session}");
+        let (status, _) = call(Method::DELETE, format!("/v1/sessions/{session}"), None).await;
+        assert_eq!(
+            status, 204,
+            "deleting one's own or an unknown session is allowed"
+        );
+    }
+    // The victim still holds its lock with its token, and its session lives.
+    let (status, after) = call(Method::GET, "/v1/locks/payout:9".into(), None).await;
+    assert_eq!(
+        (status, after["fencing_token"].as_u64()),
+        (200, Some(token)),
+        "{after}"
+    );
+    let (status, _) = call(
+        Method::POST,
+        format!("/v1/sessions/{victim}/heartbeat"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+/// A8: with both lock-server replicas down for 8 s, an executor backs off and throttles its
+/// warnings (it wrote ~1,300 WARN lines a second), then settles everything once they return.
+#[tokio::test(flavor = "multi_thread")]
+async fn a8_no_retry_or_log_storm_while_the_lock_service_is_down() {
+    let mut stack = stack().await;
+    stack.start_executor("executor-1", &[]).await.unwrap();
+    let warm = stack.create_payouts("warm", 2).await.unwrap();
+    stack.wait_terminal(&warm, SETTLE_DEADLINE).await.unwrap();
+    let warnings = |stack: &Stack| {
+        stack.executor_logs()[0]
+            .1
+            .lines()
+            .filter(|l| l.contains("\"level\":\"WARN\""))
+            .count()
+    };
+    let before = warnings(&stack);
+    for server in &stack.lock_servers {
+        server.process.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+    let pending = stack.create_payouts("outage", 20).await.unwrap();
+    let outage = Duration::from_secs(8);
+    let started = Instant::now();
+    test_support::poll_until(
+        "the outage to last 8 s",
+        outage + Duration::from_secs(1),
+        || async { (started.elapsed() >= outage).then_some(()) },
+    )
+    .await;
+    let during = warnings(&stack) - before;
+    // At most one line per 5 s per kind of warning (a handful of kinds), not thousands.
+    assert!(during <= 40, "{during} WARN lines in 8 s of outage");
+    for i in 0..stack.lock_servers.len() {
+        stack.restart_lock_server(i).await.unwrap();
+    }
+    let settled = stack
+        .wait_terminal(&pending, SETTLE_DEADLINE)
+        .await
+        .unwrap();
+    assert!(settled.iter().all(|p| p.state == PayoutState::Settled));
 }
 
 /// A5: 50 parallel P3s of one finished payout all answer 200, and a read of another payout
@@ -349,6 +713,7 @@ async fn a9_bad_input_is_refused_by_name() {
     expect("malformed JSON", 400, "body")(
         send(
             http.post(&create)
+                .bearer_auth(&stack.secrets.creator)
                 .header("Idempotency-Key", "m1")
                 .header("Content-Type", "application/json")
                 .body(r#"{"amount_minor": 5, "currency": }"#),
@@ -361,9 +726,12 @@ async fn a9_bad_input_is_refused_by_name() {
     ] {
         expect(what, 400, "beneficiary")(
             send(
-                http.post(&create).header("Idempotency-Key", what).json(
-                    &json!({"amount_minor": 5, "currency": "EUR", "beneficiary": beneficiary}),
-                ),
+                http.post(&create)
+                    .bearer_auth(&stack.secrets.creator)
+                    .header("Idempotency-Key", what)
+                    .json(
+                        &json!({"amount_minor": 5, "currency": "EUR", "beneficiary": beneficiary}),
+                    ),
             )
             .await,
         );
@@ -371,6 +739,7 @@ async fn a9_bad_input_is_refused_by_name() {
     expect("two Idempotency-Keys", 400, "Idempotency-Key")(
         send(
             http.post(&create)
+                .bearer_auth(&stack.secrets.creator)
                 .header("Idempotency-Key", "a")
                 .header("Idempotency-Key", "b")
                 .json(&json!({"amount_minor": 5, "currency": "EUR", "beneficiary": "Bob"})),
@@ -381,13 +750,19 @@ async fn a9_bad_input_is_refused_by_name() {
     expect("two X-Fencing-Tokens", 400, "X-Fencing-Token")(
         send(
             http.post(&claim)
+                .bearer_auth(&stack.secrets.executor)
                 .header("X-Fencing-Token", "3")
                 .header("X-Fencing-Token", "4"),
         )
         .await,
     );
     expect("a signed token", 400, "X-Fencing-Token")(
-        send(http.post(&claim).header("X-Fencing-Token", "+3")).await,
+        send(
+            http.post(&claim)
+                .bearer_auth(&stack.secrets.executor)
+                .header("X-Fencing-Token", "+3"),
+        )
+        .await,
     );
     expect("a signed payout id", 400, "payout_id")(
         send(http.get(format!("{}/v1/payouts/+{id}", stack.payment_url))).await,
