@@ -4,7 +4,7 @@
 //! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the L1-L8 surface
 //! (`docs/contracts/C3-http-surfaces.md`), the error codes with their HTTP statuses, the
 //! client's [`LockHandle`] record, and the typed errors an SDK caller sees ([`LockError`],
-//! [`LockLost`]), and a log [`Throttle`] services and the SDK share. This crate does no I/O.
+//! [`LockLost`]), and the log [`Throttle`] the services and the executor share. This crate does no I/O.
 
 mod error;
 mod handle;

@@ -25,7 +25,7 @@ pub enum BackendChoice {
 )]
 pub struct Config {
     /// Address to listen on.
-    #[arg(long, env = "LOCK_SERVER_BIND", default_value = "0.0.0.0:8081")]
+    #[arg(long, env = "LOCK_SERVER_BIND", default_value = "127.0.0.1:8081")]
     pub bind: SocketAddr,
 
     /// Store backend.

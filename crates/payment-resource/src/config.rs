@@ -16,7 +16,7 @@ use service_kit::LogFormat;
 )]
 pub struct Config {
     /// Address to listen on.
-    #[arg(long, env = "PAYMENT_BIND", default_value = "0.0.0.0:8082")]
+    #[arg(long, env = "PAYMENT_BIND", default_value = "127.0.0.1:8082")]
     pub bind: SocketAddr,
     /// PostgreSQL URL of paydb.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]

@@ -98,15 +98,63 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The caller presents `expected`, the credential of the role the endpoint names.
-fn role(headers: &HeaderMap, expected: &Option<Arc<str>>, what: &str) -> ApiResult<()> {
-    service_kit::require_bearer(headers, expected.as_deref(), what)
+/// The callers of payment-resource, each with its own credential (SECURITY.md).
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// P0.
+    Creator,
+    /// List claimable, P2, P3.
+    Executor,
+    /// Reserve and record a submission.
+    Proxy,
+    /// Re-fence.
+    Admin,
 }
 
-/// The token of a fenced write to `payout_id`, proven by the lock service's signature.
-fn proven(state: &AppState, headers: &HeaderMap, payout_id: i64) -> ApiResult<FencingToken> {
-    let key = payment_api::payout_lock_key(payout_id);
-    service_kit::proven_fencing_token(headers, &state.verifier, &key).map(|(token, _)| token)
+impl Role {
+    /// The configured credential and how refusals name it.
+    fn credential(self, state: &AppState) -> (Option<&str>, &'static str) {
+        match self {
+            Self::Creator => (
+                state.creator_token.as_deref(),
+                "creating payouts (PAYMENT_CREATOR_TOKEN)",
+            ),
+            Self::Executor => (
+                state.executor_token.as_deref(),
+                "executors' calls (PAYOUT_EXECUTOR_TOKEN)",
+            ),
+            Self::Proxy => (
+                state.proxy_token.as_deref(),
+                "submissions (PAYMENT_PROXY_TOKEN)",
+            ),
+            Self::Admin => (
+                state.admin_token.as_deref(),
+                "re-fencing (PAYMENT_ADMIN_TOKEN)",
+            ),
+        }
+    }
+
+    /// The caller presents this role's credential.
+    fn check(self, state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+        let (expected, what) = self.credential(state);
+        service_kit::require_bearer(headers, expected, what)
+    }
+}
+
+/// A fenced write's checks, in order: the role's credential, the payout id of the path, the
+/// token and the lock service's signature of it for `payout:{id}`. The payout id and the
+/// proven token.
+fn fenced_write(
+    state: &AppState,
+    headers: &HeaderMap,
+    raw_id: &str,
+    role: Role,
+) -> ApiResult<(i64, FencingToken)> {
+    role.check(state, headers)?;
+    let id = payout_id(raw_id)?;
+    let key = payment_api::payout_lock_key(id);
+    let (token, _) = service_kit::proven_fencing_token(headers, &state.verifier, &key)?;
+    Ok((id, token))
 }
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
@@ -171,11 +219,7 @@ async fn create(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreatePayout>,
 ) -> ApiResult<(StatusCode, Json<Payout>)> {
-    role(
-        &headers,
-        &state.creator_token,
-        "creating payouts (PAYMENT_CREATOR_TOKEN)",
-    )?;
+    Role::Creator.check(&state, &headers)?;
     let key = idempotency_key(&headers)?;
     validate(&req)?;
     let (payout, created) = state.store.create(&key, &req).await?;
@@ -209,11 +253,7 @@ async fn list(
     headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<Payout>>> {
-    role(
-        &headers,
-        &state.executor_token,
-        "listing claimable payouts (PAYOUT_EXECUTOR_TOKEN)",
-    )?;
+    Role::Executor.check(&state, &headers)?;
     let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     if query.claimable != Some(true) {
         return Err(ApiError::invalid(
@@ -250,13 +290,7 @@ async fn claim(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    role(
-        &headers,
-        &state.executor_token,
-        "claims (PAYOUT_EXECUTOR_TOKEN)",
-    )?;
-    let id = payout_id(&id)?;
-    let token = proven(&state, &headers, id)?;
+    let (id, token) = fenced_write(&state, &headers, &id, Role::Executor)?;
     Ok(Json(state.store.claim(id, token).await?))
 }
 
@@ -265,13 +299,7 @@ async fn reserve(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Reservation>)> {
-    role(
-        &headers,
-        &state.proxy_token,
-        "submissions (PAYMENT_PROXY_TOKEN)",
-    )?;
-    let id = payout_id(&id)?;
-    let token = proven(&state, &headers, id)?;
+    let (id, token) = fenced_write(&state, &headers, &id, Role::Proxy)?;
     Ok((
         StatusCode::CREATED,
         Json(state.store.reserve(id, token).await?),
@@ -291,13 +319,7 @@ async fn record_outcome(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RecordOutcome>,
 ) -> ApiResult<Json<Submission>> {
-    role(
-        &headers,
-        &state.proxy_token,
-        "submissions (PAYMENT_PROXY_TOKEN)",
-    )?;
-    let id = payout_id(&id)?;
-    let token = proven(&state, &headers, id)?;
+    let (id, token) = fenced_write(&state, &headers, &id, Role::Proxy)?;
     Ok(Json(state.store.record_outcome(id, token, &req).await?))
 }
 
@@ -306,13 +328,7 @@ async fn post_result(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    role(
-        &headers,
-        &state.executor_token,
-        "posting (PAYOUT_EXECUTOR_TOKEN)",
-    )?;
-    let id = payout_id(&id)?;
-    let token = proven(&state, &headers, id)?;
+    let (id, token) = fenced_write(&state, &headers, &id, Role::Executor)?;
     let (payout, posted) = state.store.post(id, token, state.hop_budget).await?;
     if posted {
         metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
@@ -329,13 +345,7 @@ async fn refence(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    role(
-        &headers,
-        &state.admin_token,
-        "re-fencing (PAYMENT_ADMIN_TOKEN)",
-    )?;
-    let id = payout_id(&id)?;
-    let token = proven(&state, &headers, id)?;
+    let (id, token) = fenced_write(&state, &headers, &id, Role::Admin)?;
     let (payout, old_fence) = state.store.refence(id, token).await?;
     metrics::counter!("payouts_refenced_total").increment(1);
     tracing::warn!(

@@ -125,14 +125,7 @@ pub async fn fenced(
     token: FencingToken,
     rule: FenceRule,
 ) -> Result<Payout, PayError> {
-    let row = sqlx::query(&format!(
-        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1 FOR UPDATE"
-    ))
-    .bind(payout_id)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(PayError::PayoutUnknown(payout_id))?;
-    let current = payout(&row)?;
+    let current = locked(tx, payout_id).await?;
     match check_fence(rule, token_i64(token), current.fence, current.state) {
         Ok(()) => Ok(current),
         Err(FenceRefusal::FencedOut { fence }) => Err(PayError::FencedOut {
@@ -142,6 +135,18 @@ pub async fn fenced(
         }),
         Err(FenceRefusal::Terminal(state)) => Err(PayError::AlreadyTerminal { payout_id, state }),
     }
+}
+
+/// The payout row, locked (`FOR UPDATE`) until `tx` ends.
+async fn locked(tx: &mut PgConnection, payout_id: i64) -> Result<Payout, PayError> {
+    let row = sqlx::query(&format!(
+        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1 FOR UPDATE"
+    ))
+    .bind(payout_id)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(PayError::PayoutUnknown(payout_id))?;
+    payout(&row)
 }
 
 /// paydb.
@@ -439,14 +444,7 @@ impl PayStore {
         token: FencingToken,
     ) -> Result<(Payout, i64), PayError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1 FOR UPDATE"
-        ))
-        .bind(payout_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(PayError::PayoutUnknown(payout_id))?;
-        let current = payout(&row)?;
+        let current = locked(&mut tx, payout_id).await?;
         if current.state.is_terminal() {
             return Err(PayError::AlreadyTerminal {
                 payout_id,

@@ -51,7 +51,7 @@ fn probability(raw: &str) -> Result<f64, String> {
 )]
 pub struct Config {
     /// Address of `/metrics` and `/health/*`.
-    #[arg(long, env = "EXECUTOR_BIND", default_value = "0.0.0.0:8084")]
+    #[arg(long, env = "EXECUTOR_BIND", default_value = "127.0.0.1:8084")]
     pub bind: SocketAddr,
     /// Owner id of this worker's lock session.
     #[arg(long, env = "EXECUTOR_ID", default_value = "payout-executor")]

@@ -42,7 +42,7 @@ const BODY_MAX_BYTES: usize = 1024;
 )]
 pub struct Config {
     /// Address to listen on.
-    #[arg(long, env = "RAIL_PROXY_BIND", default_value = "0.0.0.0:8083")]
+    #[arg(long, env = "RAIL_PROXY_BIND", default_value = "127.0.0.1:8083")]
     pub bind: SocketAddr,
     /// payment-resource base URL.
     #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8082")]

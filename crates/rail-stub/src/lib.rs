@@ -36,7 +36,7 @@ pub const FAULT_MAX_MS: u64 = 120_000;
 )]
 pub struct Config {
     /// Address to listen on.
-    #[arg(long, env = "RAIL_STUB_BIND", default_value = "0.0.0.0:8085")]
+    #[arg(long, env = "RAIL_STUB_BIND", default_value = "127.0.0.1:8085")]
     pub bind: SocketAddr,
     /// The bearer credential rail-proxy presents; transfers without it are refused (401).
     #[arg(long, env = "RAIL_PROXY_CREDENTIAL", hide_env_values = true)]

@@ -511,15 +511,12 @@ async fn a6_made_up_methods_leave_metrics_bounded() {
         stack.proxy_url.clone(),
         stack.rail_url.clone(),
     ];
+    let scrape = |url: &str| {
+        let request = http.get(format!("{url}/metrics"));
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
     for url in &targets {
-        let before = http
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let before = scrape(url).await;
         for i in 0..5_000 {
             let method = Method::from_bytes(format!("M{i}X").as_bytes()).unwrap();
             let path = if i % 2 == 0 {
@@ -535,14 +532,7 @@ async fn a6_made_up_methods_leave_metrics_bounded() {
                 .status();
             assert!(status.is_client_error(), "{url}{path}: {status}");
         }
-        let after = http
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let after = scrape(url).await;
         assert!(
             !after.contains("M42X"),
             "{url}: a made-up method is a label"
