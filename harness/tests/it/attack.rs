@@ -394,6 +394,15 @@ async fn a4_what_l7_shows_does_not_let_anyone_act_for_the_holder() {
         )
         .await;
         assert_ne!(status, 200, "acquire as {session}");
+        if session == &guessed {
+            let (status, body) = call(
+                Method::POST,
+                format!("/v1/sessions/{session}/heartbeat"),
+                None,
+            )
+            .await;
+            assert_eq!(status, 404, "heartbeat of a guessed session: {body}");
+        }
         let (status, _) = call(Method::DELETE, format!("/v1/sessions/{session}"), None).await;
         assert_eq!(
             status, 204,
