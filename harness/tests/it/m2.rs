@@ -137,7 +137,13 @@ async fn s1_happy_path_settles_every_payout_once() {
         "{payouts:?}"
     );
     check_invariants(&stack, &payouts, 0.0).await;
-    assert_eq!(outcomes(&stack, 0, "acked").await, 20.0);
+    // An attempt is counted after its release, a moment after P3 made the payout terminal.
+    poll_until(
+        "the executor to count 20 payouts acked",
+        SETTLE_DEADLINE,
+        || async { (outcomes(&stack, 0, "acked").await == 20.0).then_some(()) },
+    )
+    .await;
     let lost = stack
         .metric(&stack.executors[0].url, "lock_session_lost_total", &[])
         .await
@@ -170,10 +176,19 @@ async fn s2_two_executors_share_the_work_without_paying_twice() {
         "{payouts:?}"
     );
     check_invariants(&stack, &payouts, 0.0).await;
-    let (a, b) = (
-        outcomes(&stack, 0, "acked").await,
-        outcomes(&stack, 1, "acked").await,
-    );
+    // Attempts are counted after their release, a moment after P3.
+    let (a, b) = poll_until(
+        "the executors to count 40 payouts acked between them",
+        SETTLE_DEADLINE,
+        || async {
+            let (a, b) = (
+                outcomes(&stack, 0, "acked").await,
+                outcomes(&stack, 1, "acked").await,
+            );
+            (a + b >= 40.0).then_some((a, b))
+        },
+    )
+    .await;
     assert_eq!(a + b, 40.0, "every payout settled by exactly one executor");
     assert!(a > 0.0 && b > 0.0, "both did work: {a} and {b}");
     // With the SDK's default policy an executor waits (2 s budget) for a lock the other
@@ -505,15 +520,24 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         done.iter().all(|p| p.state == PayoutState::Settled),
         "{done:?}"
     );
-    let acked = stack
-        .metric(
-            &stack.executors[0].url,
-            "payout_execute_seconds_count",
-            &[("outcome", "acked")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(acked, 3.0, "A settled the new payouts on a new session");
+    // An attempt is counted after its release, a moment after P3 made the payout terminal.
+    let a_url = stack.executors[0].url.clone();
+    poll_until(
+        "A to count the 3 new payouts acked (it settled them on a new session)",
+        SETTLE_DEADLINE,
+        || async {
+            let acked = stack
+                .metric(
+                    &a_url,
+                    "payout_execute_seconds_count",
+                    &[("outcome", "acked")],
+                )
+                .await
+                .ok()?;
+            (acked == 3.0).then_some(())
+        },
+    )
+    .await;
 }
 
 /// T-047 criterion 9, the shutdown half: SIGTERM to a working executor stops it taking
