@@ -58,4 +58,4 @@ pub use config::{
 };
 pub use lock_api::{LockError, LockHandle, LockLost, LossReason};
 pub use session::LockClientSession;
-pub use transport::{Call, HttpTransport, Reply, Transport, TransportError};
+pub use transport::{Call, HttpTransport, POOL_IDLE_TIMEOUT_MS, Reply, Transport, TransportError};

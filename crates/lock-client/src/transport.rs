@@ -12,6 +12,11 @@ use lock_api::{
     SessionId,
 };
 
+/// How long an idle pooled connection is kept: below the servers' default header-read and
+/// idle timeout (10 s, `HTTP_HEADER_READ_TIMEOUT`), so a call never goes out on a connection
+/// the server is closing at that moment.
+pub const POOL_IDLE_TIMEOUT_MS: u64 = 5_000;
+
 /// One call of the lock surface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
@@ -121,6 +126,7 @@ impl HttpTransport {
         }
         let http = reqwest::Client::builder()
             .timeout(request_timeout)
+            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
             .default_headers(headers)
             .build()
             .map_err(|e| TransportError::Unreachable(format!("build HTTP client: {e}")))?;

@@ -137,6 +137,7 @@ impl Services {
         Ok(Self {
             http: reqwest::Client::builder()
                 .timeout(request_timeout)
+                .pool_idle_timeout(Duration::from_millis(lock_client::POOL_IDLE_TIMEOUT_MS))
                 .default_headers(headers)
                 .build()?,
             payment_url: payment_url.trim_end_matches('/').to_owned(),
