@@ -184,21 +184,24 @@ async fn spawn_lock_server(
 pub fn lock_client_config(
     endpoints: impl IntoIterator<Item = impl Into<String>>,
 ) -> LockClientConfig {
+    lock_client_config_with(endpoints, test_support::keys::LOCK_CLIENT_TOKEN)
+}
+
+/// A lock-client configuration presenting `credential`.
+fn lock_client_config_with(
+    endpoints: impl IntoIterator<Item = impl Into<String>>,
+    credential: &str,
+) -> LockClientConfig {
     let mut config = LockClientConfig::new(endpoints);
-    config.credential = Some(lock_client::Credential::new(
-        test_support::keys::LOCK_CLIENT_TOKEN,
-    ));
+    config.credential = Some(lock_client::Credential::new(credential));
     config
 }
 
 /// An HTTP client that presents the lock clients' credential (raw L1-L7 calls of tests and
 /// benchmarks).
 pub fn lock_http(credential: &str) -> anyhow::Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {credential}").parse()?,
-    );
+    let headers = lock_client::bearer_headers(credential)
+        .context("the lock client credential is not a valid header value")?;
     Ok(reqwest::Client::builder()
         .timeout(HTTP_TIMEOUT)
         .default_headers(headers)
@@ -939,9 +942,7 @@ impl Stack {
 
     /// A lock-client configuration for this stack's lock-servers and credential.
     pub fn lock_client_config(&self) -> LockClientConfig {
-        let mut config = LockClientConfig::new(self.lock_endpoints());
-        config.credential = Some(lock_client::Credential::new(&self.secrets.lock_client));
-        config
+        lock_client_config_with(self.lock_endpoints(), &self.secrets.lock_client)
     }
 
     /// A fenced write to `url` for `payout_id` presenting `token`, as an executor sends it.

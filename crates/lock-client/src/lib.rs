@@ -58,4 +58,6 @@ pub use config::{
 };
 pub use lock_api::{LockError, LockHandle, LockLost, LossReason};
 pub use session::LockClientSession;
-pub use transport::{Call, HttpTransport, POOL_IDLE_TIMEOUT_MS, Reply, Transport, TransportError};
+pub use transport::{
+    Call, HttpTransport, POOL_IDLE_TIMEOUT_MS, Reply, Transport, TransportError, bearer_headers,
+};

@@ -17,6 +17,17 @@ use lock_api::{
 /// the server is closing at that moment.
 pub const POOL_IDLE_TIMEOUT_MS: u64 = 5_000;
 
+/// Default headers presenting `secret` as `Authorization: Bearer`, marked sensitive (never
+/// printed by the HTTP stack); `None` when `secret` cannot be a header value. The one place
+/// our HTTP clients build a bearer header (the SDK, the executor, the harness).
+pub fn bearer_headers(secret: &str) -> Option<reqwest::header::HeaderMap> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {secret}")).ok()?;
+    value.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Some(headers)
+}
+
 /// One call of the lock surface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
@@ -112,18 +123,12 @@ impl HttpTransport {
         request_timeout: Duration,
         credential: Option<&crate::config::Credential>,
     ) -> Result<Self, TransportError> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(credential) = credential {
-            let mut value =
-                reqwest::header::HeaderValue::from_str(&format!("Bearer {}", credential.expose()))
-                    .map_err(|_| {
-                        TransportError::Unreachable(
-                            "LOCK_CLIENT_TOKEN is not a valid header value".into(),
-                        )
-                    })?;
-            value.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
+        let headers = match credential {
+            Some(credential) => bearer_headers(credential.expose()).ok_or_else(|| {
+                TransportError::Unreachable("LOCK_CLIENT_TOKEN is not a valid header value".into())
+            })?,
+            None => reqwest::header::HeaderMap::new(),
+        };
         let http = reqwest::Client::builder()
             .timeout(request_timeout)
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))

@@ -18,6 +18,15 @@ pub fn payout_lock_key(payout_id: i64) -> lock_api::LockKey {
         .unwrap_or_else(|_| unreachable!("payout:{{digits}} is a valid lock key"))
 }
 
+/// A payout id as a path writes it: ASCII digits only (no sign, no spaces), a positive
+/// `i64`; `None` otherwise.
+pub fn parse_payout_id(raw: &str) -> Option<i64> {
+    Some(raw)
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|r| r.parse::<i64>().ok())
+        .filter(|id| *id > 0)
+}
+
 /// The header that makes payout creation idempotent.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted beneficiary, in bytes.

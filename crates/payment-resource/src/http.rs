@@ -158,10 +158,7 @@ fn fenced_write(
 }
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
-    Some(raw)
-        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|r| r.parse::<i64>().ok())
-        .filter(|id| *id > 0)
+    payment_api::parse_payout_id(raw)
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))
 }
 

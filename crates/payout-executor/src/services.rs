@@ -125,15 +125,12 @@ impl Services {
         hop_budget: Duration,
         credential: Option<&str>,
     ) -> anyhow::Result<Self> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(credential) = credential.filter(|c| !c.is_empty()) {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {credential}"))
-                .map_err(|_| {
-                    anyhow::anyhow!("PAYOUT_EXECUTOR_TOKEN is not a valid header value")
-                })?;
-            value.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
+        let headers = match credential.filter(|c| !c.is_empty()) {
+            Some(credential) => lock_client::bearer_headers(credential).ok_or_else(|| {
+                anyhow::anyhow!("PAYOUT_EXECUTOR_TOKEN is not a valid header value")
+            })?,
+            None => reqwest::header::HeaderMap::new(),
+        };
         Ok(Self {
             http: reqwest::Client::builder()
                 .timeout(request_timeout)

@@ -260,10 +260,7 @@ async fn submit(
             ));
         }
     }
-    let payout_id = Some(id.as_str())
-        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|r| r.parse::<i64>().ok())
-        .filter(|id| *id > 0)
+    let payout_id = payment_api::parse_payout_id(&id)
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))?;
     // Verified here, offline, before anything is reserved or sent; payment-resource
     // verifies the forwarded proof again.
