@@ -13,6 +13,8 @@ pub enum BackendChoice {
     Postgres,
     /// In-process memory (tests and demos; state dies with the process).
     Memory,
+    /// An etcd cluster at `LOCK_ETCD_ENDPOINTS`.
+    Etcd,
 }
 
 /// lock-server settings. Durations take units: `500ms`, `10s`, `1m`.
@@ -39,6 +41,24 @@ pub struct Config {
     /// Most pooled PostgreSQL connections.
     #[arg(long, env = "LOCK_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+
+    /// etcd members, comma-separated `http://host:port` (required for the etcd backend).
+    #[arg(long, env = "LOCK_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Every etcd key of this deployment lives under this prefix.
+    #[arg(long, env = "LOCK_ETCD_PREFIX", default_value = "/lock-service")]
+    pub etcd_prefix: String,
+
+    /// Budget of one etcd call: past it, the request answers 503 STORE_UNAVAILABLE.
+    #[arg(long, env = "LOCK_ETCD_REQUEST_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub etcd_request_timeout: Duration,
+
+    /// Start even when the store can lose a committed token after a crash (PostgreSQL with
+    /// fsync or synchronous_commit off, the memory backend): tokens may then be reused and
+    /// fencing no longer protects anything. For throwaway test stores only.
+    #[arg(long, env = "LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE")]
+    pub unsafe_allow_non_durable_store: bool,
 
     /// `lock.session.ttl`: session TTL when L1 names none.
     #[arg(long = "lock.session.ttl", env = "LOCK_SESSION_TTL", default_value = "10s", value_parser = humantime::parse_duration)]

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::config::{BackendChoice, Config, TtlPolicy};
 use crate::state::{AppState, Credentials};
-use crate::store::{LockStore, MemoryStore, PostgresStore, StoreError};
+use crate::store::{EtcdStore, LockStore, MemoryStore, PostgresStore, StoreError};
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,11 @@ pub enum StartError {
     /// The store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// The store can lose a committed token and no override is set.
+    #[error(
+        "refusing to start: {0} (set LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE=true only for a throwaway store)"
+    )]
+    NotDurable(String),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -46,6 +51,9 @@ pub struct Server {
 impl Server {
     /// Opens the configured store (running migrations) and binds the listener.
     pub async fn build(config: &Config) -> Result<Self, StartError> {
+        // Configuration mistakes first: they are cheaper to fix than a store's settings.
+        config.ttl_policy().map_err(StartError::Config)?;
+        config.signer().map_err(StartError::Config)?;
         let store: Arc<dyn LockStore> = match config.backend {
             BackendChoice::Memory => Arc::new(MemoryStore::new()),
             BackendChoice::Postgres => {
@@ -54,7 +62,23 @@ impl Server {
                 })?;
                 Arc::new(PostgresStore::connect(url, config.db_max_connections).await?)
             }
+            BackendChoice::Etcd => {
+                if config.etcd_endpoints.is_empty() {
+                    return Err(StartError::Config(
+                        "LOCK_ETCD_ENDPOINTS is required for the etcd backend".into(),
+                    ));
+                }
+                Arc::new(
+                    EtcdStore::connect(
+                        &config.etcd_endpoints,
+                        &config.etcd_prefix,
+                        config.etcd_request_timeout,
+                    )
+                    .await?,
+                )
+            }
         };
+        check_durability(&*store, config.unsafe_allow_non_durable_store).await?;
         Self::with_store(config, store).await
     }
 
@@ -155,6 +179,25 @@ impl Server {
         tracing::info!(event = "stopped", "lock-server stopped");
         served
     }
+}
+
+/// Refuses a store that can lose a committed token, unless `allow_unsafe` (then says so
+/// loudly, once, at startup).
+pub async fn check_durability(store: &dyn LockStore, allow_unsafe: bool) -> Result<(), StartError> {
+    let risks = store.durability_risks().await?;
+    if risks.is_empty() {
+        return Ok(());
+    }
+    let risks = risks.join("; ");
+    if allow_unsafe {
+        tracing::warn!(
+            event = "non_durable_store",
+            risks = %risks,
+            "LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE is set: starting on a store that can reuse tokens after a crash"
+        );
+        return Ok(());
+    }
+    Err(StartError::NotDurable(risks))
 }
 
 /// Completes on SIGTERM or SIGINT.

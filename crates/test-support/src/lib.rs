@@ -3,6 +3,8 @@
 //! - [`pg`]: PostgreSQL for tests: `DATABASE_URL` when set, a container of the locally built
 //!   image with `TEST_POSTGRES=container`, otherwise one throwaway cluster per test process
 //!   started from the machine's own binaries; a fresh database per test.
+//! - [`etcd`]: etcd for tests: one member per test process with a fresh key prefix per test,
+//!   and three-member clusters for leader kills and pauses.
 //! - [`poll`]: wait for a condition with a deadline (never a bare sleep).
 //! - [`process`]: child processes with per-test logs that never outlive the test.
 //! - [`net`]: free loopback ports.
@@ -12,6 +14,7 @@
 
 pub mod bad_input;
 pub mod binaries;
+pub mod etcd;
 pub mod keys;
 pub mod net;
 pub mod pg;

@@ -360,4 +360,11 @@ impl LockStore for MemoryStore {
     async fn ready(&self) -> Result<(), StoreError> {
         self.state().map(|_| ())
     }
+
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        Ok(vec![
+            "the memory backend keeps its tokens in this process: a restart hands them out again"
+                .into(),
+        ])
+    }
 }

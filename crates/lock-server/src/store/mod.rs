@@ -4,6 +4,7 @@
 //! Handlers clamp TTLs before calling a store; a store never sees a TTL outside the
 //! configured range.
 
+mod etcd;
 mod memory;
 mod postgres;
 
@@ -11,6 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
+pub use etcd::EtcdStore;
 pub use memory::{MemoryStore, StoreEnv, SystemEnv};
 pub use postgres::PostgresStore;
 
@@ -150,4 +152,11 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Whether the store answers and takes writes.
     async fn ready(&self) -> Result<(), StoreError>;
+
+    /// What could make this store lose a committed grant after a crash, and so hand out a
+    /// token twice; empty when nothing visible can. The lock-server refuses to start on a
+    /// non-empty answer unless told otherwise (`LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE`).
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
 }

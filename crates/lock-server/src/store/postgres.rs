@@ -17,6 +17,8 @@ use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, S
 const SQLSTATE_READ_ONLY: &str = "25006";
 /// SQLSTATE classes that mean "the store, not the request, failed; try again".
 const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
+/// Settings whose `off` lets PostgreSQL acknowledge a commit that a crash undoes.
+const DURABILITY_SETTINGS: [&str; 2] = ["fsync", "synchronous_commit"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
 
@@ -339,5 +341,22 @@ impl LockStore for PostgresStore {
             return Err(StoreError::NotLeader("the database is read-only".into()));
         }
         Ok(())
+    }
+
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        let mut risks = Vec::new();
+        // `off` is the only value of either that acknowledges a commit a crash can undo.
+        for setting in DURABILITY_SETTINGS {
+            let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
+            if value == "off" {
+                risks.push(format!(
+                    "PostgreSQL runs with {setting}=off: a crash can undo committed grants and a token can be handed out twice"
+                ));
+            }
+        }
+        Ok(risks)
     }
 }

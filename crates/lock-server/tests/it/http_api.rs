@@ -1,4 +1,5 @@
-//! L1-L8 through HTTP on PostgreSQL: shapes, clamping, admin credential, drain, metrics.
+//! L1-L8 through HTTP on both backends (PostgreSQL and etcd): shapes, clamping, admin
+//! credential, drain, metrics, proofs; and PostgreSQL's read-only answer.
 
 use std::time::Duration;
 
@@ -7,11 +8,10 @@ use serde_json::json;
 use sqlx::Connection;
 use test_support::poll_until;
 
-use crate::support::{TestServer, pg_store, token};
+use crate::support::{StoreAt, TestServer, on_both_backends, pg_store, token};
 
-#[tokio::test]
-async fn l1_to_l7_round_trip_with_documented_bodies() {
-    let (store, _) = pg_store().await;
+async fn l1_to_l7_round_trip_with_documented_bodies(at: StoreAt) {
+    let store = at.open().await;
     let server = TestServer::start(store, &[]).await;
     let api = &server.api;
 
@@ -23,7 +23,7 @@ async fn l1_to_l7_round_trip_with_documented_bodies() {
         .await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(created["ttl_ms"], 5000);
-    assert_eq!(created["backend"], "postgres");
+    assert_eq!(created["backend"], at.backend());
     assert!(created["expires_at"].is_string());
     let session = created["session_id"].as_str().unwrap().to_owned();
 
@@ -118,9 +118,8 @@ async fn l1_to_l7_round_trip_with_documented_bodies() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn ttls_are_clamped_and_the_granted_value_returned() {
-    let (store, _) = pg_store().await;
+async fn ttls_are_clamped_and_the_granted_value_returned(at: StoreAt) {
+    let store = at.open().await;
     let server = TestServer::start(
         store,
         &[
@@ -161,9 +160,8 @@ async fn ttls_are_clamped_and_the_granted_value_returned() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn revoke_needs_the_admin_token() {
-    let (store, _) = pg_store().await;
+async fn revoke_needs_the_admin_token(at: StoreAt) {
+    let store = at.open().await;
     let disabled = TestServer::start(store.clone(), &[]).await;
     let (status, body) = disabled.api.post("/v1/locks/k/revoke", json!(null)).await;
     assert_eq!(
@@ -218,9 +216,8 @@ async fn revoke_needs_the_admin_token() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn draining_answers_not_leader_to_mutations_and_fails_readiness() {
-    let (store, _) = pg_store().await;
+async fn draining_answers_not_leader_to_mutations_and_fails_readiness(at: StoreAt) {
+    let store = at.open().await;
     let mut server = TestServer::start(store, &["--drain-grace", "3s"]).await;
     let api = server.api.clone();
     let session = api.session("w", 5000).await;
@@ -305,9 +302,8 @@ async fn set_read_only(admin: &mut sqlx::PgConnection, on: bool) {
     sqlx::raw_sql(&sql).execute(admin).await.unwrap();
 }
 
-#[tokio::test]
-async fn metrics_and_health_are_served() {
-    let (store, _) = pg_store().await;
+async fn metrics_and_health_are_served(at: StoreAt) {
+    let store = at.open().await;
     let server = TestServer::start(store, &[]).await;
     let api = &server.api;
     let session = api.session("w", 5000).await;
@@ -325,11 +321,12 @@ async fn metrics_and_health_are_served() {
         .text()
         .await
         .unwrap();
+    let backend = at.backend();
     for needle in [
-        "lock_grants_total{backend=\"postgres\"}",
-        "lock_contention_total{backend=\"postgres\"}",
-        "lock_sessions_created_total{backend=\"postgres\"}",
-        "lock_http_request_duration_seconds_bucket",
+        format!("lock_grants_total{{backend=\"{backend}\"}}"),
+        format!("lock_contention_total{{backend=\"{backend}\"}}"),
+        format!("lock_sessions_created_total{{backend=\"{backend}\"}}"),
+        "lock_http_request_duration_seconds_bucket".to_owned(),
     ] {
         assert!(
             text.contains(needle),
@@ -341,9 +338,8 @@ async fn metrics_and_health_are_served() {
 
 /// Every grant and renewal carries the replica's signed proof of (key, token), which the
 /// test public key verifies offline; a replica without a signing key sends none.
-#[tokio::test]
-async fn grants_carry_a_proof_a_resource_verifies_offline() {
-    let (store, _) = pg_store().await;
+async fn grants_carry_a_proof_a_resource_verifies_offline(at: StoreAt) {
+    let store = at.open().await;
     let server = TestServer::start(store.clone(), &[]).await;
     let api = &server.api;
     let verifier = lock_api::FenceVerifier::parse(&test_support::public_keys()).unwrap();
@@ -383,3 +379,12 @@ async fn grants_carry_a_proof_a_resource_verifies_offline() {
     assert_eq!(status, StatusCode::OK, "{grant}");
     assert!(grant.get("proof").is_none(), "{grant}");
 }
+
+on_both_backends!(
+    l1_to_l7_round_trip_with_documented_bodies,
+    ttls_are_clamped_and_the_granted_value_returned,
+    revoke_needs_the_admin_token,
+    draining_answers_not_leader_to_mutations_and_fails_readiness,
+    metrics_and_health_are_served,
+    grants_carry_a_proof_a_resource_verifies_offline,
+);

@@ -5,20 +5,27 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use reqwest::{Method, StatusCode};
+use lock_server::store::LockStore;
 use test_support::{ServiceProcess, free_port, poll_until, wait_until_ok};
 
-use crate::support::{Api, token};
+use crate::support::{Api, StoreAt, on_both_backends, token};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lock-server");
 const START_DEADLINE: Duration = Duration::from_secs(15);
 
-fn spawn(name: &str, database_url: &str, port: u16, logs: &std::path::Path) -> ServiceProcess {
-    ServiceProcess::spawn(
-        name,
-        BIN,
-        &[],
-        &[
-            ("DATABASE_URL", database_url.to_owned()),
+/// The test stores are throwaway (PostgreSQL with fsync off): the durability guard is
+/// overridden, except where a test checks the guard itself.
+const UNSAFE_OVERRIDE: (&str, &str) = ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true");
+
+fn spawn(name: &str, at: &StoreAt, port: u16, logs: &std::path::Path) -> ServiceProcess {
+    let mut env = at.env();
+    env.push((UNSAFE_OVERRIDE.0, UNSAFE_OVERRIDE.1.into()));
+    env.extend(base_env(port));
+    ServiceProcess::spawn(name, BIN, &[], &env, logs)
+}
+
+fn base_env(port: u16) -> Vec<(&'static str, String)> {
+    vec![
             ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
             ("LOCK_TTL_MIN", "50ms".into()),
             ("LOCK_REAPER_INTERVAL", "100ms".into()),
@@ -33,9 +40,7 @@ fn spawn(name: &str, database_url: &str, port: u16, logs: &std::path::Path) -> S
                 "LOCK_SIGNING_KEY_ID",
                 test_support::keys::SIGNING_KEY_ID.into(),
             ),
-        ],
-        logs,
-    )
+    ]
 }
 
 async fn ready(api: &Api) {
@@ -56,14 +61,12 @@ async fn stop(mut process: ServiceProcess) -> String {
     process.log()
 }
 
-#[tokio::test]
-async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly() {
-    let db = test_support::fresh_database().await;
+async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly(at: StoreAt) {
     let logs = tempfile::tempdir().unwrap();
     let port = free_port();
     let api = Api::new(format!("http://127.0.0.1:{port}"));
 
-    let first = spawn("lock-server-1", &db.url, port, logs.path());
+    let first = spawn("lock-server-1", &at, port, logs.path());
     ready(&api).await;
     let session = api.session("before-restart", 30_000).await;
     let (status, grant) = api.acquire("payout:1", &session, 30_000).await;
@@ -103,7 +106,7 @@ async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly() {
         "drain was logged:\n{log}"
     );
 
-    let second = spawn("lock-server-2", &db.url, port, logs.path());
+    let second = spawn("lock-server-2", &at, port, logs.path());
     ready(&api).await;
     let session = api.session("after-restart", 30_000).await;
     let (status, grant) = api.acquire("payout:1", &session, 30_000).await;
@@ -116,6 +119,102 @@ async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly() {
     let (status, _) = api.call(Method::GET, "/health/live", None).await;
     assert_eq!(status, StatusCode::OK);
     stop(second).await;
+}
+
+on_both_backends!(restart_keeps_tokens_rising_and_sigterm_drains_cleanly);
+
+/// Runs the binary to its exit (it must exit by itself); its status and stderr.
+async fn run_to_exit(env: &[(&str, String)]) -> (std::process::ExitStatus, String) {
+    let output = tokio::time::timeout(
+        START_DEADLINE,
+        tokio::process::Command::new(BIN)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the lock-server exits by itself")
+    .unwrap();
+    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn a_store_that_can_lose_commits_is_refused_unless_overridden() {
+    // One database with synchronous_commit off: a crash can undo acknowledged grants.
+    let db = test_support::fresh_database().await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
+        .await
+        .unwrap();
+    sqlx::Executor::execute(
+        &mut admin,
+        format!("ALTER DATABASE {} SET synchronous_commit = off", db.name).as_str(),
+    )
+    .await
+    .unwrap();
+    let at = StoreAt::Postgres(db.url.clone());
+    let mut env = at.env();
+    env.extend(base_env(free_port()));
+    let (status, stderr) = run_to_exit(&env).await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("synchronous_commit=off")
+            && stderr.contains("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE"),
+        "names the setting and the override: {stderr}"
+    );
+
+    // The memory backend forgets its tokens on restart: refused the same way.
+    let mut memory = vec![("LOCK_BACKEND", "memory".to_owned())];
+    memory.extend(base_env(free_port()));
+    let (status, stderr) = run_to_exit(&memory).await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("memory backend"), "{stderr}");
+
+    // With the override it starts, and says so in its log.
+    let logs = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let api = Api::new(format!("http://127.0.0.1:{port}"));
+    let process = spawn("overridden", &at, port, logs.path());
+    ready(&api).await;
+    let log = stop(process).await;
+    assert!(
+        log.contains("\"event\":\"non_durable_store\"") && log.contains("synchronous_commit=off"),
+        "the override is logged loudly:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn the_guard_names_exactly_the_settings_that_are_off() {
+    let db = test_support::fresh_database().await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
+        .await
+        .unwrap();
+    for value in ["on", "off"] {
+        sqlx::Executor::execute(
+            &mut admin,
+            format!("ALTER DATABASE {} SET synchronous_commit = {value}", db.name).as_str(),
+        )
+        .await
+        .unwrap();
+        let store = lock_server::store::PostgresStore::connect(&db.url, 1)
+            .await
+            .unwrap();
+        let risks = store.durability_risks().await.unwrap();
+        for setting in ["fsync", "synchronous_commit"] {
+            let shown: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+            assert_eq!(
+                risks.iter().any(|r| r.contains(&format!("{setting}=off"))),
+                shown == "off",
+                "{setting} is {shown}: {risks:?}"
+            );
+        }
+    }
+    // etcd acknowledges a write once a majority has it in its fsynced log.
+    let etcd = StoreAt::etcd().open().await;
+    assert_eq!(etcd.durability_risks().await.unwrap(), Vec::<String>::new());
 }
 
 #[tokio::test]

@@ -1,29 +1,16 @@
-//! Active-active replicas on one database: exactly one winner per round, tokens never
+//! Active-active replicas on one store (PostgreSQL, etcd): exactly one winner per round, tokens never
 //! repeat or go down.
 
-use std::sync::Arc;
-
-use lock_server::store::PostgresStore;
 use reqwest::StatusCode;
 
-use crate::support::{TestServer, token};
+use crate::support::{StoreAt, TestServer, on_both_backends, token};
 
 const SESSIONS_PER_REPLICA: usize = 8;
 const ROUNDS: usize = 10;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_race_for_one_key_and_exactly_one_wins_each_round() {
-    let db = test_support::fresh_database().await;
-    let a = TestServer::start(
-        Arc::new(PostgresStore::connect(&db.url, 8).await.unwrap()),
-        &[],
-    )
-    .await;
-    let b = TestServer::start(
-        Arc::new(PostgresStore::connect(&db.url, 8).await.unwrap()),
-        &[],
-    )
-    .await;
+async fn two_replicas_race_for_one_key_and_exactly_one_wins_each_round(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &[]).await;
+    let b = TestServer::start(at.open().await, &[]).await;
     let mut racers = Vec::new();
     for i in 0..SESSIONS_PER_REPLICA {
         racers.push((
@@ -75,3 +62,5 @@ async fn two_replicas_race_for_one_key_and_exactly_one_wins_each_round() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+on_both_backends!(two_replicas_race_for_one_key_and_exactly_one_wins_each_round);

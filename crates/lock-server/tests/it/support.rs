@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use lock_server::store::{LockStore, PostgresStore};
+use lock_server::store::{EtcdStore, LockStore, PostgresStore};
 use lock_server::{Config, Server};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -49,6 +49,100 @@ pub async fn pg_store() -> (Arc<PostgresStore>, String) {
         .expect("connect the store");
     (Arc::new(store), db.url)
 }
+
+/// Budget of one etcd call in tests.
+const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where one test's store lives: a fresh PostgreSQL database or a fresh etcd key prefix.
+/// Replicas in this process open it; lock-server processes are pointed at it.
+#[derive(Debug, Clone)]
+pub enum StoreAt {
+    /// A database URL.
+    Postgres(String),
+    /// etcd members and this test's prefix.
+    Etcd {
+        endpoints: Vec<String>,
+        prefix: String,
+    },
+}
+
+impl StoreAt {
+    /// A fresh, empty PostgreSQL database.
+    pub async fn postgres() -> Self {
+        Self::Postgres(test_support::fresh_database().await.url)
+    }
+
+    /// A fresh key prefix on the test process's etcd.
+    pub fn etcd() -> Self {
+        Self::Etcd {
+            endpoints: test_support::etcd::endpoints(),
+            prefix: test_support::etcd::fresh_prefix(),
+        }
+    }
+
+    /// A store over it (each call a separate connection, as a separate replica has).
+    pub async fn open(&self) -> Arc<dyn LockStore> {
+        match self {
+            Self::Postgres(url) => Arc::new(
+                PostgresStore::connect(url, 8)
+                    .await
+                    .expect("connect the PostgreSQL store"),
+            ),
+            Self::Etcd { endpoints, prefix } => Arc::new(
+                EtcdStore::connect(endpoints, prefix, ETCD_REQUEST_TIMEOUT)
+                    .await
+                    .expect("connect the etcd store"),
+            ),
+        }
+    }
+
+    /// The backend's name on the wire (`backend` of L1).
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Etcd { .. } => "etcd",
+        }
+    }
+
+    /// The environment that points a lock-server process at it.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Self::Postgres(url) => vec![
+                ("LOCK_BACKEND", "postgres".into()),
+                ("DATABASE_URL", url.clone()),
+            ],
+            Self::Etcd { endpoints, prefix } => vec![
+                ("LOCK_BACKEND", "etcd".into()),
+                ("LOCK_ETCD_ENDPOINTS", endpoints.join(",")),
+                ("LOCK_ETCD_PREFIX", prefix.clone()),
+            ],
+        }
+    }
+}
+
+/// Instantiates each `async fn case(at: StoreAt)` once per backend, in modules `postgres`
+/// and `etcd`.
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::StoreAt::postgres().await).await;
+                }
+            )*
+        }
+        mod etcd {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::StoreAt::etcd()).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use on_both_backends;
 
 /// A replica serving in this process.
 #[derive(Debug)]
