@@ -148,21 +148,20 @@ pub async fn start_lock_server(
     log_dir: &Path,
 ) -> anyhow::Result<LockServer> {
     let binary = cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
-    spawn_lock_server(&binary, name, database_url, extra_env, log_dir).await
+    let store = LockStoreAt::Postgres(database_url.to_owned());
+    spawn_lock_server(&binary, name, &store, extra_env, log_dir).await
 }
 
 async fn spawn_lock_server(
     binary: &Path,
     name: &str,
-    database_url: &str,
+    store: &LockStoreAt,
     extra_env: &[(&str, String)],
     log_dir: &Path,
 ) -> anyhow::Result<LockServer> {
     let port = free_port();
-    let mut env = vec![
-        ("DATABASE_URL", database_url.to_owned()),
-        ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
-    ];
+    let mut env = store.env();
+    env.push(("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")));
     env.extend(test_support::keys::lock_server_env());
     env.extend(extra_env.iter().cloned());
     let process = ServiceProcess::spawn(name, binary, &[], &env, log_dir);
@@ -177,6 +176,55 @@ async fn spawn_lock_server(
         process: Proc::Local(process),
         url,
     })
+}
+
+/// The lock-servers' store in a local stack, chosen by `HARNESS_LOCK_BACKEND`.
+#[derive(Debug, Clone)]
+pub enum LockStoreAt {
+    /// A PostgreSQL database (the default).
+    Postgres(String),
+    /// A key prefix on etcd members.
+    Etcd {
+        /// Client URLs.
+        endpoints: Vec<String>,
+        /// This stack's prefix.
+        prefix: String,
+    },
+}
+
+impl LockStoreAt {
+    /// The backend's name as lock-servers and clients label it (`backend` in metrics).
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Etcd { .. } => "etcd",
+        }
+    }
+
+    /// The environment that points a lock-server at it.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Self::Postgres(url) => vec![
+                ("LOCK_BACKEND", "postgres".into()),
+                ("DATABASE_URL", url.clone()),
+            ],
+            Self::Etcd { endpoints, prefix } => vec![
+                ("LOCK_BACKEND", "etcd".into()),
+                ("LOCK_ETCD_ENDPOINTS", endpoints.join(",")),
+                ("LOCK_ETCD_PREFIX", prefix.clone()),
+            ],
+        }
+    }
+}
+
+/// Whether `HARNESS_LOCK_BACKEND=etcd` puts local stacks' lock-servers on etcd (the test
+/// process's own member, a fresh prefix per stack) instead of PostgreSQL.
+pub fn etcd_selected() -> anyhow::Result<bool> {
+    match std::env::var("HARNESS_LOCK_BACKEND").as_deref() {
+        Err(_) | Ok("") | Ok("postgres") => Ok(false),
+        Ok("etcd") => Ok(true),
+        Ok(other) => bail!("HARNESS_LOCK_BACKEND={other}: expected postgres or etcd"),
+    }
 }
 
 /// A lock-client configuration for lock-servers started by [`start_lock_server`] or a
@@ -349,8 +397,8 @@ pub struct Stack {
     services: Vec<Proc>,
     /// How each of `services` was started (name, binary, env, base URL), for restarts.
     service_specs: Vec<ServiceSpec>,
-    /// lockdb's URL and the replicas' extra env, for restarts.
-    lock_spec: Option<(String, Vec<(&'static str, String)>)>,
+    /// The replicas' store and extra env, for restarts.
+    lock_spec: Option<(LockStoreAt, Vec<(&'static str, String)>)>,
     /// Processes killed and replaced: their logs are part of the history.
     retired: Vec<Proc>,
     /// Restarts so far (names each new incarnation's log).
@@ -441,15 +489,25 @@ impl Stack {
         let secrets = Secrets::local();
         let signer = secrets.signer()?;
         let public_keys = signer.verifier_entry();
+        let lock_store = if etcd_selected()? {
+            LockStoreAt::Etcd {
+                endpoints: test_support::etcd::endpoints(),
+                prefix: test_support::etcd::fresh_prefix(),
+            }
+        } else {
+            LockStoreAt::Postgres(lockdb.url.clone())
+        };
         let mut lock_env = vec![
             ("LOCK_TTL_MIN", "50ms".to_owned()),
             ("LOCK_REAPER_INTERVAL", "200ms".to_owned()),
+            // Test stores are throwaway (PostgreSQL with fsync off).
+            ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
         ];
         lock_env.extend(secrets.lock_server_env());
         let mut lock_servers = Vec::new();
         for name in ["lock-server-1", "lock-server-2"] {
             lock_servers
-                .push(spawn_lock_server(&bins[0], name, &lockdb.url, &lock_env, &log_dir).await?);
+                .push(spawn_lock_server(&bins[0], name, &lock_store, &lock_env, &log_dir).await?);
         }
         let (pay_port, proxy_port, rail_port) = (free_port(), free_port(), free_port());
         let payment_url = format!("http://127.0.0.1:{pay_port}");
@@ -543,7 +601,7 @@ impl Stack {
             signer,
             services,
             service_specs,
-            lock_spec: Some((lockdb.url.clone(), lock_env.clone())),
+            lock_spec: Some((lock_store, lock_env.clone())),
             retired: Vec::new(),
             incarnations: 0,
             last_payout: std::sync::atomic::AtomicI64::new(0),
@@ -712,6 +770,14 @@ impl Stack {
         Ok(ids)
     }
 
+    /// The lock-servers' backend (`backend` label of lock metrics); compose stacks run on
+    /// PostgreSQL.
+    pub fn lock_backend(&self) -> &'static str {
+        self.lock_spec
+            .as_ref()
+            .map_or("postgres", |(store, _)| store.backend())
+    }
+
     /// The highest payout id created so far.
     pub async fn last_payout_id(&self) -> Option<i64> {
         let id = self.last_payout.load(std::sync::atomic::Ordering::SeqCst);
@@ -723,16 +789,14 @@ impl Stack {
     /// process again until it answers ready (a replica started while the store is down
     /// exits: "cannot open the store").
     pub async fn restart_lock_server(&mut self, index: usize) -> anyhow::Result<()> {
-        let (lockdb, env) = self
+        let (store, env) = self
             .lock_spec
             .clone()
             .context("restarts need local processes")?;
         let url = self.lock_servers[index].url.clone();
         let port = url.rsplit(':').next().unwrap_or_default().to_owned();
-        let mut all = vec![
-            ("DATABASE_URL", lockdb),
-            ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
-        ];
+        let mut all = store.env();
+        all.push(("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")));
         all.extend(env);
         let binary = self.bins[0].clone();
         let name = format!("lock-server-{}", index + 1);

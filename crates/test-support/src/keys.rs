@@ -31,10 +31,12 @@ pub fn rogue_signer() -> FenceSigner {
 /// The lock clients' credential (`LOCK_CLIENT_TOKEN`) of lock-servers started by tests.
 pub const LOCK_CLIENT_TOKEN: &str = "test-lock-client-token";
 
-/// The environment a test lock-server needs besides its store: the client credential and
-/// the test signing key.
+/// The environment a test lock-server needs besides its store: the client credential, the
+/// test signing key, and the durability override (test stores are throwaway: PostgreSQL
+/// with fsync off).
 pub fn lock_server_env() -> Vec<(&'static str, String)> {
     vec![
+        ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
         ("LOCK_CLIENT_TOKEN", LOCK_CLIENT_TOKEN.to_owned()),
         ("LOCK_SIGNING_KEY", SIGNING_KEY_BASE64.to_owned()),
         ("LOCK_SIGNING_KEY_ID", SIGNING_KEY_ID.to_owned()),

@@ -378,7 +378,7 @@ async fn s4_a_frozen_zombie_is_fenced_and_the_rail_sees_the_payout_once() {
                 .metric(
                     &stack.executors[0].url,
                     "lock_session_lost_total",
-                    &[("backend", "postgres")],
+                    &[("backend", stack.lock_backend())],
                 )
                 .await
                 .ok()?;
@@ -476,14 +476,11 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         .metric(
             &a.url,
             "lock_session_lost_total",
-            &[("backend", "postgres")],
+            &[("backend", stack.lock_backend())],
         )
         .await
         .unwrap();
-    assert_eq!(
-        lost, 1.0,
-        "lock_session_lost_total{{backend=\"postgres\"}} counted the loss once"
-    );
+    assert_eq!(lost, 1.0, "lock_session_lost_total counted the loss once");
     let log = a.process.log();
     let lines: Vec<serde_json::Value> = log
         .lines()

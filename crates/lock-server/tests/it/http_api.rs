@@ -329,7 +329,7 @@ async fn metrics_and_health_are_served(at: StoreAt) {
         "lock_http_request_duration_seconds_bucket".to_owned(),
     ] {
         assert!(
-            text.contains(needle),
+            text.contains(&needle),
             "{needle} missing from /metrics:\n{text}"
         );
     }
