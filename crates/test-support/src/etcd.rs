@@ -258,7 +258,9 @@ fn wait_healthy_blocking(endpoint: &str, dir: &Path) -> Result<(), String> {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(format!("etcd at {endpoint} has no leader after {START_DEADLINE:?}"))
+            Err(format!(
+                "etcd at {endpoint} has no leader after {START_DEADLINE:?}"
+            ))
         })
     })
     .join()

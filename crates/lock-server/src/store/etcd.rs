@@ -23,6 +23,8 @@
 //! re-read and decided again, never overwritten. Markers never come back once gone (lease ids
 //! and session ids are never reused), so "dead when read" stays true.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -51,9 +53,45 @@ const ETCD_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// The etcd lock store.
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: Client,
+    members: Arc<Members>,
     prefix: String,
     request_timeout: Duration,
+}
+
+/// One client per member and the member calls go to. A call that finds its member
+/// unreachable, leaderless or silent moves every later call to the next member (as etcd's
+/// own Go client pins one endpoint). Balancing over all members instead sends most calls to
+/// a dead member: its refusals are the quickest answers.
+struct Members {
+    endpoints: Vec<String>,
+    clients: Vec<Client>,
+    pinned: AtomicUsize,
+}
+
+impl Members {
+    fn pinned(&self) -> (usize, Client) {
+        let index = self.pinned.load(Ordering::Relaxed) % self.clients.len();
+        (index, self.clients[index].clone())
+    }
+
+    /// Moves calls off member `index`, unless another call already has.
+    fn unpin(&self, index: usize, err: &StoreError) {
+        let next = (index + 1) % self.clients.len();
+        if self
+            .pinned
+            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && self.clients.len() > 1
+        {
+            tracing::warn!(
+                event = "etcd_member_switched",
+                from = %self.endpoints[index],
+                to = %self.endpoints[next],
+                error = %err,
+                "etcd member failed a call; later calls go to the next member"
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -121,20 +159,28 @@ impl EtcdStore {
             .with_keep_alive_while_idle(true)
             // A member without a leader refuses at once ("no leader") instead of waiting.
             .with_require_leader(true);
-        let client = tokio::time::timeout(
-            request_timeout,
-            Client::connect(endpoints, Some(options)),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoints:?} did not answer")))?
-        .map_err(map_err)?;
+        let mut clients = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let client = tokio::time::timeout(
+                request_timeout,
+                Client::connect([endpoint], Some(options.clone())),
+            )
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoint} did not answer")))?
+            .map_err(map_err)?;
+            clients.push(client);
+        }
         let prefix = if prefix.ends_with('/') {
             prefix.to_owned()
         } else {
             format!("{prefix}/")
         };
         Ok(Self {
-            client,
+            members: Arc::new(Members {
+                endpoints: endpoints.to_vec(),
+                clients,
+                pinned: AtomicUsize::new(0),
+            }),
             prefix,
             request_timeout,
         })
@@ -160,22 +206,34 @@ impl EtcdStore {
         format!("{}f/{key}", self.prefix)
     }
 
-    /// Bounds `call` by the request timeout and maps its error.
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.request_timeout, call)
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("etcd {what} timed out")))?
-            .map_err(map_err)
+    /// Runs `call` on the pinned member, bounded by the request timeout; an answer about
+    /// the member (unreachable, no leader, silent) moves later calls to the next one.
+    async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let (index, client) = self.members.pinned();
+        let result = match tokio::time::timeout(self.request_timeout, call(client)).await {
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "etcd {what} timed out at {}",
+                self.members.endpoints[index]
+            ))),
+            Ok(answer) => answer.map_err(map_err),
+        };
+        if let Err(err @ (StoreError::Unavailable(_) | StoreError::NotLeader(_))) = &result {
+            self.members.unpin(index, err);
+        }
+        result
     }
 
     /// Runs a transaction.
     async fn txn(&self, what: &str, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
-        let mut kv = self.client.kv_client();
-        self.bounded(what, kv.txn(txn)).await
+        self.call(
+            what,
+            |client| async move { client.kv_client().txn(txn).await },
+        )
+        .await
     }
 
     /// One linearizable read of several keys (or prefixes) at one revision.
@@ -206,26 +264,28 @@ impl EtcdStore {
 
     /// A new lease of at least `ttl_ms`; its id.
     async fn grant_lease(&self, ttl_ms: u64) -> Result<i64, StoreError> {
-        let mut lease = self.client.lease_client();
-        let response = self
-            .bounded("lease grant", lease.grant(lease_seconds(ttl_ms), None))
-            .await?;
-        Ok(response.id())
+        let ttl = lease_seconds(ttl_ms);
+        self.call("lease grant", |client| async move {
+            client.lease_client().grant(ttl, None).await
+        })
+        .await
+        .map(|granted| granted.id())
     }
 
     /// Refreshes `lease` to its full TTL; `false` when it has already ended.
     async fn keep_alive(&self, lease: i64) -> Result<bool, StoreError> {
-        let mut client = self.client.lease_client();
-        match tokio::time::timeout(self.request_timeout, client.keep_alive(lease)).await {
-            Err(_) => Err(StoreError::Unavailable("etcd lease keep-alive timed out".into())),
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
-                if message.contains("not found") =>
-            {
-                Ok(false)
+        self.call("lease keep-alive", |client| async move {
+            match client.lease_client().keep_alive(lease).await {
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(message))
+                    if message.contains("not found") =>
+                {
+                    Ok(false)
+                }
+                Err(err) => Err(err),
             }
-            Ok(Err(err)) => Err(map_err(err)),
-        }
+        })
+        .await
     }
 
     /// Ends `lease` in the background: its markers go now, not at its TTL. Best effort; an
@@ -233,8 +293,12 @@ impl EtcdStore {
     fn revoke_lease_later(&self, lease: i64) {
         let store = self.clone();
         tokio::spawn(async move {
-            let mut client = store.client.lease_client();
-            if let Err(err) = store.bounded("lease revoke", client.revoke(lease)).await {
+            let revoked = store
+                .call("lease revoke", |client| async move {
+                    client.lease_client().revoke(lease).await
+                })
+                .await;
+            if let Err(err) = revoked {
                 tracing::debug!(event = "etcd_lease_revoke_failed", lease, error = %err);
             }
         });
@@ -360,13 +424,12 @@ impl EtcdStore {
         if let Some(current) = current.clone() {
             match self.liveness(&current.value).await? {
                 Liveness::Live if current.value.session == session => {
-                    return Ok(self
-                        .regrant(key, current, lease_ms)
-                        .await?
-                        .map(|grant| AcquireOutcome::Granted {
+                    return Ok(self.regrant(key, current, lease_ms).await?.map(|grant| {
+                        AcquireOutcome::Granted {
                             grant,
                             took_over_expired: false,
-                        }));
+                        }
+                    }));
                 }
                 Liveness::Live => {
                     return Ok(Some(AcquireOutcome::Held {
@@ -416,7 +479,11 @@ impl EtcdStore {
                             current.as_ref().map_or(0, |c| c.mod_revision),
                         ),
                         // ... nor drew a token from its fence ...
-                        Compare::mod_revision(self.fence_key(key), CompareOp::Equal, fence_revision),
+                        Compare::mod_revision(
+                            self.fence_key(key),
+                            CompareOp::Equal,
+                            fence_revision,
+                        ),
                         // ... and the acquiring session is still live.
                         Compare::version(self.session_marker(session), CompareOp::Greater, 0),
                     ])
@@ -449,7 +516,11 @@ impl EtcdStore {
             .txn(
                 "delete grant",
                 Txn::new()
-                    .when([Compare::mod_revision(key_path, CompareOp::Equal, mod_revision)])
+                    .when([Compare::mod_revision(
+                        key_path,
+                        CompareOp::Equal,
+                        mod_revision,
+                    )])
                     .and_then([
                         TxnOp::delete(key_path, None),
                         TxnOp::delete(self.grant_marker(lease), None),
@@ -513,9 +584,7 @@ fn map_err(err: etcd_client::Error) -> StoreError {
                 | Code::DeadlineExceeded
                 | Code::Cancelled
                 | Code::Aborted
-                | Code::ResourceExhausted => {
-                    StoreError::Unavailable(format!("etcd: {message}"))
-                }
+                | Code::ResourceExhausted => StoreError::Unavailable(format!("etcd: {message}")),
                 _ => StoreError::Internal(format!("etcd: {status}")),
             }
         }
@@ -741,13 +810,26 @@ impl LockStore for EtcdStore {
         };
         // One snapshot: grant records, live grant markers, session records, live sessions.
         let mut snapshot = self
-            .read(vec![prefix("g"), keys_only("gl"), prefix("s"), keys_only("sl")])
+            .read(vec![
+                prefix("g"),
+                keys_only("gl"),
+                prefix("s"),
+                keys_only("sl"),
+            ])
             .await?;
-        let live_sessions: std::collections::HashSet<Vec<u8>> =
-            snapshot.pop().unwrap_or_default().into_iter().map(|kv| kv.key().to_vec()).collect();
+        let live_sessions: std::collections::HashSet<Vec<u8>> = snapshot
+            .pop()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kv| kv.key().to_vec())
+            .collect();
         let sessions = snapshot.pop().unwrap_or_default();
-        let live_grants: std::collections::HashSet<Vec<u8>> =
-            snapshot.pop().unwrap_or_default().into_iter().map(|kv| kv.key().to_vec()).collect();
+        let live_grants: std::collections::HashSet<Vec<u8>> = snapshot
+            .pop()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kv| kv.key().to_vec())
+            .collect();
         let grants = snapshot.pop().unwrap_or_default();
         let session_records: std::collections::HashSet<Vec<u8>> =
             sessions.iter().map(|kv| kv.key().to_vec()).collect();
@@ -778,7 +860,9 @@ impl LockStore for EtcdStore {
             let lock_key = path
                 .strip_prefix(&format!("{}g/", self.prefix))
                 .map(LockKey::parse)
-                .ok_or_else(|| StoreError::Internal(format!("grant key {path} outside the prefix")))?
+                .ok_or_else(|| {
+                    StoreError::Internal(format!("grant key {path} outside the prefix"))
+                })?
                 .map_err(|e| StoreError::Internal(format!("stored key: {e}")))?;
             report.locks.push(ExpiredLock {
                 lock_key,

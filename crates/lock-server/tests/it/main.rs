@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod conformance;
+mod failover;
 mod http_api;
 mod process;
 mod replicas;

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use lock_server::store::LockStore;
 use nix::sys::signal::Signal;
 use reqwest::{Method, StatusCode};
-use lock_server::store::LockStore;
 use test_support::{ServiceProcess, free_port, poll_until, wait_until_ok};
 
 use crate::support::{Api, StoreAt, on_both_backends, token};
@@ -26,20 +26,20 @@ fn spawn(name: &str, at: &StoreAt, port: u16, logs: &std::path::Path) -> Service
 
 fn base_env(port: u16) -> Vec<(&'static str, String)> {
     vec![
-            ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
-            ("LOCK_TTL_MIN", "50ms".into()),
-            ("LOCK_REAPER_INTERVAL", "100ms".into()),
-            ("LOCK_DRAIN_GRACE", "200ms".into()),
-            ("LOG_FORMAT", "json".into()),
-            ("LOCK_CLIENT_TOKEN", crate::support::CLIENT_TOKEN.into()),
-            (
-                "LOCK_SIGNING_KEY",
-                test_support::signing_key_base64().into(),
-            ),
-            (
-                "LOCK_SIGNING_KEY_ID",
-                test_support::keys::SIGNING_KEY_ID.into(),
-            ),
+        ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
+        ("LOCK_TTL_MIN", "50ms".into()),
+        ("LOCK_REAPER_INTERVAL", "100ms".into()),
+        ("LOCK_DRAIN_GRACE", "200ms".into()),
+        ("LOG_FORMAT", "json".into()),
+        ("LOCK_CLIENT_TOKEN", crate::support::CLIENT_TOKEN.into()),
+        (
+            "LOCK_SIGNING_KEY",
+            test_support::signing_key_base64().into(),
+        ),
+        (
+            "LOCK_SIGNING_KEY_ID",
+            test_support::keys::SIGNING_KEY_ID.into(),
+        ),
     ]
 }
 
@@ -135,16 +135,20 @@ async fn run_to_exit(env: &[(&str, String)]) -> (std::process::ExitStatus, Strin
     .await
     .expect("the lock-server exits by itself")
     .unwrap();
-    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
 async fn a_store_that_can_lose_commits_is_refused_unless_overridden() {
     // One database with synchronous_commit off: a crash can undo acknowledged grants.
     let db = test_support::fresh_database().await;
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
-        .await
-        .unwrap();
+    let mut admin =
+        <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
+            .await
+            .unwrap();
     sqlx::Executor::execute(
         &mut admin,
         format!("ALTER DATABASE {} SET synchronous_commit = off", db.name).as_str(),
@@ -186,13 +190,18 @@ async fn a_store_that_can_lose_commits_is_refused_unless_overridden() {
 #[tokio::test]
 async fn the_guard_names_exactly_the_settings_that_are_off() {
     let db = test_support::fresh_database().await;
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
-        .await
-        .unwrap();
+    let mut admin =
+        <sqlx::PgConnection as sqlx::Connection>::connect(test_support::pg::server_url())
+            .await
+            .unwrap();
     for value in ["on", "off"] {
         sqlx::Executor::execute(
             &mut admin,
-            format!("ALTER DATABASE {} SET synchronous_commit = {value}", db.name).as_str(),
+            format!(
+                "ALTER DATABASE {} SET synchronous_commit = {value}",
+                db.name
+            )
+            .as_str(),
         )
         .await
         .unwrap();
