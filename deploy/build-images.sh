@@ -4,6 +4,7 @@
 #                           made with debootstrap from Debian's packages (once; reused)
 #   payouts/postgres:15     PostgreSQL on that base, creating lockdb and paydb
 #   payouts/<service>:local each service from this checkout's release binaries
+#   payouts/etcd:3.4        etcd from Debian's etcd-server package, for compose.etcd.yaml
 # Re-running is cheap: the base is reused, cargo and docker reuse what did not change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,12 @@ done
 export DOCKER_BUILDKIT=0
 docker build --quiet -f deploy/postgres.Dockerfile --build-arg BASE="$BASE" -t payouts/postgres:15 . >/dev/null
 echo "built payouts/postgres:15"
+if ! command -v etcd >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+fi
+cp -p "$(command -v etcd)" target/docker-bin/etcd
+docker build --quiet -f deploy/etcd.Dockerfile --build-arg BASE="$BASE" -t payouts/etcd:3.4 . >/dev/null
+echo "built payouts/etcd:3.4"
 for entry in $SERVICES; do
     name=${entry%%:*}
     port=${entry##*:}

@@ -30,10 +30,23 @@ pub struct LockBenchOptions {
     /// Open sessions, each holding one lock, for the memory figure (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     pub sessions: usize,
+    /// The store: `postgres` (against pgbench) or `etcd` (against etcd's own lock API at
+    /// 1, 8 and 32 clients; `--clients` and `--sessions` do not apply).
+    #[arg(long, value_enum, default_value = "postgres")]
+    pub backend: BenchBackend,
+}
+
+/// The store `harness bench locks` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchBackend {
+    /// PostgreSQL, against pgbench running the same SQL.
+    Postgres,
+    /// etcd, against etcd's own lock API.
+    Etcd,
 }
 
 /// Lease used by benchmark grants: long enough never to expire during a run.
-const BENCH_LEASE_MS: u64 = 30_000;
+pub(crate) const BENCH_LEASE_MS: u64 = 30_000;
 /// Concurrency while opening the memory-figure sessions.
 const SETUP_CONCURRENCY: usize = 32;
 
@@ -48,7 +61,7 @@ pub struct Figures {
     pub p99_ms: f64,
 }
 
-fn figures(mut latencies_us: Vec<u64>, elapsed: Duration) -> Figures {
+pub(crate) fn figures(mut latencies_us: Vec<u64>, elapsed: Duration) -> Figures {
     latencies_us.sort_unstable();
     let pick = |q: f64| -> f64 {
         if latencies_us.is_empty() {
@@ -66,6 +79,9 @@ fn figures(mut latencies_us: Vec<u64>, elapsed: Duration) -> Figures {
 
 /// Runs the whole benchmark and prints the report.
 pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
+    if options.backend == BenchBackend::Etcd {
+        return crate::bench_etcd::run(options).await;
+    }
     let work = tempfile::Builder::new().prefix("lock-bench-").tempdir()?;
     let (_cluster, base_url, pgbench) = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => (None, url, "pgbench".into()),
@@ -194,7 +210,11 @@ async fn http_side(
     Ok(figures(all, started.elapsed()))
 }
 
-async fn open_session(http: &reqwest::Client, base: &str, owner: &str) -> anyhow::Result<String> {
+pub(crate) async fn open_session(
+    http: &reqwest::Client,
+    base: &str,
+    owner: &str,
+) -> anyhow::Result<String> {
     let body: Value = http
         .post(format!("{base}/v1/sessions"))
         .json(&json!({"owner_id": owner, "ttl_ms": 60_000}))

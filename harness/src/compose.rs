@@ -2,6 +2,7 @@
 //! lock-server replicas, payment-resource, rail-proxy, rail-stub) as one compose project,
 //! and executors as containers on its network, started with the env each scenario needs.
 //! Selected with `HARNESS_STACK=compose`; needs the images of `deploy/build-images.sh`.
+//! With `HARNESS_LOCK_BACKEND=etcd` the lock-servers run on compose.etcd.yaml's etcd cluster.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,9 +52,14 @@ fn run(command: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
+/// `docker-compose` on the project; with `HARNESS_LOCK_BACKEND=etcd`, compose.etcd.yaml is
+/// layered over compose.yaml (the lock-servers on a three-member etcd cluster).
 fn compose() -> Command {
     let mut command = Command::new("docker-compose");
     command.current_dir(repo_root()).args(["-p", PROJECT]);
+    if crate::stack::etcd_selected().unwrap_or(false) {
+        command.args(["-f", "compose.yaml", "-f", "compose.etcd.yaml"]);
+    }
     command
 }
 

@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod bench_etcd;
 pub mod chaos;
 pub mod compose;
 pub mod demo;

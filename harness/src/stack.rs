@@ -147,9 +147,19 @@ pub async fn start_lock_server(
     extra_env: &[(&str, String)],
     log_dir: &Path,
 ) -> anyhow::Result<LockServer> {
-    let binary = cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
     let store = LockStoreAt::Postgres(database_url.to_owned());
-    spawn_lock_server(&binary, name, &store, extra_env, log_dir).await
+    spawn_lock_server_at(name, &store, extra_env, log_dir).await
+}
+
+/// Builds (if needed) and starts `lock-server` on `store`, as [`start_lock_server`] does.
+pub async fn spawn_lock_server_at(
+    name: &str,
+    store: &LockStoreAt,
+    extra_env: &[(&str, String)],
+    log_dir: &Path,
+) -> anyhow::Result<LockServer> {
+    let binary = cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
+    spawn_lock_server(&binary, name, store, extra_env, log_dir).await
 }
 
 async fn spawn_lock_server(
@@ -770,12 +780,13 @@ impl Stack {
         Ok(ids)
     }
 
-    /// The lock-servers' backend (`backend` label of lock metrics); compose stacks run on
-    /// PostgreSQL.
+    /// The lock-servers' backend (`backend` label of lock metrics).
     pub fn lock_backend(&self) -> &'static str {
-        self.lock_spec
-            .as_ref()
-            .map_or("postgres", |(store, _)| store.backend())
+        match &self.lock_spec {
+            Some((store, _)) => store.backend(),
+            None if etcd_selected().unwrap_or(false) => "etcd",
+            None => "postgres",
+        }
     }
 
     /// The highest payout id created so far.

@@ -283,9 +283,23 @@ pub struct EtcdCluster {
 
 impl EtcdCluster {
     /// Starts `n` members logging under `log_dir` and waits until they agree on a leader.
+    /// Their data is on tmpfs when there is one.
     pub async fn start(n: usize, log_dir: &Path) -> Result<Self, String> {
+        Self::start_with(n, log_dir, data_root()?).await
+    }
+
+    /// As [`EtcdCluster::start`], with the data on disk (every commit really fsynced), for
+    /// benchmarks.
+    pub async fn start_on_disk(n: usize, log_dir: &Path) -> Result<Self, String> {
+        let data = tempfile::Builder::new()
+            .prefix("etcd-bench-")
+            .tempdir()
+            .map_err(|e| format!("create a temp dir: {e}"))?;
+        Self::start_with(n, log_dir, data).await
+    }
+
+    async fn start_with(n: usize, log_dir: &Path, data: TempDir) -> Result<Self, String> {
         let binary = etcd_binary()?;
-        let data = data_root()?;
         let specs: Vec<MemberSpec> = (0..n)
             .map(|i| MemberSpec::new(format!("etcd-{i}")))
             .collect();

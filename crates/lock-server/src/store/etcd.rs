@@ -487,12 +487,19 @@ impl EtcdStore {
                         // ... and the acquiring session is still live.
                         Compare::version(self.session_marker(session), CompareOp::Greater, 0),
                     ])
-                    .and_then(ops),
+                    .and_then(ops)
+                    // On a lost race, the fence as it is now: did another grant commit?
+                    .or_else([
+                        TxnOp::get(self.fence_key(key), None),
+                        TxnOp::get(self.grant_key(key), None),
+                    ]),
             )
-            .await?
-            .succeeded();
-        if !committed {
-            return Ok(None);
+            .await?;
+        if !committed.succeeded() {
+            return Ok(
+                Self::granted_meanwhile(&committed, fence_revision, session)?
+                    .map(|holder_token| AcquireOutcome::Held { holder_token }),
+            );
         }
         *spare_lease = None;
         if let Some(old) = current {
@@ -502,6 +509,38 @@ impl EtcdStore {
             grant: grant_of(key, &value, lease_ms),
             took_over_expired,
         }))
+    }
+
+    /// After an acquire's lost race: the token another session was granted between this
+    /// acquire's read (fence at `fence_revision`) and its commit, if one was. Such a grant
+    /// held the key at an instant inside this request, so the request answers `LOCK_HELD`
+    /// with that token (linearizable) instead of racing again: under a hot key, retrying
+    /// every lost race let one acquire lose 16 in a row and answer 503. A grant to this very
+    /// session (a concurrent retry of the same acquire) is left to the next round, which
+    /// answers it as a re-grant.
+    fn granted_meanwhile(
+        lost: &etcd_client::TxnResponse,
+        fence_revision: i64,
+        session: SessionId,
+    ) -> Result<Option<FencingToken>, StoreError> {
+        let responses = lost.op_responses();
+        let [TxnOpResponse::Get(fence), TxnOpResponse::Get(grant)] = responses.as_slice() else {
+            return Err(StoreError::Internal(
+                "etcd answered a failed acquire without its two reads".into(),
+            ));
+        };
+        let Some(fence) = fence.kvs().first() else {
+            return Ok(None);
+        };
+        if fence.mod_revision() == fence_revision {
+            return Ok(None);
+        }
+        if let Some(grant) = grant.kvs().first() {
+            if read_grant(grant)?.value.session == session {
+                return Ok(None);
+            }
+        }
+        Ok(Some(FencingToken(decode::<u64>(fence.value(), "fence")?)))
     }
 
     /// Deletes a dead grant record if it is unchanged since `mod_revision`; whether this call
@@ -579,12 +618,18 @@ fn map_err(err: etcd_client::Error) -> StoreError {
             if message.contains("no leader") || message.contains("leader changed") {
                 return StoreError::NotLeader(format!("etcd: {message}"));
             }
+            // tonic reports a failure of the connection itself (a reset, a refused connect)
+            // as a status of code `Unknown` carrying the transport error as its source: that
+            // is the member being gone, not an answer from etcd.
+            let local_transport_failure =
+                status.code() == Code::Unknown && std::error::Error::source(&status).is_some();
             match status.code() {
                 Code::Unavailable
                 | Code::DeadlineExceeded
                 | Code::Cancelled
                 | Code::Aborted
                 | Code::ResourceExhausted => StoreError::Unavailable(format!("etcd: {message}")),
+                _ if local_transport_failure => StoreError::Unavailable(format!("etcd: {message}")),
                 _ => StoreError::Internal(format!("etcd: {status}")),
             }
         }
@@ -909,5 +954,59 @@ impl LockStore for EtcdStore {
         )])
         .await
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds_never_down() {
+        assert_eq!(lease_seconds(1), 1);
+        assert_eq!(lease_seconds(1_000), 1);
+        assert_eq!(lease_seconds(1_001), 2);
+        assert_eq!(lease_seconds(59_999), 60);
+    }
+
+    #[test]
+    fn etcd_answers_about_itself_map_to_retryable_errors_never_internal() {
+        let status = |s: tonic::Status| map_err(etcd_client::Error::GRpcStatus(s));
+        assert!(matches!(
+            status(tonic::Status::unavailable("etcdserver: no leader")),
+            StoreError::NotLeader(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::unavailable("etcdserver: leader changed")),
+            StoreError::NotLeader(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::unavailable("tcp connect error")),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::deadline_exceeded(
+                "etcdserver: request timed out"
+            )),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::invalid_argument(
+                "etcdserver: key is not provided"
+            )),
+            StoreError::Internal(_)
+        ));
+        // A reset connection (the member SIGKILLed under load): tonic wraps the transport
+        // error it does not recognise in a status of code `Unknown` with it as the source.
+        #[derive(Debug, thiserror::Error)]
+        #[error("transport error")]
+        struct Reset;
+        let reset = tonic::Status::from_error(Box::new(Reset));
+        assert_eq!(reset.code(), Code::Unknown);
+        assert!(matches!(status(reset), StoreError::Unavailable(_)));
+        assert!(matches!(
+            status(tonic::Status::unknown("etcdserver: something odd")),
+            StoreError::Internal(_)
+        ));
     }
 }

@@ -1,30 +1,19 @@
 //! Table-driven bad requests: each gets its documented status and a JSON error naming the
-//! field; none gets a 500; the store is unchanged afterwards.
+//! field; none gets a 500; the store is unchanged afterwards. The same table on both
+//! backends: validation never depends on the store.
 
 use reqwest::{Method, StatusCode};
 use test_support::bad_input::{BadRequest, check_all};
 
-use crate::support::{TestServer, pg_store};
+use crate::support::{StoreAt, TestServer, on_both_backends};
 
-async fn row_counts(pool: &sqlx::PgPool) -> (i64, i64, i64) {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM lock_sessions), (SELECT count(*) FROM locks), (SELECT count(*) FROM lock_fences)",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
-#[tokio::test]
-async fn bad_requests_get_documented_json_errors_and_change_nothing() {
-    let (store, url) = pg_store().await;
-    let server = TestServer::start(store, &["--admin-token", "adm1n"]).await;
+async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt) {
+    let server = TestServer::start(at.open().await, &["--admin-token", "adm1n"]).await;
     let api = &server.api;
     let session = api.session("existing", 30_000).await;
     let (_, grant) = api.acquire("held", &session, 30_000).await;
     assert!(grant["fencing_token"].is_u64());
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let before = row_counts(&pool).await;
+    let before = at.contents().await;
 
     let unknown = "00000000-0000-4000-8000-000000000000";
     let long_key = "k".repeat(lock_api::LOCK_KEY_MAX_BYTES + 1);
@@ -267,7 +256,7 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
         failures.join("\n")
     );
     assert_eq!(
-        row_counts(&pool).await,
+        at.contents().await,
         before,
         "bad requests changed the store"
     );
@@ -279,3 +268,5 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing() {
     );
     server.shutdown().await;
 }
+
+on_both_backends!(bad_requests_get_documented_json_errors_and_change_nothing);

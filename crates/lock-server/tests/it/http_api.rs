@@ -388,3 +388,35 @@ on_both_backends!(
     metrics_and_health_are_served,
     grants_carry_a_proof_a_resource_verifies_offline,
 );
+
+/// etcd unreachable (nothing listens at its endpoint): every store call answers 503 with a
+/// retryable code, readiness fails, never a 500.
+#[tokio::test]
+async fn an_unreachable_etcd_answers_503_never_500() {
+    let nowhere = vec![format!("http://127.0.0.1:{}", test_support::free_port())];
+    let store = lock_server::store::EtcdStore::connect(
+        &nowhere,
+        "/unreachable/",
+        Duration::from_millis(500),
+    )
+    .await
+    .expect("connecting is lazy");
+    let server = TestServer::start(std::sync::Arc::new(store), &[]).await;
+    let api = &server.api;
+    let (status, body) = api
+        .post("/v1/sessions", json!({"owner_id": "w", "ttl_ms": 5000}))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        matches!(
+            body["code"].as_str(),
+            Some("STORE_UNAVAILABLE" | "NOT_LEADER")
+        ),
+        "{body}"
+    );
+    let (status, body) = api.call(Method::GET, "/v1/locks/k", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let (status, _) = api.call(Method::GET, "/health/ready", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    server.shutdown().await;
+}

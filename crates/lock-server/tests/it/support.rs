@@ -96,6 +96,49 @@ impl StoreAt {
         }
     }
 
+    /// Everything the store holds, for "unchanged" checks: PostgreSQL's rows, or etcd's keys
+    /// under the prefix with their values and revisions.
+    pub async fn contents(&self) -> Vec<String> {
+        match self {
+            Self::Postgres(url) => {
+                let pool = sqlx::PgPool::connect(url).await.expect("connect");
+                let rows: Vec<(String,)> = sqlx::query_as(
+                    "SELECT format('session %s %s %s', session_id, owner_id, expires_at) FROM lock_sessions
+                     UNION ALL SELECT format('lock %s %s %s %s', lock_key, fencing_token, session_id, expires_at) FROM locks
+                     UNION ALL SELECT format('fence %s %s', lock_key, last_token) FROM lock_fences
+                     ORDER BY 1",
+                )
+                .fetch_all(&pool)
+                .await
+                .expect("read the tables");
+                rows.into_iter().map(|(row,)| row).collect()
+            }
+            Self::Etcd { endpoints, prefix } => {
+                let mut client = etcd_client::Client::connect(endpoints, None)
+                    .await
+                    .expect("connect to etcd");
+                let got = client
+                    .get(
+                        prefix.as_str(),
+                        Some(etcd_client::GetOptions::new().with_prefix()),
+                    )
+                    .await
+                    .expect("read the prefix");
+                got.kvs()
+                    .iter()
+                    .map(|kv| {
+                        format!(
+                            "{} {} @{}",
+                            String::from_utf8_lossy(kv.key()),
+                            String::from_utf8_lossy(kv.value()),
+                            kv.mod_revision()
+                        )
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// The backend's name on the wire (`backend` of L1).
     pub fn backend(&self) -> &'static str {
         match self {
