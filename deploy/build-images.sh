@@ -5,6 +5,7 @@
 #   payouts/postgres:15     PostgreSQL on that base, creating lockdb and paydb
 #   payouts/<service>:local each service from this checkout's release binaries
 #   payouts/etcd:3.4        etcd from Debian's etcd-server package, for compose.etcd.yaml
+#   payouts/prometheus:2.42 Prometheus from Debian's prometheus package (and its web UI)
 # Re-running is cheap: the base is reused, cargo and docker reuse what did not change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,13 @@ fi
 cp -p "$(command -v etcd)" target/docker-bin/etcd
 docker build --quiet -f deploy/etcd.Dockerfile --build-arg BASE="$BASE" -t payouts/etcd:3.4 . >/dev/null
 echo "built payouts/etcd:3.4"
+if ! command -v prometheus >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+fi
+cp -p "$(command -v prometheus)" target/docker-bin/prometheus
+tar -C /usr/share/prometheus -cf target/docker-bin/prometheus-web.tar web
+docker build --quiet -f deploy/prometheus.Dockerfile --build-arg BASE="$BASE" -t payouts/prometheus:2.42 . >/dev/null
+echo "built payouts/prometheus:2.42"
 for entry in $SERVICES; do
     name=${entry%%:*}
     port=${entry##*:}

@@ -134,6 +134,15 @@ pub fn up() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Brings the whole of compose.yaml up from a clean state (executors and Prometheus too),
+/// with `.env` filled in as for [`up`]: what an operator's `docker-compose up -d` runs.
+pub fn up_all() -> anyhow::Result<()> {
+    env_file()?;
+    let _ = run(compose().args(["down", "-v", "--remove-orphans"]));
+    run(compose().args(["up", "-d"]))?;
+    Ok(())
+}
+
 /// Tears the project down, volumes included.
 pub fn down() {
     if let Err(err) = run(compose().args(["down", "-v", "--remove-orphans"])) {

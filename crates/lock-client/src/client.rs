@@ -208,8 +208,7 @@ impl LockClient {
                     let _ = self.inner.background.send(Background::Wake);
                     tracing::info!(event = "session_opened", owner = %shared.owner, session = %shared.id, backend = shared.backend.as_str(), ttl_ms = created.ttl_ms);
                     // Exported from the first session on, at zero: an absent series is not a zero.
-                    metrics::counter!(crate::metrics::SESSION_LOST_TOTAL, "backend" => shared.backend.as_str())
-                        .increment(0);
+                    crate::metrics::describe(shared.backend.as_str());
                     return Ok(LockClientSession::new(
                         shared,
                         self.inner.app_transport.clone(),

@@ -11,3 +11,39 @@ pub const RENEWALS_TOTAL: &str = "lock_client_renewals_total";
 pub const ACQUIRE_TOTAL: &str = "lock_client_acquire_total";
 /// Time `acquire` spent, on the SDK's clock, by backend and `outcome`.
 pub const ACQUIRE_WAIT_SECONDS: &str = "lock_client_acquire_wait_seconds";
+
+/// Values of the `result` label of heartbeats and renewals.
+pub const RESULTS: [&str; 5] = ["ok", "not_leader", "unreachable", "lost", "error"];
+/// Values of the `outcome` label of acquires.
+pub const ACQUIRE_OUTCOMES: [&str; 4] = ["granted", "reentrant", "contended", "error"];
+
+/// HELP text of every family the SDK emits, and each series of `backend` registered at zero
+/// (an absent series is not a zero). Called when a session opens, since the backend is known
+/// only from L1's answer; repeating it is harmless.
+pub fn describe(backend: &'static str) {
+    use metrics::{counter, describe_counter, describe_histogram, histogram};
+    describe_counter!(
+        SESSION_LOST_TOTAL,
+        "Lost grants delivered to on_lock_lost, and sessions lost while holding nothing."
+    );
+    describe_counter!(HEARTBEATS_TOTAL, "Session heartbeats (L2), by result.");
+    describe_counter!(RENEWALS_TOTAL, "Lease renewals (L5), by result.");
+    describe_counter!(ACQUIRE_TOTAL, "acquire calls, by outcome.");
+    describe_histogram!(
+        ACQUIRE_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "Time acquire spent on the SDK's clock, by outcome (not for reentrant acquires)."
+    );
+    counter!(SESSION_LOST_TOTAL, "backend" => backend).increment(0);
+    for result in RESULTS {
+        counter!(HEARTBEATS_TOTAL, "backend" => backend, "result" => result).increment(0);
+        counter!(RENEWALS_TOTAL, "backend" => backend, "result" => result).increment(0);
+    }
+    for outcome in ACQUIRE_OUTCOMES {
+        counter!(ACQUIRE_TOTAL, "backend" => backend, "outcome" => outcome).increment(0);
+        if outcome != "reentrant" {
+            // Registered without a sample (a reentrant acquire records no wait).
+            let _ = histogram!(ACQUIRE_WAIT_SECONDS, "backend" => backend, "outcome" => outcome);
+        }
+    }
+}

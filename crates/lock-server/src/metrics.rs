@@ -22,3 +22,60 @@ pub const NOT_LEADER_TOTAL: &str = "lock_not_leader_total";
 pub const HTTP_REQUESTS_TOTAL: &str = "lock_http_requests_total";
 /// HTTP request latency by route and method.
 pub const HTTP_REQUEST_SECONDS: &str = "lock_http_request_duration_seconds";
+
+/// HELP text of every family, and every series whose labels are known at start registered
+/// at zero (an absent series is not a zero: `increase(...)` needs a first sample). Called
+/// once the recorder is installed.
+pub fn describe(backend: &'static str) {
+    use metrics::{counter, describe_counter};
+    let families: [(&'static str, &'static str); 9] = [
+        (
+            GRANTS_TOTAL,
+            "Grants handed out: new tokens and same-session re-grants (L4 200).",
+        ),
+        (CONTENTION_TOTAL, "Acquires answered 409 LOCK_HELD."),
+        (
+            EXPIRED_TOTAL,
+            "Grants that expired: reaped after their lease or session ended, or taken over.",
+        ),
+        (
+            SESSIONS_EXPIRED_TOTAL,
+            "Sessions removed by the reaper after expiring.",
+        ),
+        (SESSIONS_CREATED_TOTAL, "Sessions created (L1 201)."),
+        (RENEW_LOST_TOTAL, "Renewals refused with 409 LOCK_LOST."),
+        (
+            RELEASES_TOTAL,
+            "Releases answered (L6 200), by whether they released.",
+        ),
+        (REVOKED_TOTAL, "Live grants revoked by an operator (L8)."),
+        (
+            NOT_LEADER_TOTAL,
+            "Mutating requests answered 503 NOT_LEADER (draining, read-only store, etcd without a leader).",
+        ),
+    ];
+    for (name, help) in families {
+        describe_counter!(name, help);
+    }
+    for name in [
+        GRANTS_TOTAL,
+        CONTENTION_TOTAL,
+        SESSIONS_EXPIRED_TOTAL,
+        SESSIONS_CREATED_TOTAL,
+        RENEW_LOST_TOTAL,
+        REVOKED_TOTAL,
+        NOT_LEADER_TOTAL,
+    ] {
+        counter!(name, "backend" => backend).increment(0);
+    }
+    for reason in EXPIRY_REASONS {
+        counter!(EXPIRED_TOTAL, "backend" => backend, "reason" => reason).increment(0);
+    }
+    for released in ["true", "false"] {
+        counter!(RELEASES_TOTAL, "backend" => backend, "released" => released).increment(0);
+    }
+    // The request families are described by `service_kit::common_layers`.
+}
+
+/// Values of `lock_expired_total`'s `reason` label.
+pub const EXPIRY_REASONS: [&str; 3] = ["lease", "session", "takeover"];

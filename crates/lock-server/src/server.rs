@@ -118,6 +118,7 @@ impl Server {
             },
         );
         service_kit::install_metrics();
+        crate::metrics::describe(state.backend().as_str());
         Ok(Self {
             listener,
             state,

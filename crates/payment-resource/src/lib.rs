@@ -29,8 +29,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
     let store = store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
     service_kit::install_metrics();
-    // Exported from start: an absent series is not a zero.
-    metrics::counter!("payouts_refenced_total").increment(0);
+    describe_metrics();
     let secret = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Into::into);
     let state = http::AppState {
         store: store.clone(),
@@ -48,4 +47,42 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         config.http.clone(),
     )
     .await?)
+}
+
+/// HELP text of payment-resource's own families, each registered at zero at start (an absent
+/// series is not a zero). The request families are described by `service_kit`.
+fn describe_metrics() {
+    use metrics::{counter, describe_counter, describe_gauge, gauge};
+    describe_counter!(
+        "payouts_created_total",
+        "Payouts created (P0 201; idempotent repeats are not counted)."
+    );
+    describe_counter!(
+        "payouts_posted_total",
+        "Payouts moved to a terminal state by P3, by that state."
+    );
+    describe_counter!(
+        "payouts_refenced_total",
+        "Operator re-fences answered 200 (POST /v1/payouts/{id}/refence)."
+    );
+    describe_gauge!(
+        stuck::STUCK,
+        "Non-terminal payouts not updated for longer than PAYMENT_STUCK_AFTER."
+    );
+    describe_gauge!(
+        stuck::OLDEST_OPEN_AGE,
+        metrics::Unit::Seconds,
+        "Seconds since the oldest non-terminal payout was created (0 when none)."
+    );
+    counter!("payouts_created_total").increment(0);
+    counter!("payouts_refenced_total").increment(0);
+    for state in [
+        payment_api::PayoutState::Settled,
+        payment_api::PayoutState::Rejected,
+        payment_api::PayoutState::RailAmbiguous,
+    ] {
+        counter!("payouts_posted_total", "state" => state.as_str()).increment(0);
+    }
+    gauge!(stuck::STUCK).set(0.0);
+    gauge!(stuck::OLDEST_OPEN_AGE).set(0.0);
 }

@@ -222,6 +222,15 @@ impl Executor {
             );
         }
         let sigstop_armed = AtomicBool::new(config.fault_sigstop_payout.is_some());
+        metrics::describe_histogram!(
+            EXECUTE_SECONDS,
+            metrics::Unit::Seconds,
+            "Payout attempts, from before the acquire to after the release, by outcome."
+        );
+        metrics::describe_gauge!(
+            QUARANTINED,
+            "Payouts this worker skips for now because an attempt on them was fenced."
+        );
         for outcome in Outcome::ALL {
             // Registered without a sample: every outcome's series exists from start.
             let _ = metrics::histogram!(EXECUTE_SECONDS, "outcome" => outcome.as_str());

@@ -306,7 +306,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
     let verifier = FenceVerifier::parse(&config.fence_public_keys)
         .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
     service_kit::install_metrics();
-    metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).absolute(0);
+    describe_metrics();
     let http = reqwest::Client::builder()
         .timeout(config.hop_budget)
         .build()?;
@@ -334,4 +334,25 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         RequestMetrics::for_service("rail-proxy"),
     );
     Ok(Service::bind(config.bind, app, config.http.clone()).await?)
+}
+
+/// HELP text of rail-proxy's own families, each registered at zero at start (an absent
+/// series is not a zero). The request families are described by `service_kit`.
+fn describe_metrics() {
+    metrics::describe_counter!(
+        DUPLICATE_ATTEMPTED_TOTAL,
+        "Submits refused before the rail because the payout already has a submission on record."
+    );
+    metrics::describe_counter!(
+        RAIL_CALLS_TOTAL,
+        "Rail calls (one per successful reserve), by the outcome recorded."
+    );
+    metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).increment(0);
+    for outcome in [
+        SubmissionOutcome::Acked,
+        SubmissionOutcome::Rejected,
+        SubmissionOutcome::Timeout,
+    ] {
+        metrics::counter!(RAIL_CALLS_TOTAL, "outcome" => outcome.as_str()).increment(0);
+    }
 }

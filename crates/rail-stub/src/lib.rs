@@ -107,7 +107,7 @@ async fn transfer(
             .copied();
         (seq, fault)
     };
-    metrics::counter!("rail_transfers_received_total").increment(1);
+    metrics::counter!(TRANSFERS_RECEIVED_TOTAL).increment(1);
     tracing::info!(event = "transfer_received", payout_id = transfer.payout_id, token = transfer.presented_token, seq, fault = ?fault);
     let reference = format!("RAIL-{seq:08}");
     let accepted = || {
@@ -222,9 +222,18 @@ fn router(state: AppState, request_timeout: Duration) -> Router {
     )
 }
 
+/// Transfers the stub received (C4).
+const TRANSFERS_RECEIVED_TOTAL: &str = "rail_transfers_received_total";
+
 /// Binds: a service ready to run.
 pub async fn build(config: &Config) -> anyhow::Result<Service> {
     service_kit::install_metrics();
+    // Exported from start at zero: an absent series is not a zero.
+    metrics::describe_counter!(
+        TRANSFERS_RECEIVED_TOTAL,
+        "Authenticated, well-formed transfers received, duplicates included (the witness)."
+    );
+    metrics::counter!(TRANSFERS_RECEIVED_TOTAL).increment(0);
     let clean = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Arc::from);
     let state = AppState {
         rail: Arc::default(),

@@ -34,6 +34,19 @@ pub struct RequestMetrics {
 }
 
 impl RequestMetrics {
+    /// HELP text of the two families (their label sets are known only per request).
+    fn describe(&self) {
+        metrics::describe_counter!(
+            self.requests_total,
+            "HTTP requests answered, by matched route template, method and status code."
+        );
+        metrics::describe_histogram!(
+            self.duration_seconds,
+            metrics::Unit::Seconds,
+            "Time from entering the metrics layer to the response, by route and method."
+        );
+    }
+
     /// `http_requests_total` and `http_request_duration_seconds` labelled `service`.
     pub fn for_service(service: &'static str) -> Self {
         Self {
@@ -51,6 +64,7 @@ pub fn common_layers(
     timeout: Duration,
     metrics: RequestMetrics,
 ) -> Router {
+    metrics.describe();
     router
         .layer(DefaultBodyLimit::max(body_limit_bytes))
         .layer(axum::Extension(BodyLimit(body_limit_bytes)))

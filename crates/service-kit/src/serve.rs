@@ -94,6 +94,11 @@ impl Service {
     }
 }
 
+/// Connections refused at the cap (C4).
+const CONNECTIONS_REFUSED_TOTAL: &str = "http_connections_refused_total";
+/// Failed accepts (C4).
+const ACCEPT_ERRORS_TOTAL: &str = "http_accept_errors_total";
+
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
 /// accepting, lets in-flight requests finish and closes idle connections.
 pub async fn serve(
@@ -103,6 +108,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
+    // Exported from start at zero: an absent series is not a zero.
+    metrics::describe_counter!(
+        CONNECTIONS_REFUSED_TOTAL,
+        "Connections closed at once because HTTP_CONNECTIONS_MAX connections were open."
+    );
+    metrics::describe_counter!(
+        ACCEPT_ERRORS_TOTAL,
+        "Failed accepts (e.g. out of file descriptors); each backs off 100 ms."
+    );
+    metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(0);
+    metrics::counter!(ACCEPT_ERRORS_TOTAL).increment(0);
     tracing::info!(
         event = "listening",
         addr = %addr,
@@ -125,7 +141,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(err) => {
-                    metrics::counter!("http_accept_errors_total").increment(1);
+                    metrics::counter!(ACCEPT_ERRORS_TOTAL).increment(1);
                     if let Some(suppressed) = accept_warn.allow() {
                         tracing::warn!(event = "accept_failed", error = %err, suppressed, "cannot accept connections (out of file descriptors?)");
                     }
@@ -135,7 +151,7 @@ pub async fn serve(
             },
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            metrics::counter!("http_connections_refused_total").increment(1);
+            metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(1);
             if let Some(suppressed) = refused_warn.allow() {
                 tracing::warn!(
                     event = "connection_refused",

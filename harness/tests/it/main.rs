@@ -4,5 +4,6 @@
 mod attack;
 mod executor_config;
 mod m2;
+mod metrics_hygiene;
 mod module_rule;
 mod sdk;
