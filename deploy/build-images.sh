@@ -3,7 +3,9 @@
 #   payouts/base:bookworm   Debian bookworm minbase + ca-certificates, curl, PostgreSQL 15,
 #                           made with debootstrap from Debian's packages (once; reused)
 #   payouts/postgres:15     PostgreSQL on that base, creating lockdb and paydb
-#   payouts/<service>:local each service from this checkout's release binaries
+#   payouts/<service>:local each service from this checkout's release binaries, FROM scratch:
+#                           the stripped binary, its shared libraries, busybox, user 10001
+#                           (at most SERVICE_IMAGE_MAX_BYTES, checked below)
 #   payouts/etcd:3.4        etcd from Debian's etcd-server package, for compose.etcd.yaml
 #   payouts/prometheus:2.42 Prometheus from Debian's prometheus package (and its web UI)
 # Re-running is cheap: the base is reused, cargo and docker reuse what did not change.
@@ -30,9 +32,15 @@ fi
 echo "cargo build --release (services) ..."
 cargo build --release --quiet -p lock-server -p payment-resource -p rail-proxy -p rail-stub -p payout-executor
 mkdir -p target/docker-bin
+# Service images are FROM scratch (deploy/Dockerfile): stripped binaries (the release
+# profile keeps debug info for perf), and a static busybox for their health checks.
 for entry in $SERVICES; do
-    cp -p "target/release/${entry%%:*}" target/docker-bin/
+    strip -o "target/docker-bin/${entry%%:*}" "target/release/${entry%%:*}"
 done
+if [ ! -x /bin/busybox ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
+fi
+cp -p /bin/busybox target/docker-bin/busybox
 
 # The classic builder: this machine has no buildx, and no registry to fetch it from.
 export DOCKER_BUILDKIT=0
@@ -55,7 +63,22 @@ for entry in $SERVICES; do
     name=${entry%%:*}
     port=${entry##*:}
     docker build --quiet -f deploy/Dockerfile --target service \
-        --build-arg BUILDER="$BASE" --build-arg BASE="$BASE" --build-arg BINARIES=prebuilt \
+        --build-arg BUILDER="$BASE" --build-arg BINARIES=prebuilt \
         --build-arg SERVICE="$name" --build-arg PORT="$port" -t "payouts/$name:local" . >/dev/null
     echo "built payouts/$name:local"
+done
+
+# Small, non-root service images (issue 14): refuse to hand on an image that grew.
+SERVICE_IMAGE_MAX_BYTES=$((50 * 1000 * 1000))
+for entry in $SERVICES; do
+    image="payouts/${entry%%:*}:local"
+    size=$(docker image inspect --format '{{.Size}}' "$image")
+    user=$(docker image inspect --format '{{.Config.User}}' "$image")
+    echo "$image: $((size / 1000 / 1000)) MB, user $user"
+    if [ "$size" -gt "$SERVICE_IMAGE_MAX_BYTES" ]; then
+        echo "$image is $size bytes, over $SERVICE_IMAGE_MAX_BYTES" >&2; exit 1
+    fi
+    if [ -z "$user" ] || [ "$user" = 0 ] || [ "$user" = root ]; then
+        echo "$image runs as root" >&2; exit 1
+    fi
 done

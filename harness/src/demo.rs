@@ -192,7 +192,12 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     if options.keep {
         println!("\nThe stack is up. Metrics:");
         for (i, server) in stack.lock_servers.iter().enumerate() {
-            println!("  lock-server-{}: {}/metrics", i + 1, server.url);
+            println!(
+                "  lock-server-{}: {}/metrics (log: {})",
+                i + 1,
+                server.url,
+                server.process.describe()
+            );
         }
         for (name, url) in [
             ("payment-resource", &stack.payment_url),
@@ -202,7 +207,12 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
             println!("  {name}: {url}/metrics");
         }
         for executor in &stack.executors {
-            println!("  {}: {}/metrics", executor.name, executor.url);
+            println!(
+                "  {}: {}/metrics (log: {})",
+                executor.name,
+                executor.url,
+                executor.process.describe()
+            );
         }
         println!("Logs: {}", stack.log_dir.display());
         println!("Press Ctrl-C to stop everything.");

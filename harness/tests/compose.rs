@@ -176,8 +176,9 @@ impl Drop for Down {
     }
 }
 
-/// The whole compose.yaml, as an operator starts it: Prometheus finds every target up,
-/// has loaded the alert rules, and the payout metrics are there before any payout exists.
+/// The whole compose.yaml, as an operator starts it: every service healthy and non-root on
+/// its small image, Prometheus finds every target up, has loaded the alert rules, and the
+/// payout metrics are there before any payout exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
     assert!(
@@ -189,6 +190,37 @@ async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
         .unwrap()
         .unwrap();
     let _down = Down;
+    // Every service's container turns healthy by its own HEALTHCHECK (the small images'
+    // busybox wget) and runs as a non-root user.
+    for service in [
+        "lock-server-1",
+        "lock-server-2",
+        "payment-resource",
+        "rail-proxy",
+        "rail-stub",
+        "executor-1",
+        "executor-2",
+    ] {
+        let container = harness::compose::Container::of_service(service).unwrap();
+        let inspect = |format: &str| {
+            let out = std::process::Command::new("docker")
+                .args(["inspect", "--format", format, &container.id])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        poll_until(
+            &format!("{service} to be healthy"),
+            Duration::from_secs(60),
+            || async { (inspect("{{.State.Health.Status}}") == "healthy").then_some(()) },
+        )
+        .await;
+        let user = inspect("{{.Config.User}}");
+        assert!(
+            !user.is_empty() && user != "0" && user != "root",
+            "{service} runs as {user:?}"
+        );
+    }
     let http = reqwest::Client::new();
     let targets = poll_until(
         "Prometheus to see every target up",
