@@ -1,7 +1,8 @@
 //! The workspace module rule (C5 `ct5-modules`), checked on `cargo metadata` output so it
 //! holds where cargo-deny is not installed:
 //! - among workspace crates, `payout-executor` depends on `lock-api` and `lock-client` only
-//!   (directly or through them);
+//!   (directly or through them), and so does `lockctl` (issue 14: the SDK is its only door
+//!   to the lock surface);
 //! - `lock-client` never depends on `lock-server`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,6 +11,8 @@ use serde_json::Value;
 
 /// The crates `payout-executor` may reach among workspace crates.
 pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client"];
+/// The crates `lockctl` may reach among workspace crates (the same: a client of the SDK).
+pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client"];
 
 /// Every breach of the rule in `metadata` (the JSON of `cargo metadata --format-version 1`),
 /// as human-readable lines. Empty means the rule holds.
@@ -61,11 +64,16 @@ pub fn violations(metadata: &Value) -> Vec<String> {
         seen
     };
     let mut found = Vec::new();
-    for reached in reachable("payout-executor") {
-        if !EXECUTOR_ALLOWED.contains(&reached.as_str()) {
-            found.push(format!(
-                "payout-executor depends on {reached}; allowed: {EXECUTOR_ALLOWED:?}"
-            ));
+    for (client, allowed) in [
+        ("payout-executor", EXECUTOR_ALLOWED),
+        ("lockctl", LOCKCTL_ALLOWED),
+    ] {
+        for reached in reachable(client) {
+            if !allowed.contains(&reached.as_str()) {
+                found.push(format!(
+                    "{client} depends on {reached}; allowed: {allowed:?}"
+                ));
+            }
         }
     }
     if reachable("lock-client").contains("lock-server") {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{FencingToken, LockKey};
 
 /// The JSON error body of every service.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// Machine-readable code.
@@ -42,6 +43,7 @@ impl From<ErrorCode> for WireCode {
 /// The codes of the lock surface and of the HTTP plumbing every service shares, with a
 /// fixed HTTP status. `FENCED_OUT` lives here because it is the fencing protocol's answer,
 /// spoken by any resource that checks tokens; payout-specific codes are `payment-api`'s.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {

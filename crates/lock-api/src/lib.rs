@@ -10,6 +10,8 @@ mod error;
 mod handle;
 mod ids;
 mod limits;
+#[cfg(feature = "openapi")]
+mod openapi;
 mod proof;
 mod throttle;
 mod wire;

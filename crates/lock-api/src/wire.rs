@@ -8,6 +8,7 @@ use crate::ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
 use crate::limits::TTL_ABSURD_MS;
 
 /// Which `LockStore` implementation answers; reported by L1 and used as a metric label.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
@@ -46,6 +47,7 @@ pub fn validate_requested_ttl(field: &'static str, ttl_ms: u64) -> Result<u64, V
 }
 
 /// L1 `POST /v1/sessions` request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSessionRequest {
@@ -53,10 +55,13 @@ pub struct CreateSessionRequest {
     pub owner_id: OwnerId,
     /// Requested session TTL; the server's `lock.session.ttl` when absent. Clamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
+    // TTL_ABSURD_MS: a test in openapi.rs keeps them equal
     pub ttl_ms: Option<u64>,
 }
 
 /// L1 response (201).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateSessionResponse {
     /// The new session's id.
@@ -70,6 +75,7 @@ pub struct CreateSessionResponse {
 }
 
 /// L2 `POST /v1/sessions/{session_id}/heartbeat` response (200).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatResponse {
     /// The session TTL the heartbeat extended by.
@@ -79,6 +85,7 @@ pub struct HeartbeatResponse {
 }
 
 /// L4 `POST /v1/locks/{lock_key}/acquire` request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireRequest {
@@ -86,10 +93,13 @@ pub struct AcquireRequest {
     pub session_id: SessionId,
     /// Requested lease; the server's `lock.default.ttl` when absent. Clamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
+    // TTL_ABSURD_MS: a test in openapi.rs keeps them equal
     pub ttl_ms: Option<u64>,
 }
 
 /// L4 and L5 response (200): a grant. Renew returns the same token.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockGrant {
     /// The key granted.
@@ -109,6 +119,7 @@ pub struct LockGrant {
 }
 
 /// L5 `POST /v1/locks/{lock_key}/renew` request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
@@ -121,6 +132,7 @@ pub struct RenewRequest {
 /// L6 `POST /v1/locks/{lock_key}/release` request: compare-and-delete on key, token and
 /// holding session. The session id is the holder's proof: L7 never shows it, so knowing
 /// the key and the token is not enough to release someone else's lock.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
@@ -131,6 +143,7 @@ pub struct ReleaseRequest {
 }
 
 /// L6 response (200). A stale token is `released: false`, not an error.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseResponse {
     /// Whether a live grant with that key and token was deleted.
@@ -139,6 +152,7 @@ pub struct ReleaseResponse {
 
 /// L7 `GET /v1/locks/{lock_key}` response (200): who holds the key now. It names the
 /// holder's owner, never its session id: the session id is what L2-L6 require.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockInfo {
     /// The key.
@@ -153,6 +167,7 @@ pub struct LockInfo {
 
 /// L8 `POST /v1/locks/{lock_key}/revoke` response (200). This is the revoke result only:
 /// never an acquire or held-check result.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockOutcome {
     /// The key.

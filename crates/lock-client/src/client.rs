@@ -7,12 +7,16 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lock_api::{CreateSessionRequest, LockError, OwnerId, ReleaseRequest, RetryVerdict};
+use lock_api::{
+    AcquireRequest, CreateSessionRequest, ErrorCode, FencingToken, LockError, LockGrant, LockInfo,
+    LockKey, LockOutcome, OwnerId, ReleaseRequest, RetryVerdict, SessionId,
+};
 use tokio::sync::mpsc;
 
 use crate::background::Background;
+use crate::backoff;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{ConfigError, LockClientConfig};
+use crate::config::{AcquirePolicy, ConfigError, Credential, LockClientConfig};
 use crate::core::{SessionCore, TickGrid};
 use crate::heartbeat;
 use crate::session::{LockClientSession, Shared};
@@ -239,6 +243,170 @@ impl LockClient {
         }))
     }
 
+    /// One-shot L4 for a session this process does not track (one opened elsewhere, e.g. by
+    /// `lockctl session open` and [`LockClientSession::detach`]): retries `LOCK_HELD` with
+    /// full-jitter backoff within `policy` (budget on the SDK's clock, `max_attempts`), moving
+    /// to the next endpoint after `NOT_LEADER` or no answer, as
+    /// [`LockClientSession::acquire`] does. `Ok(None)`: still held by another session when the
+    /// policy ran out.
+    ///
+    /// Returns the server's grant record, not a handle: nothing in this process heartbeats
+    /// the session or renews the lease, so the grant is good for at most
+    /// `lease_ms × (1 − safety margin)` from before this call, and the session's own TTL
+    /// bounds it too. A session that holds `key` already is answered its own grant again
+    /// (same token). Records no metrics (the session's backend is unknown here).
+    pub async fn acquire_as(
+        &self,
+        session: SessionId,
+        key: &LockKey,
+        ttl: Duration,
+        policy: &AcquirePolicy,
+    ) -> Result<Option<LockGrant>, LockError> {
+        let clock = &self.inner.clock;
+        let endpoints = &self.inner.config.endpoints;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let budget_nanos = u64::try_from(policy.budget.as_nanos()).unwrap_or(u64::MAX);
+        let started = clock.now_nanos();
+        let mut rng = fastrand::Rng::new();
+        let mut endpoint = 0usize;
+        let mut attempt: u32 = 0;
+        let last = loop {
+            attempt = attempt.saturating_add(1);
+            let call = Call::Acquire(
+                key.clone(),
+                AcquireRequest {
+                    session_id: session,
+                    ttl_ms: Some(ttl_ms),
+                },
+            );
+            let err = match self
+                .inner
+                .app_transport
+                .send(&endpoints[endpoint % endpoints.len()], call)
+                .await
+            {
+                Ok(Reply::Grant(grant))
+                    if grant.lock_key == *key && grant.session_id == session =>
+                {
+                    return Ok(Some(grant));
+                }
+                Ok(other) => {
+                    return Err(LockError::Protocol {
+                        status: 200,
+                        message: format!("acquire answered {other:?}"),
+                    });
+                }
+                Err(err) => wire_error(err),
+            };
+            match err.retry() {
+                RetryVerdict::Never => return Err(err),
+                RetryVerdict::NextTick => endpoint = endpoint.wrapping_add(1),
+                RetryVerdict::Backoff => {}
+            }
+            let remaining = budget_nanos.saturating_sub(clock.now_nanos().wrapping_sub(started));
+            if attempt >= policy.max_attempts || remaining == 0 {
+                break err;
+            }
+            let jitter = backoff::full_jitter(policy.base, policy.cap, attempt - 1, &mut rng);
+            clock
+                .sleep(jitter.min(Duration::from_nanos(remaining)))
+                .await;
+        };
+        match last {
+            LockError::Contention { .. } => Ok(None),
+            err => Err(err),
+        }
+    }
+
+    /// One-shot L6 for a session this process does not track: compare-and-delete on `key`,
+    /// `token` and `session`. `Ok(true)`: the grant was deleted; `Ok(false)`: there was no
+    /// live grant of this key with this token and session (already released, expired,
+    /// revoked, or never this session's). Tries each endpoint once on `NOT_LEADER` or no
+    /// answer.
+    pub async fn release_as(
+        &self,
+        session: SessionId,
+        key: &LockKey,
+        token: FencingToken,
+    ) -> Result<bool, LockError> {
+        let call = Call::Release(
+            key.clone(),
+            ReleaseRequest {
+                session_id: session,
+                fencing_token: token,
+            },
+        );
+        match self.call_any(call).await? {
+            Reply::Released(answer) => Ok(answer.released),
+            other => Err(unexpected("release", &other)),
+        }
+    }
+
+    /// One-shot L3: ends `session` on the server with all its grants (idempotent: an unknown
+    /// session is not an error). Unlike [`LockClientSession::close`] it reports a failure,
+    /// since nothing will retry it. Tries each endpoint once on `NOT_LEADER` or no answer.
+    pub async fn close_session(&self, session: SessionId) -> Result<(), LockError> {
+        match self.call_any(Call::DeleteSession(session)).await? {
+            Reply::Deleted => Ok(()),
+            other => Err(unexpected("close session", &other)),
+        }
+    }
+
+    /// L7: the key's live grant — token, owner and display expiry, never a session id — or
+    /// `None` when no live grant exists. For operators and tools: no client may decide
+    /// whether a write is safe from it (the fencing token does). Tries each endpoint once on
+    /// `NOT_LEADER` or no answer.
+    pub async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
+        match self.call_any(Call::Inspect(key.clone())).await {
+            Ok(Reply::Info(info)) => Ok(Some(info)),
+            Ok(other) => Err(unexpected("inspect", &other)),
+            Err(NotHeld) => Ok(None),
+            Err(Failed(err)) => Err(err),
+        }
+    }
+
+    /// L8: revokes the key's live grant, if any, presenting `admin` (the operators'
+    /// `LOCK_ADMIN_TOKEN`) instead of the client's credential. The holder learns it at its
+    /// next renewal (`LOCK_LOST`); the token is never reused. Tries each endpoint once on
+    /// `NOT_LEADER` or no answer.
+    pub async fn revoke(
+        &self,
+        key: &LockKey,
+        admin: &Credential,
+    ) -> Result<LockOutcome, LockError> {
+        match self
+            .call_any(Call::Revoke(key.clone(), admin.clone()))
+            .await?
+        {
+            Reply::Revoked(outcome) => Ok(outcome),
+            other => Err(unexpected("revoke", &other)),
+        }
+    }
+
+    /// Sends `call` to each endpoint in order until one answers anything but `NOT_LEADER`
+    /// or nothing.
+    async fn call_any(&self, call: Call) -> Result<Reply, OneShotError> {
+        let mut last = None;
+        for endpoint in &self.inner.config.endpoints {
+            match self.inner.app_transport.send(endpoint, call.clone()).await {
+                Ok(reply) => return Ok(reply),
+                Err(TransportError::Status { body, .. }) if body.code == ErrorCode::LockNotHeld => {
+                    return Err(NotHeld);
+                }
+                Err(err) => {
+                    let err = wire_error(err);
+                    if err.retry() != RetryVerdict::NextTick {
+                        return Err(Failed(err));
+                    }
+                    last = Some(err);
+                }
+            }
+        }
+        Err(Failed(last.unwrap_or(LockError::Unavailable {
+            message: "no endpoint configured".into(),
+        })))
+    }
+
     /// Test and fault-injection hook: the heartbeat thread stops doing anything (no L2, no L5,
     /// no loss delivery), as if its process were frozen. `check_still_held` still applies the
     /// local deadline. There is no way back: use it only to observe expiry.
@@ -273,6 +441,41 @@ impl LockClient {
 impl Drop for LockClient {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Why a one-shot call failed: L7's "no live grant" is an answer, not an error.
+enum OneShotError {
+    NotHeld,
+    Failed(LockError),
+}
+
+use OneShotError::{Failed, NotHeld};
+
+impl From<OneShotError> for LockError {
+    fn from(err: OneShotError) -> Self {
+        match err {
+            NotHeld => LockError::Protocol {
+                status: 404,
+                message: "LOCK_NOT_HELD".into(),
+            },
+            Failed(err) => err,
+        }
+    }
+}
+
+/// A transport failure as the caller sees it (no grant context: `LOCK_LOST` is `Protocol`).
+fn wire_error(err: TransportError) -> LockError {
+    match err {
+        TransportError::Unreachable(message) => LockError::Unavailable { message },
+        TransportError::Status { status, body } => LockError::from_wire(status, body, None),
+    }
+}
+
+fn unexpected(what: &str, reply: &Reply) -> LockError {
+    LockError::Protocol {
+        status: 200,
+        message: format!("{what} answered {reply:?}"),
     }
 }
 

@@ -607,6 +607,19 @@ impl LockClientSession {
         }
     }
 
+    /// Lets go of the session in this process without ending it on the server, and returns
+    /// its id: no more heartbeats or loss delivery here, and no L3, now or on drop. Grants it
+    /// holds count as lost here (`SessionClosed`), as after [`close`](Self::close); a handle
+    /// still armed is released in the background when dropped. On the server the session
+    /// lives until its TTL runs out: nothing heartbeats it any more (the one-shot calls,
+    /// [`LockClient::acquire_as`](crate::LockClient::acquire_as) and the others, do not).
+    /// For tools that keep a session across processes (`lockctl session open`); the id is
+    /// the session's capability, keep it secret.
+    pub fn detach(self) -> SessionId {
+        self.shared.mark_closed();
+        self.shared.id
+    }
+
     /// Ends the session: no more heartbeats for it, L3 sent best effort (never fails).
     pub async fn close(self) {
         self.shared.mark_closed();

@@ -1,7 +1,8 @@
 //! An in-memory lock service behind the [`Transport`] seam, for unit tests, doc examples and
 //! the simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete
 //! release and sessions behave as the lock-server's do; leases never expire on their own
-//! (tests drive loss with faults and a [`FakeClock`]). Faults: fail the next call of a kind,
+//! (tests drive loss with faults and a [`FakeClock`]); L7 and L8 answer too (L8 accepts any
+//! credential). Faults: fail the next call of a kind,
 //! fail every call of a kind, clamp leases, delay replies on a fake clock. [`Rig`] puts a
 //! real client on a manual fake clock over it (the SDK's own tests and the executor's).
 
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
     Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken, HeartbeatResponse,
-    LockGrant, LockKey, ReleaseResponse, SessionId,
+    LockGrant, LockInfo, LockKey, LockOutcome, OwnerId, ReleaseResponse, SessionId,
 };
 
 use std::sync::Arc;
@@ -90,11 +91,28 @@ impl Rig {
     pub fn now(&self) -> u64 {
         self.clock.now_nanos()
     }
+
+    /// Drives `future` to completion, advancing the clock by `step` whenever it waits (an
+    /// acquire's backoff sleeps on this clock).
+    pub async fn drive<T>(
+        &self,
+        step: Duration,
+        future: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(future);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut future => return out,
+                () = tokio::task::yield_now() => self.clock.advance(step),
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
-    sessions: HashMap<SessionId, u64>,
+    sessions: HashMap<SessionId, (u64, OwnerId)>,
     locks: HashMap<LockKey, (FencingToken, SessionId, u64)>,
     fences: HashMap<LockKey, FencingToken>,
     calls: Vec<Call>,
@@ -191,7 +209,7 @@ impl MemoryTransport {
             Call::CreateSession(req) => {
                 let id = SessionId::random();
                 let ttl_ms = req.ttl_ms.unwrap_or(10_000);
-                state.sessions.insert(id, ttl_ms);
+                state.sessions.insert(id, (ttl_ms, req.owner_id));
                 Ok(Reply::Session(CreateSessionResponse {
                     session_id: id,
                     ttl_ms,
@@ -200,7 +218,7 @@ impl MemoryTransport {
                 }))
             }
             Call::Heartbeat(id) => match state.sessions.get(&id) {
-                Some(ttl_ms) => Ok(Reply::Heartbeat(HeartbeatResponse {
+                Some((ttl_ms, _)) => Ok(Reply::Heartbeat(HeartbeatResponse {
                     ttl_ms: *ttl_ms,
                     expires_at: now,
                 })),
@@ -271,6 +289,29 @@ impl MemoryTransport {
                     state.locks.remove(&key);
                 }
                 Ok(Reply::Released(ReleaseResponse { released }))
+            }
+            Call::Inspect(key) => match state.locks.get(&key) {
+                Some((token, holder, _)) => Ok(Reply::Info(LockInfo {
+                    lock_key: key.clone(),
+                    fencing_token: *token,
+                    owner_id: state
+                        .sessions
+                        .get(holder)
+                        .map(|(_, o)| o.clone())
+                        .ok_or_else(|| {
+                            status(ErrorCode::Internal, "a grant of an unknown session")
+                        })?,
+                    expires_at: now,
+                })),
+                None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
+            },
+            Call::Revoke(key, _admin) => {
+                let revoked = state.locks.remove(&key).map(|(token, _, _)| token);
+                Ok(Reply::Revoked(LockOutcome {
+                    lock_key: key,
+                    revoked: revoked.is_some(),
+                    fencing_token: revoked,
+                }))
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs
 //! over real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its
-//! HTTP implementation are the only place that knows the lock surface's paths (L1-L6).
+//! HTTP implementation are the only place that knows the lock surface's paths (L1-L8).
 
 use std::fmt;
 use std::time::Duration;
@@ -8,9 +8,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
-    HeartbeatResponse, LockGrant, LockKey, ReleaseRequest, ReleaseResponse, RenewRequest,
-    SessionId,
+    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
+    RenewRequest, SessionId,
 };
+
+use crate::config::Credential;
 
 /// How long an idle pooled connection is kept: below the servers' default header-read and
 /// idle timeout (10 s, `HTTP_HEADER_READ_TIMEOUT`), so a call never goes out on a connection
@@ -43,6 +45,11 @@ pub enum Call {
     Renew(LockKey, RenewRequest),
     /// L6.
     Release(LockKey, ReleaseRequest),
+    /// L7: who holds the key (operators and tools; never a safety decision).
+    Inspect(LockKey),
+    /// L8: revoke the key's grant, presenting the operators' credential (`LOCK_ADMIN_TOKEN`)
+    /// instead of the transport's own.
+    Revoke(LockKey, Credential),
 }
 
 impl Call {
@@ -55,6 +62,8 @@ impl Call {
             Self::Acquire(..) => "acquire",
             Self::Renew(..) => "renew",
             Self::Release(..) => "release",
+            Self::Inspect(_) => "inspect",
+            Self::Revoke(..) => "revoke",
         }
     }
 }
@@ -72,6 +81,10 @@ pub enum Reply {
     Grant(LockGrant),
     /// L6 (200).
     Released(ReleaseResponse),
+    /// L7 (200).
+    Info(LockInfo),
+    /// L8 (200).
+    Revoked(LockOutcome),
 }
 
 /// A failed call.
@@ -121,7 +134,7 @@ impl HttpTransport {
     /// `credential` as a bearer token.
     pub fn new(
         request_timeout: Duration,
-        credential: Option<&crate::config::Credential>,
+        credential: Option<&Credential>,
     ) -> Result<Self, TransportError> {
         let headers = match credential {
             Some(credential) => bearer_headers(credential.expose()).ok_or_else(|| {
@@ -215,6 +228,23 @@ impl Transport for HttpTransport {
                     .post(format!("{base}/v1/locks/{key}/release"))
                     .json(&body);
                 Self::json(request, S::OK).await.map(Reply::Released)
+            }
+            Call::Inspect(key) => {
+                let request = self.http.get(format!("{base}/v1/locks/{key}"));
+                Self::json(request, S::OK).await.map(Reply::Info)
+            }
+            Call::Revoke(key, admin) => {
+                // A request header replaces the default one: only the admin credential goes.
+                let headers = bearer_headers(admin.expose()).ok_or_else(|| {
+                    TransportError::Unreachable(
+                        "the admin credential is not a valid header value".into(),
+                    )
+                })?;
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/locks/{key}/revoke"))
+                    .headers(headers);
+                Self::json(request, S::OK).await.map(Reply::Revoked)
             }
         }
     }

@@ -3,6 +3,8 @@
 //! only), re-fence (operators), ledger summary. Each write checks, in this order: the
 //! caller's role credential, the path, the token and its signed proof, then the fence.
 
+pub mod openapi;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_api::{ErrorCode, FenceVerifier, FencingToken, WireCode};
+use lock_api::{ErrorBody, ErrorCode, FenceVerifier, FencingToken, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, PaymentCode, Payout, RecordOutcome, Reservation,
@@ -86,6 +88,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/health/live", get(service_kit::live))
         .route("/health/ready", get(ready))
         .route("/metrics", get(service_kit::render_metrics))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(service_kit::not_found)
         .with_state(state);
     common_layers(
@@ -211,6 +214,14 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
     Ok(key.to_owned())
 }
 
+#[utoipa::path(post, path = "/v1/payouts", tag = "payouts", operation_id = "P0_create",
+    params(("Idempotency-Key" = String, Header, description = "required, sent once: 1 to 128 visible ASCII characters")),
+    request_body = CreatePayout, security(("payment_creator" = [])),
+    responses((status = 201, description = "created, PENDING", body = Payout),
+        (status = 200, description = "the key was used before with the same body: the same payout", body = Payout),
+        (status = 400, description = "INVALID_ARGUMENT: body, Idempotency-Key, amount_minor, currency or beneficiary", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not the creators' credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYMENT_CREATOR_TOKEN unset", body = ErrorBody)))]
 async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -245,6 +256,15 @@ struct ListQuery {
     after: Option<i64>,
 }
 
+#[utoipa::path(get, path = "/v1/payouts", tag = "payouts", operation_id = "P1_list_claimable",
+    params(("claimable" = bool, Query, description = "must be true: only claimable listings are served"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "page size, default 50"),
+        ("after" = Option<i64>, Query, minimum = 0, description = "keyset paging: only payouts with a larger id")),
+    security(("payout_executor" = [])),
+    responses((status = 200, description = "non-terminal payouts in id order", body = Vec<Payout>),
+        (status = 400, description = "INVALID_ARGUMENT: claimable, limit, after or query", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not the executors' credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYOUT_EXECUTOR_TOKEN unset", body = ErrorBody)))]
 async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -275,6 +295,10 @@ async fn list(
     Ok(Json(state.store.list_claimable(after, limit).await?))
 }
 
+#[utoipa::path(get, path = "/v1/payouts/{payout_id}", tag = "payouts", operation_id = "P1_get",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")),
+    responses((status = 200, description = "the payout", body = Payout),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody)))]
 async fn get_payout(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -282,6 +306,14 @@ async fn get_payout(
     Ok(Json(state.store.get(payout_id(&id)?).await?))
 }
 
+#[utoipa::path(post, path = "/v1/payouts/{payout_id}/claim", tag = "payouts", operation_id = "P2_claim",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), security(("payout_executor" = [])),
+    responses((status = 200, description = "claimed: fence = the token", body = Payout),
+        (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "FENCED_OUT (token below the fence) or ALREADY_TERMINAL", body = ErrorBody)))]
 async fn claim(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -291,6 +323,14 @@ async fn claim(
     Ok(Json(state.store.claim(id, token).await?))
 }
 
+#[utoipa::path(post, path = "/v1/payouts/{payout_id}/submissions", tag = "submissions", operation_id = "reserve",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), security(("payment_proxy" = [])),
+    responses((status = 201, description = "reserved: payout SUBMITTED, submission IN_FLIGHT", body = Reservation),
+        (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "FENCED_OUT, ALREADY_TERMINAL or ALREADY_SUBMITTED", body = ErrorBody)))]
 async fn reserve(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -303,6 +343,10 @@ async fn reserve(
     ))
 }
 
+#[utoipa::path(get, path = "/v1/payouts/{payout_id}/submission", tag = "submissions", operation_id = "get_submission",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")),
+    responses((status = 200, description = "the payout's one submission", body = Submission),
+        (status = 404, description = "SUBMISSION_UNKNOWN (also when the payout does not exist)", body = ErrorBody)))]
 async fn get_submission(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -310,6 +354,14 @@ async fn get_submission(
     Ok(Json(state.store.submission(payout_id(&id)?).await?))
 }
 
+#[utoipa::path(post, path = "/v1/payouts/{payout_id}/submission/outcome", tag = "submissions", operation_id = "record_outcome",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), request_body = RecordOutcome, security(("payment_proxy" = [])),
+    responses((status = 200, description = "the submission as recorded", body = Submission),
+        (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "FENCED_OUT (not the reserving token) or ALREADY_SUBMITTED (another outcome recorded)", body = ErrorBody)))]
 async fn record_outcome(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -320,6 +372,14 @@ async fn record_outcome(
     Ok(Json(state.store.record_outcome(id, token, &req).await?))
 }
 
+#[utoipa::path(post, path = "/v1/payouts/{payout_id}/post", tag = "payouts", operation_id = "P3_post",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), security(("payout_executor" = [])),
+    responses((status = 200, description = "posted: SETTLED, REJECTED or RAIL_AMBIGUOUS (a terminal payout: unchanged)", body = Payout),
+        (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "FENCED_OUT or SUBMISSION_IN_FLIGHT", body = ErrorBody)))]
 async fn post_result(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -333,6 +393,14 @@ async fn post_result(
     Ok(Json(payout))
 }
 
+#[utoipa::path(post, path = "/v1/payouts/{payout_id}/refence", tag = "admin", operation_id = "refence",
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), security(("payment_admin" = [])),
+    responses((status = 200, description = "fence = the token, even when lower; state unchanged", body = Payout),
+        (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
+        (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "ALREADY_TERMINAL", body = ErrorBody)))]
 /// Operator repair of a payout no genuine token can move (a fence raised by a forged or
 /// foreign token): the operator acquires `payout:{id}` from the lock service and presents
 /// that grant's token and proof; the fence is set to it, even downwards. Audited: a WARN
@@ -356,10 +424,15 @@ async fn refence(
     Ok(Json(payout))
 }
 
+#[utoipa::path(get, path = "/v1/ledger/summary", tag = "ledger", operation_id = "ledger_summary",
+    responses((status = 200, description = "the balance check of I6", body = LedgerSummary)))]
 async fn ledger_summary(State(state): State<AppState>) -> ApiResult<Json<LedgerSummary>> {
     Ok(Json(state.store.ledger_summary().await?))
 }
 
+#[utoipa::path(get, path = "/health/ready", tag = "health", operation_id = "ready",
+    responses((status = 200, description = "paydb answers"),
+        (status = 503, description = "STORE_UNAVAILABLE", body = ErrorBody)))]
 async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
     state.store.ready().await?;
     Ok(StatusCode::OK)

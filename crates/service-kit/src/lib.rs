@@ -11,6 +11,7 @@ mod extract;
 mod json;
 mod layers;
 pub mod logging;
+pub mod openapi;
 mod parse_errors;
 mod serve;
 pub mod shutdown;

@@ -79,10 +79,10 @@ fn data_root() -> Result<TempDir, String> {
         b
     };
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = builder.tempdir_in(shm) {
-            return Ok(dir);
-        }
+    if shm.is_dir()
+        && let Ok(dir) = builder.tempdir_in(shm)
+    {
+        return Ok(dir);
     }
     builder
         .tempdir()
@@ -348,10 +348,10 @@ impl EtcdCluster {
             let agreed = leaders.first().copied().filter(|l| {
                 *l != 0 && leaders.len() * 2 > self.specs.len() && leaders.iter().all(|x| x == l)
             });
-            if let Some(leader) = agreed {
-                if let Some((index, _)) = ids.iter().find(|(_, id)| *id == leader) {
-                    return Ok(*index);
-                }
+            if let Some(leader) = agreed
+                && let Some((index, _)) = ids.iter().find(|(_, id)| *id == leader)
+            {
+                return Ok(*index);
             }
             if started.elapsed() > deadline {
                 return Err(format!(

@@ -11,12 +11,14 @@
 //! - [`binaries`]: workspace binaries built on demand.
 //! - [`bad_input`]: table-driven bad-request checks.
 //! - [`keys`]: the test signing key and its public entry.
+//! - [`openapi`]: the checked-in OpenAPI documents and their agreement with C3.
 
 pub mod bad_input;
 pub mod binaries;
 pub mod etcd;
 pub mod keys;
 pub mod net;
+pub mod openapi;
 pub mod pg;
 pub mod poll;
 pub mod process;

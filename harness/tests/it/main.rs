@@ -3,6 +3,7 @@
 
 mod attack;
 mod executor_config;
+mod lockctl;
 mod m2;
 mod metrics_hygiene;
 mod module_rule;

@@ -28,7 +28,9 @@ fn the_workspace_obeys_the_module_rule() {
         .filter_map(|p| p["name"].as_str())
         .collect();
     assert!(
-        names.contains(&"payout-executor") && names.contains(&"lock-client"),
+        names.contains(&"payout-executor")
+            && names.contains(&"lock-client")
+            && names.contains(&"lockctl"),
         "{names:?}"
     );
     assert_eq!(violations(&metadata), Vec::<String>::new());
@@ -64,5 +66,13 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
         has("payout-executor depends on payment-api"),
         "nor is anything reached through it: {found:?}"
     );
-    assert_eq!(found.len(), 5, "{found:?}");
+    assert!(
+        has("lockctl depends on test-support"),
+        "lockctl is held to the SDK too, its own dev edges included: {found:?}"
+    );
+    assert!(
+        !has("lockctl depends on lock-server"),
+        "lock-client's dev edge to lock-server is not lockctl's: {found:?}"
+    );
+    assert_eq!(found.len(), 6, "{found:?}");
 }

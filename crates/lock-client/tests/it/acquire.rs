@@ -11,18 +11,6 @@ const QUIET: Duration = Duration::from_secs(3600);
 const LEASE: Duration = Duration::from_secs(10);
 const STEP: Duration = Duration::from_millis(1);
 
-/// Drives `future` to completion, advancing the fake clock by `STEP` whenever it waits.
-async fn drive<T>(rig: &Rig, future: impl std::future::Future<Output = T>) -> T {
-    tokio::pin!(future);
-    loop {
-        tokio::select! {
-            biased;
-            out = &mut future => return out,
-            _ = tokio::task::yield_now() => rig.clock.advance(STEP),
-        }
-    }
-}
-
 #[tokio::test]
 async fn contended_acquire_gives_up_within_its_budget_with_none() {
     let rig = Rig::new(QUIET);
@@ -38,7 +26,10 @@ async fn contended_acquire_gives_up_within_its_budget_with_none() {
         ..AcquirePolicy::default()
     };
     let start = rig.clock.now_nanos();
-    let outcome = drive(&rig, b.acquire(&key, LEASE, &policy)).await.unwrap();
+    let outcome = rig
+        .drive(STEP, b.acquire(&key, LEASE, &policy))
+        .await
+        .unwrap();
     let spent = Duration::from_nanos(rig.clock.now_nanos().wrapping_sub(start));
     assert!(outcome.is_none(), "contention is Ok(None), not an error");
     assert!(
@@ -81,7 +72,8 @@ async fn contended_acquire_wins_once_the_holder_releases() {
         }
     }
     a.release(held).await.unwrap();
-    let won = drive(&rig, waiter)
+    let won = rig
+        .drive(STEP, waiter)
         .await
         .unwrap()
         .expect("b wins within its budget");
@@ -138,7 +130,8 @@ async fn no_leader_anywhere_is_an_error_not_contention() {
         ..AcquirePolicy::default()
     };
     let key = LockKey::parse("k").unwrap();
-    let err = drive(&rig, session.acquire(&key, LEASE, &policy))
+    let err = rig
+        .drive(STEP, session.acquire(&key, LEASE, &policy))
         .await
         .unwrap_err();
     assert!(
@@ -174,7 +167,8 @@ async fn a_regrant_of_an_unanswered_releases_token_is_released_again_and_replace
         budget: Duration::from_millis(500),
         ..AcquirePolicy::default()
     };
-    let second = drive(&rig, session.acquire(&key, LEASE, &policy))
+    let second = rig
+        .drive(STEP, session.acquire(&key, LEASE, &policy))
         .await
         .unwrap()
         .expect("a fresh grant after the second release");

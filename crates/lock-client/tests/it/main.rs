@@ -6,5 +6,6 @@
 mod acquire;
 mod deadline;
 mod loss;
+mod one_shot;
 mod source_rules;
 mod support;

@@ -4,9 +4,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
-    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorCode, FencingToken,
-    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
-    RenewRequest, SessionId, validate_requested_ttl,
+    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
+    FencingToken, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest,
+    ReleaseResponse, RenewRequest, SessionId, validate_requested_ttl,
 };
 
 use crate::metrics as m;
@@ -28,6 +28,10 @@ fn session_from_path(raw: &str) -> ApiResult<SessionId> {
 // one `info` line with the store's own expiry (`expires_at`, RFC 3339), logged before the
 // answer leaves. The harness checks invariants I3 and I4 from it.
 
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", operation_id = "L1_create_session",
+    request_body = CreateSessionRequest, security(("lock_client" = [])),
+    responses((status = 201, description = "the session, with the TTL granted", body = CreateSessionResponse),
+        (status = 400, description = "INVALID_ARGUMENT: owner_id, ttl_ms, an unknown field or a malformed body", body = ErrorBody)))]
 /// L1 `POST /v1/sessions`.
 pub async fn create_session(
     State(state): State<AppState>,
@@ -55,6 +59,12 @@ pub async fn create_session(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/heartbeat", tag = "sessions", operation_id = "L2_heartbeat",
+    params(("session_id" = SessionId, Path, description = "the session id L1 answered (a UUID)")), security(("lock_client" = [])),
+    responses((status = 200, description = "extended by its TTL", body = HeartbeatResponse),
+        (status = 400, description = "INVALID_ARGUMENT: session_id is not a UUID", body = ErrorBody),
+        (status = 404, description = "SESSION_UNKNOWN: never existed, deleted, or expired and reaped", body = ErrorBody),
+        (status = 410, description = "SESSION_EXPIRED: expired, not yet reaped", body = ErrorBody)))]
 /// L2 `POST /v1/sessions/{session_id}/heartbeat`.
 pub async fn heartbeat(
     State(state): State<AppState>,
@@ -69,6 +79,10 @@ pub async fn heartbeat(
     }))
 }
 
+#[utoipa::path(delete, path = "/v1/sessions/{session_id}", tag = "sessions", operation_id = "L3_delete_session",
+    params(("session_id" = SessionId, Path, description = "the session id L1 answered (a UUID)")), security(("lock_client" = [])),
+    responses((status = 204, description = "deleted with its grants, or never existed"),
+        (status = 400, description = "INVALID_ARGUMENT: session_id is not a UUID", body = ErrorBody)))]
 /// L3 `DELETE /v1/sessions/{session_id}`: 204 whether or not it existed.
 pub async fn delete_session(
     State(state): State<AppState>,
@@ -81,6 +95,13 @@ pub async fn delete_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(post, path = "/v1/locks/{lock_key}/acquire", tag = "locks", operation_id = "L4_acquire",
+    params(("lock_key" = LockKey, Path, description = "the lock key")), request_body = AcquireRequest, security(("lock_client" = [])),
+    responses((status = 200, description = "granted: a new token, or the same token to the same session", body = LockGrant),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, an unknown field or the body", body = ErrorBody),
+        (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "LOCK_HELD: another live session holds it", body = ErrorBody),
+        (status = 410, description = "SESSION_EXPIRED", body = ErrorBody)))]
 /// L4 `POST /v1/locks/{lock_key}/acquire`.
 pub async fn acquire(
     State(state): State<AppState>,
@@ -121,6 +142,13 @@ pub async fn acquire(
     }
 }
 
+#[utoipa::path(post, path = "/v1/locks/{lock_key}/renew", tag = "locks", operation_id = "L5_renew",
+    params(("lock_key" = LockKey, Path, description = "the lock key")), request_body = RenewRequest, security(("lock_client" = [])),
+    responses((status = 200, description = "renewed: the same token, a fresh lease", body = LockGrant),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, fencing_token, an unknown field or the body", body = ErrorBody),
+        (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
+        (status = 409, description = "LOCK_LOST: no live grant with this key, session and token", body = ErrorBody),
+        (status = 410, description = "SESSION_EXPIRED", body = ErrorBody)))]
 /// L5 `POST /v1/locks/{lock_key}/renew`.
 pub async fn renew(
     State(state): State<AppState>,
@@ -147,6 +175,10 @@ pub async fn renew(
     }
 }
 
+#[utoipa::path(post, path = "/v1/locks/{lock_key}/release", tag = "locks", operation_id = "L6_release",
+    params(("lock_key" = LockKey, Path, description = "the lock key")), request_body = ReleaseRequest, security(("lock_client" = [])),
+    responses((status = 200, description = "whether this call deleted the grant (a stale token is false, not an error)", body = ReleaseResponse),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, fencing_token, an unknown field or the body", body = ErrorBody)))]
 /// L6 `POST /v1/locks/{lock_key}/release`: compare-and-delete on key, session and token.
 pub async fn release(
     State(state): State<AppState>,
@@ -163,6 +195,11 @@ pub async fn release(
     Ok(Json(ReleaseResponse { released }))
 }
 
+#[utoipa::path(get, path = "/v1/locks/{lock_key}", tag = "locks", operation_id = "L7_inspect",
+    params(("lock_key" = LockKey, Path, description = "the lock key")), security(("lock_client" = [])),
+    responses((status = 200, description = "the live grant (never its session id)", body = LockInfo),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key", body = ErrorBody),
+        (status = 404, description = "LOCK_NOT_HELD: no live grant", body = ErrorBody)))]
 /// L7 `GET /v1/locks/{lock_key}`.
 pub async fn get_lock(
     State(state): State<AppState>,
@@ -178,6 +215,12 @@ pub async fn get_lock(
     }
 }
 
+#[utoipa::path(post, path = "/v1/locks/{lock_key}/revoke", tag = "admin", operation_id = "L8_revoke",
+    params(("lock_key" = LockKey, Path, description = "the lock key")), security(("lock_admin" = [])),
+    responses((status = 200, description = "the revoke result", body = LockOutcome),
+        (status = 400, description = "INVALID_ARGUMENT: Authorization sent twice, or lock_key", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: Authorization missing, not bearer, or a wrong token", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: LOCK_ADMIN_TOKEN unset: revoke is disabled", body = ErrorBody)))]
 /// L8 `POST /v1/locks/{lock_key}/revoke` (admin): needs `Authorization: Bearer <LOCK_ADMIN_TOKEN>`.
 pub async fn revoke(
     State(state): State<AppState>,
@@ -226,6 +269,9 @@ fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     service_kit::require_bearer(headers, state.admin_token(), "revoke (LOCK_ADMIN_TOKEN)")
 }
 
+#[utoipa::path(get, path = "/health/ready", tag = "health", operation_id = "ready",
+    responses((status = 200, description = "not draining, and the store takes writes"),
+        (status = 503, description = "NOT_LEADER (draining, read-only store, etcd without a leader) or STORE_UNAVAILABLE", body = ErrorBody)))]
 /// `GET /health/ready`: the store answers and takes writes, and we are not draining.
 pub async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
     if state.is_draining() {

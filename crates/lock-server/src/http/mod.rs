@@ -3,6 +3,7 @@
 //! (body limit, timeout, metrics, JSON errors, tracing).
 
 mod handlers;
+pub mod openapi;
 mod store_error;
 
 use std::time::Duration;
@@ -47,6 +48,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/health/live", get(service_kit::live))
         .route("/health/ready", get(handlers::ready))
         .route("/metrics", get(service_kit::render_metrics))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(service_kit::not_found)
         .layer(middleware::from_fn_with_state(state.clone(), drain_guard))
         .layer(middleware::from_fn_with_state(

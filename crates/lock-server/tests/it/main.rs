@@ -5,6 +5,7 @@ mod bad_input;
 mod conformance;
 mod failover;
 mod http_api;
+mod openapi;
 mod process;
 mod replicas;
 mod support;

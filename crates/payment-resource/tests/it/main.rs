@@ -3,4 +3,5 @@
 
 mod bad_input;
 mod fences;
+mod openapi;
 mod support;

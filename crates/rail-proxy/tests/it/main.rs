@@ -109,8 +109,15 @@ async fn bad_requests_are_refused_before_any_call() {
         .text()
         .await
         .unwrap();
+    // Every outcome's series is exported from start (an absent series is not a zero).
+    let calls: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("rail_calls_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(calls.len(), 3, "one series per outcome:\n{metrics}");
     assert!(
-        !metrics.contains("rail_calls_total{"),
+        calls.iter().all(|c| *c == 0.0),
         "the rail was never called:\n{metrics}"
     );
 }

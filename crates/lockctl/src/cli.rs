@@ -1,0 +1,289 @@
+//! The command line (clap): commands, flags, their environment fallbacks and value parsers.
+//! Flag > environment > default; durations need a unit (`10s`, `500ms`), as everywhere (C5).
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+
+const ABOUT: &str = "Fenced locks from the shell, over the lock service's SDK (lock-client).";
+
+const ENVIRONMENT_AND_EXIT_CODES: &str = "\
+Environment:
+  LOCK_ENDPOINTS              lock-server base URLs, comma-separated (--endpoints)
+  LOCK_CLIENT_TOKEN           the lock clients' bearer credential, presented on every call but revoke
+  LOCK_ADMIN_TOKEN            the operators' credential, for revoke (L8) only
+  LOCK_SESSION_TTL, LOCK_DEFAULT_TTL, LOCK_CLIENT_SAFETY_MARGIN, LOCK_CLIENT_REQUEST_TIMEOUT,
+  LOCK_CLIENT_HEARTBEAT_PERIOD  the SDK's settings (C5), read as the SDK reads them
+
+Exit codes:
+  0    done (run: CMD's own exit code passes through; killed by a signal: 128 + signal)
+  1    refused by the lock service (unknown session, bad credential, ...), or nothing released
+  64   bad usage (EX_USAGE): unknown command or flag, bad key, duration, token or session id
+  69   lock service unavailable (EX_UNAVAILABLE): no answer, NOT_LEADER, STORE_UNAVAILABLE
+  70   the lock was lost while CMD ran (run; CMD was stopped)
+  75   not acquired within --wait: another session holds the key (EX_TEMPFAIL)
+  78   bad configuration in the environment (EX_CONFIG), e.g. LOCK_ADMIN_TOKEN unset for revoke
+  126  run: CMD cannot be executed; 127: CMD not found
+  128+N  run: interrupted by signal N before CMD started";
+
+const SESSION_ABOUT: &str = "\
+Open or close a session kept across invocations. Nothing heartbeats such a session: lockctl \
+exits right after each command, so the session expires --ttl after it was opened (the server \
+clamps the TTL, at most lock.ttl.max, 60 s by default), and every grant in it with it. To hold \
+a lock for as long as a command runs, use `lockctl run`, which heartbeats.";
+
+const RUN_ABOUT: &str = "\
+Run CMD while holding KEY. Opens a session, acquires KEY (waiting up to --wait while another \
+session holds it), starts CMD in a process group of its own with LOCK_KEY, LOCK_FENCING_TOKEN \
+and LOCK_FENCING_PROOF in its environment (and without LOCK_CLIENT_TOKEN or LOCK_ADMIN_TOKEN), \
+and heartbeats the session and renews the lease while CMD runs. The moment the SDK declares \
+the lock lost (its conservative deadline passed, the server refused a renewal, the session was \
+lost) CMD's process group gets SIGTERM, then SIGKILL after --grace, and lockctl exits 70. When \
+CMD exits by itself lockctl releases KEY, closes the session and exits with CMD's exit code \
+(128 + N for a CMD killed by signal N). SIGTERM, SIGINT and SIGHUP sent to lockctl are \
+forwarded to CMD's process group. CMD is not the terminal's foreground process group: a CMD \
+that reads the terminal is stopped. A CMD still running when lockctl itself is killed with \
+SIGKILL is not stopped by anyone: the lease then expires, and the fencing token is what \
+protects the resource. Pass LOCK_FENCING_TOKEN and LOCK_FENCING_PROOF with every write CMD \
+makes to a fenced resource.";
+
+/// The whole command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockctl",
+    version,
+    about = ABOUT,
+    after_help = ENVIRONMENT_AND_EXIT_CODES
+)]
+pub struct Cli {
+    /// Flags every command takes.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags of every command.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Lock-server base URLs, comma-separated; a call moves to the next after NOT_LEADER or
+    /// no answer.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCK_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub endpoints: Vec<String>,
+    /// Machine-readable output: one JSON object per line on stdout (run: its events on
+    /// stderr, stdout being CMD's); errors as one JSON object on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Open or close a session kept across invocations (not heartbeated: see `session --help`).
+    #[command(subcommand, long_about = SESSION_ABOUT)]
+    Session(SessionCommand),
+    /// Acquire KEY in SESSION and print the fencing token and its proof.
+    Acquire(AcquireArgs),
+    /// Release KEY's grant held by SESSION with TOKEN.
+    Release(ReleaseArgs),
+    /// Show who holds KEY: token, owner and expiry (L7; never a session id).
+    Inspect(KeyArgs),
+    /// Revoke KEY's grant (L8), with the operators' credential from LOCK_ADMIN_TOKEN.
+    Revoke(KeyArgs),
+    /// Run CMD while holding KEY; stop CMD the moment the lock is lost.
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+}
+
+/// `lockctl session ...`.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Open a session and print its id (the session's capability: keep it secret) and TTL.
+    /// Nothing heartbeats it: it expires --ttl after it was opened, with its grants.
+    Open(OpenArgs),
+    /// Close SESSION: the session and all its grants end (idempotent).
+    Close(CloseArgs),
+}
+
+/// `lockctl session open`.
+#[derive(Debug, Args)]
+pub struct OpenArgs {
+    /// Owner id of the session (1-128 bytes; L7 shows it to anyone with the client
+    /// credential).
+    #[arg(long, value_parser = owner_id)]
+    pub owner: OwnerId,
+    /// Session TTL asked for (the server clamps it) [default: LOCK_SESSION_TTL, else 10s].
+    #[arg(long, value_parser = positive_duration)]
+    pub ttl: Option<Duration>,
+}
+
+/// `lockctl session close`.
+#[derive(Debug, Args)]
+pub struct CloseArgs {
+    /// The session id `session open` printed.
+    #[arg(value_parser = session_id)]
+    pub session: SessionId,
+}
+
+/// `lockctl acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// The lock key: 1-200 bytes of [A-Za-z0-9._:-], e.g. payout:42.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+    /// The session to acquire in (from `session open`).
+    #[arg(long, value_parser = session_id)]
+    pub session: SessionId,
+    /// Lease asked for (the server clamps it); nothing renews it [default: LOCK_DEFAULT_TTL,
+    /// else 10s].
+    #[arg(long, value_parser = positive_duration)]
+    pub ttl: Option<Duration>,
+    /// How long to keep trying while another session holds KEY (full-jitter backoff); 0s
+    /// tries once.
+    #[arg(long, value_parser = duration, default_value = "2s")]
+    pub wait: Duration,
+}
+
+/// `lockctl release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock key.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+    /// The session holding it.
+    #[arg(long, value_parser = session_id)]
+    pub session: SessionId,
+    /// The grant's fencing token, as `acquire` printed it.
+    #[arg(long, value_parser = token)]
+    pub token: FencingToken,
+}
+
+/// `lockctl inspect` and `lockctl revoke`.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The lock key.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+}
+
+/// `lockctl run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock key.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+    /// Session TTL and lease asked for; the SDK heartbeats and renews both while CMD runs
+    /// [default: LOCK_DEFAULT_TTL, else 10s].
+    #[arg(long, value_parser = positive_duration)]
+    pub ttl: Option<Duration>,
+    /// How long to wait for KEY while another session holds it (full-jitter backoff); 0s
+    /// tries once.
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub wait: Duration,
+    /// How long CMD has to exit after SIGTERM on a lost lock before SIGKILL.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub grace: Duration,
+    /// Owner id of the session [default: lockctl@HOST:PID].
+    #[arg(long, value_parser = owner_id)]
+    pub owner: Option<OwnerId>,
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// A duration with a unit (`10s`, `500ms`, `1m`).
+pub fn duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw.trim())
+        .map_err(|e| format!("{raw:?} is not a duration like 10s or 500ms: {e}"))
+}
+
+/// A duration above zero.
+pub fn positive_duration(raw: &str) -> Result<Duration, String> {
+    let value = duration(raw)?;
+    if value.is_zero() {
+        return Err(format!("{raw:?}: must be positive"));
+    }
+    Ok(value)
+}
+
+/// A lock key, by the rules both sides share (`LockKey::parse`).
+pub fn lock_key(raw: &str) -> Result<LockKey, String> {
+    LockKey::parse(raw).map_err(|e| e.to_string())
+}
+
+/// An owner id (`OwnerId::parse`).
+pub fn owner_id(raw: &str) -> Result<OwnerId, String> {
+    OwnerId::parse(raw).map_err(|e| e.to_string())
+}
+
+/// A session id (a UUID).
+pub fn session_id(raw: &str) -> Result<SessionId, String> {
+    SessionId::parse(raw.trim()).map_err(|e| e.to_string())
+}
+
+/// A fencing token: digits only, 1 ..= `FencingToken::MAX`.
+pub fn token(raw: &str) -> Result<FencingToken, String> {
+    let raw = raw.trim();
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{raw:?} is not a token (digits only)"));
+    }
+    let value: u64 = raw
+        .parse()
+        .map_err(|_| format!("{raw} is above the largest token {}", FencingToken::MAX))?;
+    if value == 0 {
+        return Err("tokens start at 1".into());
+    }
+    FencingToken(value).validate().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values_are_parsed_by_the_shared_rules() {
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(duration("10").is_err(), "a bare number has no unit");
+        assert!(positive_duration("0s").is_err());
+        assert!(lock_key("payout:42").is_ok());
+        assert!(lock_key("no spaces").is_err());
+        assert!(lock_key("..").is_err());
+        assert_eq!(token("7"), Ok(FencingToken(7)));
+        for bad in ["0", "+7", "-1", "x", "", "9223372036854775808"] {
+            assert!(token(bad).is_err(), "{bad:?}");
+        }
+        assert!(session_id("not-a-uuid").is_err());
+    }
+
+    #[test]
+    fn run_takes_its_command_after_the_double_dash() {
+        let cli = Cli::try_parse_from([
+            "lockctl", "run", "k", "--wait", "1s", "--", "sh", "-c", "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(run.wait, Duration::from_secs(1));
+        assert!(
+            Cli::try_parse_from(["lockctl", "run", "k"]).is_err(),
+            "CMD is required"
+        );
+    }
+}

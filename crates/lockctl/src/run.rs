@@ -1,0 +1,328 @@
+//! `lockctl run KEY -- CMD`: hold KEY for as long as CMD runs, and stop CMD the moment the
+//! SDK declares the lock lost.
+//!
+//! One `LockClient` and one session (its heartbeat thread keeps the session alive and renews
+//! the lease), an acquire within `--wait`, CMD started in a process group of its own with
+//! the token and proof in its environment, then a supervision loop that ends on the first of:
+//! - CMD exits by itself: release, close, exit with CMD's code (or 70 if the release shows
+//!   the grant was already gone: CMD's work may overlap another holder's);
+//! - the lock is lost: the SDK's `on_lock_lost` listener fires, or the SDK's own guard
+//!   (`remaining`, checked whenever the conservative deadline comes due) refuses the handle.
+//!   CMD's group gets SIGTERM, SIGKILL after `--grace`; exit 70.
+//!
+//! SIGTERM, SIGINT and SIGHUP sent to lockctl are forwarded to CMD's group and supervision
+//! goes on (CMD's exit then releases the lock as usual).
+
+use std::ffi::OsString;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use lock_api::{LockHandle, LockLost, OwnerId};
+use lock_client::{LockClient, LockClientSession};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::cli::{Global, RunArgs};
+use crate::commands::{self, ADMIN_TOKEN_ENV, shown, wait_policy};
+use crate::error::{CtlError, signal_code};
+use crate::output::{self, Fields};
+
+/// The environment CMD gets: the key, the grant's token and its proof.
+pub const KEY_ENV: &str = "LOCK_KEY";
+/// The fencing token CMD passes with every write it makes (`X-Fencing-Token`).
+pub const TOKEN_ENV: &str = "LOCK_FENCING_TOKEN";
+/// The lock-server's proof of the token (`X-Fencing-Proof`); unset when the server signs no
+/// grants.
+pub const PROOF_ENV: &str = "LOCK_FENCING_PROOF";
+/// Never handed to CMD: lockctl's credentials (CMD gets the token, not the right to act on
+/// the lock service).
+const WITHHELD_ENV: [&str; 2] = ["LOCK_CLIENT_TOKEN", ADMIN_TOKEN_ENV];
+/// Slack added to a deadline check so the timer fires after, not at, the deadline.
+const DEADLINE_SLACK: Duration = Duration::from_millis(1);
+
+/// The signals forwarded to CMD.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, CtlError> {
+        let install = |kind: SignalKind| {
+            signal(kind).map_err(|e| CtlError::Failed(format!("install a signal handler: {e}")))
+        };
+        Ok(Self {
+            term: install(SignalKind::terminate())?,
+            int: install(SignalKind::interrupt())?,
+            hup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+}
+
+/// How supervision ended.
+enum Ended {
+    Exited(ExitStatus),
+    Lost(LockLost),
+}
+
+/// `lockctl run`. Returns the exit code: CMD's own, or the failure's.
+pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
+    let json = global.json;
+    let mut config = commands::config(global)?;
+    let ttl = args.ttl.unwrap_or(config.default_ttl);
+    config.session_ttl = ttl;
+    let owner = match args.owner {
+        Some(owner) => owner,
+        None => default_owner()?,
+    };
+    // Installed first: from here on a SIGTERM or SIGINT is ours to handle, never a silent
+    // death that leaves CMD unsupervised.
+    let mut signals = Signals::install()?;
+    let client = commands::client(config)?;
+    let session = client.open_session(owner.as_str()).await?;
+    let policy = wait_policy(args.wait);
+    let acquired = tokio::select! {
+        acquired = session.acquire(&args.key, ttl, &policy) => acquired,
+        signal = signals.recv() => {
+            finish(session, client).await;
+            return Err(CtlError::Interrupted { key: args.key, signal: signal as i32 });
+        }
+    };
+    let handle = match acquired {
+        Ok(Some(handle)) => handle,
+        Ok(None) => {
+            finish(session, client).await;
+            return Err(CtlError::NotAcquired {
+                key: args.key,
+                wait: shown(args.wait),
+            });
+        }
+        Err(err) => {
+            finish(session, client).await;
+            return Err(err.into());
+        }
+    };
+    // The listener only passes the loss on: it runs on the heartbeat thread and must not
+    // block or do I/O.
+    let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<LockLost>();
+    let (key, token) = (handle.lock_key().clone(), handle.fencing_token());
+    session.on_lock_lost(move |lost| {
+        if lost.lock_key == key && lost.fencing_token == token {
+            let _ = lost_tx.send(lost.clone());
+        }
+    });
+    if let Err(lost) = session.check_still_held(&handle) {
+        let _ = session.release(handle).await;
+        finish(session, client).await;
+        return Err(CtlError::Lost {
+            lost,
+            what: "CMD was not started".into(),
+        });
+    }
+    let mut child = match spawn(&args.command, &handle) {
+        Ok(child) => child,
+        Err(err) => {
+            let _ = session.release(handle).await;
+            finish(session, client).await;
+            return Err(err);
+        }
+    };
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| CtlError::Failed("CMD has no process id".into()))?;
+    output::event(
+        &[
+            ("event", "acquired".into()),
+            ("lock_key", handle.lock_key().as_str().into()),
+            ("fencing_token", handle.fencing_token().0.into()),
+            ("lease_ms", handle.lease_ms().into()),
+            ("session_ttl_ms", session.ttl_ms().into()),
+            ("pid", group.as_raw().into()),
+        ],
+        json,
+    );
+
+    let ended = loop {
+        let due = match session.remaining(&handle) {
+            Ok(due) => due,
+            Err(lost) => break Ended::Lost(lost),
+        };
+        tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => break Ended::Exited(status),
+                Err(err) => return Err(CtlError::Failed(format!("wait for CMD: {err}"))),
+            },
+            Some(lost) = lost_rx.recv() => break Ended::Lost(lost),
+            // The SDK's guard, whenever the conservative deadline comes due (the heartbeat
+            // moves it on; the loop then waits for the new one).
+            () = tokio::time::sleep(due + DEADLINE_SLACK) => {}
+            signal = signals.recv() => {
+                let _ = killpg(group, signal);
+                output::event(
+                    &[("event", "signal_forwarded".into()), ("signal", signal.as_str().into())],
+                    json,
+                );
+            }
+        }
+    };
+
+    match ended {
+        Ended::Exited(status) => {
+            let code = exit_code(status);
+            let released = session.release(handle).await;
+            finish(session, client).await;
+            if let Err(lost) = released {
+                return Err(CtlError::Lost {
+                    lost,
+                    what: format!(
+                        "CMD had exited ({}), but its work may overlap another holder's",
+                        describe(status)
+                    ),
+                });
+            }
+            output::event(&exited(status, code), json);
+            Ok(code)
+        }
+        Ended::Lost(lost) => {
+            output::event(
+                &[
+                    ("event", "lost".into()),
+                    ("lock_key", lost.lock_key.as_str().into()),
+                    ("fencing_token", lost.fencing_token.0.into()),
+                    ("reason", lost.reason.as_str().into()),
+                    ("signal", Signal::SIGTERM.as_str().into()),
+                ],
+                json,
+            );
+            let what = stop(&mut child, group, args.grace, json).await;
+            let _ = session.release(handle).await;
+            finish(session, client).await;
+            Err(CtlError::Lost { lost, what })
+        }
+    }
+}
+
+/// SIGTERM to CMD's group, SIGKILL after `grace`; what became of CMD.
+async fn stop(child: &mut Child, group: Pid, grace: Duration, json: bool) -> String {
+    let _ = killpg(group, Signal::SIGTERM);
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            let _ = killpg(group, Signal::SIGKILL);
+            output::event(
+                &[
+                    ("event", "killed".into()),
+                    ("signal", Signal::SIGKILL.as_str().into()),
+                    ("grace_ms", millis(grace).into()),
+                ],
+                json,
+            );
+            child.wait().await
+        }
+    };
+    match status {
+        Ok(status) => format!(
+            "CMD was stopped (SIGTERM, SIGKILL after {}): {}",
+            shown(grace),
+            describe(status)
+        ),
+        Err(err) => format!("CMD was sent SIGTERM; waiting for it failed: {err}"),
+    }
+}
+
+/// Starts CMD in a process group of its own, with the grant in its environment.
+fn spawn(command: &[OsString], handle: &LockHandle) -> Result<Child, CtlError> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| CtlError::Usage("run: CMD is required after --".into()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env(KEY_ENV, handle.lock_key().as_str())
+        .env(TOKEN_ENV, handle.fencing_token().0.to_string())
+        .process_group(0)
+        .kill_on_drop(false);
+    match handle.fence_proof() {
+        Some(proof) => cmd.env(PROOF_ENV, proof),
+        None => cmd.env_remove(PROOF_ENV),
+    };
+    for key in WITHHELD_ENV {
+        cmd.env_remove(key);
+    }
+    cmd.spawn().map_err(|source| CtlError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
+}
+
+/// Closes the session (L3) and the client (joins the heartbeat thread).
+async fn finish(session: LockClientSession, client: LockClient) {
+    session.close().await;
+    client.close();
+}
+
+/// CMD's exit code: its own, or 128 + the signal that killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
+        (None, Some(signal)) => signal_code(signal),
+        (None, None) => u8::MAX,
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => Signal::try_from(signal).map_or_else(
+            |_| format!("killed by signal {signal}"),
+            |s| format!("killed by {}", s.as_str()),
+        ),
+        (None, None) => "ended".into(),
+    }
+}
+
+fn exited(status: ExitStatus, code: u8) -> Fields {
+    use std::os::unix::process::ExitStatusExt;
+    vec![
+        ("event", "exited".into()),
+        ("exit_code", code.into()),
+        (
+            "signal",
+            status
+                .signal()
+                .and_then(|s| Signal::try_from(s).ok())
+                .map_or(Value::Null, |s| s.as_str().into()),
+        ),
+    ]
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `lockctl@HOST:PID`.
+fn default_owner() -> Result<OwnerId, CtlError> {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    OwnerId::parse(format!("lockctl@{host}:{}", std::process::id()))
+        .map_err(|e| CtlError::Usage(format!("--owner: {e}")))
+}
