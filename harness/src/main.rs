@@ -32,7 +32,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
-    /// lock-server acquire+release cycles over HTTP against pgbench running the same SQL.
+    /// Granted locks per second, waits and fairness: the SDK, raw HTTP, pgbench on the same SQL
+    /// and etcd's lock API, at 1, 8 and 32 clients, distinct keys and one hot key.
     Locks(LockBenchOptions),
     /// Payouts per second with 1, 2 and 4 executors.
     Pipeline(PipelineBenchOptions),
