@@ -304,7 +304,7 @@ pub struct PipelineBenchOptions {
 /// stack, timed from the executors' start until every payout is terminal.
 pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> {
     println!(
-        "| executors | payouts | seconds | payouts/s | ratio to 1 executor |\n|---|---|---|---|---|"
+        "| executors | payouts | seconds | payouts/s | ratio to 1 executor | lock-server CPU s (replica 1 / 2) |\n|---|---|---|---|---|---|"
     );
     let mut baseline = None;
     for &count in &options.executors {
@@ -313,6 +313,7 @@ pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> 
         let ids = stack
             .create_payouts(&format!("bench-{count}"), options.payouts)
             .await?;
+        let cpu_before = replica_cpu_seconds(&stack)?;
         let started = Instant::now();
         for i in 0..count {
             stack
@@ -321,13 +322,35 @@ pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> 
         }
         stack.wait_terminal(&ids, Duration::from_secs(600)).await?;
         let seconds = started.elapsed().as_secs_f64();
+        let cpu: Vec<String> = replica_cpu_seconds(&stack)?
+            .iter()
+            .zip(&cpu_before)
+            .map(|(after, before)| format!("{:.2}", after - before))
+            .collect();
         let rate = options.payouts as f64 / seconds;
         let base = *baseline.get_or_insert(rate);
         println!(
-            "| {count} | {} | {seconds:.2} | {rate:.1} | {:.2} |",
+            "| {count} | {} | {seconds:.2} | {rate:.1} | {:.2} | {} |",
             options.payouts,
-            rate / base
+            rate / base,
+            cpu.join(" / ")
         );
     }
     Ok(())
+}
+
+/// CPU seconds (user + system) each lock-server replica of `stack` has used so far: shows
+/// whether both replicas work (issue 13: sessions spread over the endpoints).
+fn replica_cpu_seconds(stack: &crate::stack::Stack) -> anyhow::Result<Vec<f64>> {
+    use nix::time::{ClockId, clock_gettime};
+    stack
+        .lock_servers
+        .iter()
+        .map(|server| {
+            let clock = ClockId::pid_cpu_clock_id(server.process.pid())
+                .context("the CPU clock of a lock-server replica")?;
+            let spent = clock_gettime(clock).context("read a replica's CPU clock")?;
+            Ok(spent.tv_sec() as f64 + spent.tv_nsec() as f64 / 1e9)
+        })
+        .collect()
 }

@@ -173,7 +173,10 @@ impl LockClient {
     }
 
     /// Opens a session (L1) for `owner_id`, trying each endpoint once on `NOT_LEADER` or
-    /// no answer. Its deadline starts from the moment the request left.
+    /// no answer, starting at a random one: sessions of many processes spread over the
+    /// replicas instead of all loading the first (issue 13), and the session stays on the
+    /// endpoint that answered until a failure moves it. Its deadline starts from the moment
+    /// the request left.
     pub async fn open_session(&self, owner_id: &str) -> Result<LockClientSession, LockError> {
         let owner = OwnerId::parse(owner_id).map_err(|e| LockError::InvalidArgument {
             message: e.to_string(),
@@ -183,7 +186,10 @@ impl LockClient {
             .unwrap_or(u64::MAX)
             .max(1);
         let mut last = None;
-        for index in 0..config.endpoints.len() {
+        let count = config.endpoints.len();
+        let first = fastrand::usize(..count.max(1));
+        for step in 0..count {
+            let index = (first + step) % count;
             let endpoint = &config.endpoints[index];
             let send_nanos = self.inner.clock.now_nanos();
             let call = Call::CreateSession(CreateSessionRequest {

@@ -271,6 +271,12 @@ impl LockClientSession {
         Self { shared, transport }
     }
 
+    /// The endpoint this session's calls go to now (the one that answered L1, until a
+    /// `NOT_LEADER` or no answer moves it to the next).
+    pub fn endpoint(&self) -> String {
+        self.shared.endpoint()
+    }
+
     /// The session id.
     pub fn id(&self) -> SessionId {
         self.shared.id

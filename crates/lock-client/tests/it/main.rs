@@ -5,6 +5,7 @@
 
 mod acquire;
 mod deadline;
+mod endpoints;
 mod loss;
 mod one_shot;
 mod source_rules;
