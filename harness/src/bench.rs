@@ -142,7 +142,14 @@ impl Stores {
 }
 
 /// One row's cells: `-` for what a side cannot measure.
-fn row(clients: usize, keys: &str, side: &str, f: &SideFigures, etcd_rate: Option<f64>) -> String {
+fn row(
+    clients: usize,
+    keys: &str,
+    side: &str,
+    f: &SideFigures,
+    etcd_rate: Option<f64>,
+    server_cpu_us: Option<f64>,
+) -> String {
     let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
     let [p50, p99, max] = f
         .wait_ms
@@ -157,8 +164,12 @@ fn row(clients: usize, keys: &str, side: &str, f: &SideFigures, etcd_rate: Optio
         format!("{:.2}", f.fairness)
     };
     let ratio = etcd_rate.map_or("-".to_owned(), |r| format!("{:.2}", f.granted_per_s / r));
+    // The lock-server's CPU per granted lock, refusals on the way included.
+    let cpu = server_cpu_us
+        .filter(|_| f.granted > 0)
+        .map_or("-".to_owned(), |us| format!("{:.0}", us / f.granted as f64));
     format!(
-        "| {clients} | {keys} | {side} | {:.0} | {} | {} | {p50} | {p99} | {max} | {fairness} | {ratio} |",
+        "| {clients} | {keys} | {side} | {:.0} | {} | {} | {p50} | {p99} | {max} | {fairness} | {ratio} | {cpu} |",
         f.granted_per_s,
         opt(f.refused_per_s),
         f.gave_up
@@ -198,7 +209,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         options.seconds
     );
     println!(
-        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | fairness | ratio to etcd lock |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | fairness | ratio to etcd lock | lock-server CPU µs per grant |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for &clients in &options.clients {
         for hot in [false, true] {
@@ -210,10 +221,20 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 None => None,
             };
             let etcd_rate = etcd.as_ref().map(|f| f.granted_per_s);
+            let cpu_before = cpu_micros(server.process.pid())?;
             let sdk = bench_sides::sdk_side(&sdk_config, clients, duration, hot).await?;
-            println!("{}", row(clients, keys, "SDK", &sdk, etcd_rate));
+            let cpu_sdk = cpu_micros(server.process.pid())? - cpu_before;
+            println!(
+                "{}",
+                row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
+            );
+            let cpu_before = cpu_micros(server.process.pid())?;
             let raw = bench_sides::http_side(&http, &base, clients, duration, hot).await?;
-            println!("{}", row(clients, keys, "raw HTTP", &raw, etcd_rate));
+            let cpu_raw = cpu_micros(server.process.pid())? - cpu_before;
+            println!(
+                "{}",
+                row(clients, keys, "raw HTTP", &raw, etcd_rate, Some(cpu_raw))
+            );
             if let (Some((db_url, pgbench)), Some(db)) = (&stores.pgbench, db.as_mut()) {
                 db.execute("DELETE FROM locks").await?;
                 let sql = bench_sides::pgbench_side(
@@ -228,11 +249,14 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 .await?;
                 println!(
                     "{}",
-                    row(clients, keys, "pgbench, same SQL", &sql, etcd_rate)
+                    row(clients, keys, "pgbench, same SQL", &sql, etcd_rate, None)
                 );
             }
             if let Some(etcd) = &etcd {
-                println!("{}", row(clients, keys, "etcd lock API", etcd, etcd_rate));
+                println!(
+                    "{}",
+                    row(clients, keys, "etcd lock API", etcd, etcd_rate, None)
+                );
             }
         }
     }
@@ -342,15 +366,17 @@ pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> 
 /// CPU seconds (user + system) each lock-server replica of `stack` has used so far: shows
 /// whether both replicas work (issue 13: sessions spread over the endpoints).
 fn replica_cpu_seconds(stack: &crate::stack::Stack) -> anyhow::Result<Vec<f64>> {
-    use nix::time::{ClockId, clock_gettime};
     stack
         .lock_servers
         .iter()
-        .map(|server| {
-            let clock = ClockId::pid_cpu_clock_id(server.process.pid())
-                .context("the CPU clock of a lock-server replica")?;
-            let spent = clock_gettime(clock).context("read a replica's CPU clock")?;
-            Ok(spent.tv_sec() as f64 + spent.tv_nsec() as f64 / 1e9)
-        })
+        .map(|server| Ok(cpu_micros(server.process.pid())? / 1e6))
         .collect()
+}
+
+/// Microseconds of CPU (user + system) process `pid` has used so far (its CPU clock).
+fn cpu_micros(pid: nix::unistd::Pid) -> anyhow::Result<f64> {
+    use nix::time::{ClockId, clock_gettime};
+    let clock = ClockId::pid_cpu_clock_id(pid).context("the CPU clock of a process")?;
+    let spent = clock_gettime(clock).context("read a process's CPU clock")?;
+    Ok(spent.tv_sec() as f64 * 1e6 + spent.tv_nsec() as f64 / 1e3)
 }

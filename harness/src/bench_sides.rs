@@ -41,6 +41,8 @@ pub struct ClientTally {
 /// One side of one workload, summed over its clients.
 #[derive(Debug, Clone)]
 pub struct SideFigures {
+    /// Granted locks.
+    pub granted: u64,
     /// Granted locks per second.
     pub granted_per_s: f64,
     /// Refused attempts per second (`None`: the side cannot see them).
@@ -68,6 +70,7 @@ impl SideFigures {
         let most = tallies.iter().map(|t| t.granted).max().unwrap_or(0);
         let fewest = tallies.iter().map(|t| t.granted).min().unwrap_or(0);
         Self {
+            granted,
             granted_per_s: granted as f64 / seconds,
             refused_per_s: sees_refusals.then(|| refused as f64 / seconds),
             gave_up: tallies.iter().map(|t| t.gave_up).sum(),
