@@ -222,13 +222,7 @@ impl SharedMember {
             etcd = child.id(),
             dir = dir.path().display(),
         );
-        Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn the etcd watchdog: {e}"))?;
+        crate::process::spawn_watchdog(&script, "etcd")?;
         let endpoint = spec.endpoint();
         wait_healthy_blocking(&endpoint, dir.path())?;
         Ok(Self {

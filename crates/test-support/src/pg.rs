@@ -542,13 +542,7 @@ fn spawn_container_watchdog(owner: &str) -> Result<std::process::Child, String> 
          [ -z \"$ids\" ] || docker rm -f $ids >/dev/null 2>&1",
         pid = std::process::id(),
     );
-    Command::new("setsid")
-        .args(["sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("spawn the container watchdog: {e}"))
+    crate::process::spawn_watchdog(&script, "container")
 }
 
 fn path_str(path: &Path) -> Result<&str, String> {

@@ -73,3 +73,16 @@ impl ServiceProcess {
         &self.log_path
     }
 }
+
+/// Starts `script` (POSIX sh) in a session of its own, detached from this process: a
+/// watchdog that cleans up what this test process leaves behind once it has gone, however it
+/// went (a `kill -9` included). `what` names it in the error.
+pub(crate) fn spawn_watchdog(script: &str, what: &str) -> Result<std::process::Child, String> {
+    std::process::Command::new("setsid")
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawn the {what} watchdog: {e}"))
+}
