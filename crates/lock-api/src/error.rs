@@ -77,6 +77,9 @@ pub enum ErrorCode {
     SessionExpired,
     /// 409: another session holds the lock.
     LockHeld,
+    /// 429: this replica already holds as many waiters as it allows (per key or in all);
+    /// retry after backoff, as for `LOCK_HELD`.
+    TooManyWaiters,
     /// 409: the grant being renewed is no longer live.
     LockLost,
     /// 404: nobody holds the lock.
@@ -107,6 +110,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => 415,
             Self::UriTooLong => 414,
             Self::HeadersTooLarge => 431,
+            Self::TooManyWaiters => 429,
             Self::NotLeader | Self::StoreUnavailable => 503,
             Self::Internal => 500,
         }
@@ -129,6 +133,7 @@ impl ErrorCode {
             Self::SessionUnknown => "SESSION_UNKNOWN",
             Self::SessionExpired => "SESSION_EXPIRED",
             Self::LockHeld => "LOCK_HELD",
+            Self::TooManyWaiters => "TOO_MANY_WAITERS",
             Self::LockLost => "LOCK_LOST",
             Self::LockNotHeld => "LOCK_NOT_HELD",
             Self::FencedOut => "FENCED_OUT",
@@ -272,7 +277,7 @@ impl LockError {
                 None => Self::Protocol { status, message },
             },
             ErrorCode::FencedOut => Self::FencedOut { message },
-            ErrorCode::LockHeld => Self::Contention { message },
+            ErrorCode::LockHeld | ErrorCode::TooManyWaiters => Self::Contention { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },
             ErrorCode::NotLeader => Self::NotLeader { message },
@@ -311,7 +316,8 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 20] = [
+    const ALL: [ErrorCode; 21] = [
+        ErrorCode::TooManyWaiters,
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,

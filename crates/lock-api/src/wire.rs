@@ -96,6 +96,30 @@ pub struct AcquireRequest {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
     // TTL_ABSURD_MS: a test in openapi.rs keeps them equal
     pub ttl_ms: Option<u64>,
+    /// How long the server may hold the request waiting for the key, in FIFO order with
+    /// the key's other waiters (C3 §L4). Absent or 0: answer at once. Clamped to the
+    /// server's `lock.max.wait`; above [`TTL_ABSURD_MS`] refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
+    pub wait_ms: Option<u64>,
+    /// Lock-delay of this grant: if it ends involuntarily (lease or session expiry, L8
+    /// revoke), no other session is granted the key for this long. Absent: the server's
+    /// `lock.default.lock-delay`; 0: none. Clamped to `lock.max.lock-delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// Checks a requested wait or lock-delay: anything above [`TTL_ABSURD_MS`] is refused; 0
+/// means none; everything else is clamped by the server.
+pub fn validate_requested_duration(field: &'static str, ms: u64) -> Result<u64, ValidationError> {
+    if ms > TTL_ABSURD_MS {
+        return Err(ValidationError::new(
+            field,
+            format!("{ms} ms is above the absurd-duration limit of {TTL_ABSURD_MS} ms"),
+        ));
+    }
+    Ok(ms)
 }
 
 /// L4 and L5 response (200): a grant. Renew returns the same token.
@@ -116,6 +140,12 @@ pub struct LockGrant {
     /// [`crate::FenceVerifier`]); absent when the server has no signing key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// L4 only: how long the server held the request before the store call that granted
+    /// it (0 without `wait_ms`). The grant began at least this long after the request was
+    /// sent, so a client may start its deadline that much later (C2 §2.3); an SDK never
+    /// credits more than it measured itself.
+    #[serde(default)]
+    pub waited_ms: u64,
 }
 
 /// L5 `POST /v1/locks/{lock_key}/renew` request.
@@ -163,6 +193,9 @@ pub struct LockInfo {
     pub owner_id: OwnerId,
     /// The earlier of the lease's and the session's expiry (display only).
     pub expires_at: DateTime<Utc>,
+    /// Sessions queued for the key behind this grant (L4 with `wait_ms`), all replicas.
+    #[serde(default)]
+    pub waiters: u64,
 }
 
 /// L8 `POST /v1/locks/{lock_key}/revoke` response (200). This is the revoke result only:

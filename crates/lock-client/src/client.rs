@@ -278,11 +278,17 @@ impl LockClient {
         let mut attempt: u32 = 0;
         let last = loop {
             attempt = attempt.saturating_add(1);
+            let remaining = budget_nanos.saturating_sub(clock.now_nanos().wrapping_sub(started));
             let call = Call::Acquire(
                 key.clone(),
                 AcquireRequest {
                     session_id: session,
                     ttl_ms: Some(ttl_ms),
+                    wait_ms: crate::session::wait_ms_for(
+                        remaining,
+                        self.inner.config.request_timeout,
+                    ),
+                    lock_delay_ms: None,
                 },
             );
             let err = match self

@@ -33,6 +33,15 @@ pub fn usable_nanos(safety_margin: f64, lease_ms: u64) -> u64 {
     lease_nanos.saturating_sub(margin_nanos)
 }
 
+/// The instant a grant's deadline counts from: the L4's send, plus the time the server says
+/// it held the request before the store call that granted it (`LockGrant::waited_ms`), but
+/// never more than this client measured between send and receipt (a server that overstates
+/// its wait cannot push a deadline past what physics allows). The grant began after this.
+pub fn grant_basis_nanos(send_nanos: u64, received_nanos: u64, waited_ms: u64) -> u64 {
+    let measured = received_nanos.wrapping_sub(send_nanos);
+    send_nanos.wrapping_add(waited_ms.saturating_mul(1_000_000).min(measured))
+}
+
 /// The heartbeat period for a basis (the session TTL, or a shorter live lease):
 /// usable basis / [`HEARTBEAT_DIVISOR`], at least [`MIN_HEARTBEAT_PERIOD_MS`].
 pub fn heartbeat_period(safety_margin: f64, basis_ms: u64) -> Duration {
@@ -550,6 +559,21 @@ impl TickGrid {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_wait_credits_at_most_what_the_client_measured() {
+        let send = u64::MAX - 1_000_000; // wraps within the call
+        let received = send.wrapping_add(50_000_000);
+        assert_eq!(grant_basis_nanos(send, received, 0), send);
+        assert_eq!(
+            grant_basis_nanos(send, received, 30),
+            send.wrapping_add(30_000_000)
+        );
+        // Claims beyond the measured round trip are cut to it.
+        assert_eq!(grant_basis_nanos(send, received, 80), received);
+        assert_eq!(grant_basis_nanos(send, received, u64::MAX), received);
+    }
+
     use super::*;
 
     const MS: u64 = 1_000_000;

@@ -23,6 +23,7 @@ use crate::background::Background;
 use crate::backoff;
 use crate::clock::Clock;
 use crate::config::{AcquirePolicy, LockClientConfig};
+use crate::core;
 use crate::core::{Held, Refused, SessionCore, TickPlan, Unhold};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
@@ -319,11 +320,14 @@ impl LockClientSession {
         loop {
             attempt += 1;
             let send_nanos = shared.clock.now_nanos();
+            let remaining = budget_nanos.saturating_sub(send_nanos.wrapping_sub(started));
             let call = Call::Acquire(
                 key.clone(),
                 AcquireRequest {
                     session_id: shared.id,
                     ttl_ms: Some(ttl_ms),
+                    wait_ms: wait_ms_for(remaining, shared.config.request_timeout),
+                    lock_delay_ms: None,
                 },
             );
             match self.transport.send(&shared.endpoint(), call).await {
@@ -464,11 +468,13 @@ impl LockClientSession {
                 message: format!("grant for another key or session: {grant:?}"),
             });
         }
+        let basis_nanos =
+            core::grant_basis_nanos(send_nanos, self.shared.clock.now_nanos(), grant.waited_ms);
         let registered = {
             let mut state = self.shared.state();
             match state
                 .core()
-                .granted(key, grant.fencing_token, grant.lease_ms, send_nanos)
+                .granted(key, grant.fencing_token, grant.lease_ms, basis_nanos)
             {
                 Ok(held) => {
                     let cell = Self::cell(&mut state, key, &held);
@@ -646,4 +652,19 @@ impl Drop for LockClientSession {
             });
         }
     }
+}
+
+/// What a waiting L4 leaves of the request timeout for the server's last store call and the
+/// answer's way back.
+pub const WAIT_REPLY_MARGIN_MS: u64 = 250;
+
+/// The `wait_ms` of an acquire attempt with `remaining_nanos` of its budget left: the
+/// server holds the request (FIFO with the key's other waiters) for at most this, which
+/// leaves the request timeout [`WAIT_REPLY_MARGIN_MS`] to answer. `None` (a try) when
+/// under a millisecond is left.
+pub fn wait_ms_for(remaining_nanos: u64, request_timeout: Duration) -> Option<u64> {
+    let timeout_ms = u64::try_from(request_timeout.as_millis()).unwrap_or(u64::MAX);
+    let wait_ms =
+        (remaining_nanos / 1_000_000).min(timeout_ms.saturating_sub(WAIT_REPLY_MARGIN_MS));
+    (wait_ms > 0).then_some(wait_ms)
 }

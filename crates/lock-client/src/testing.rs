@@ -242,6 +242,8 @@ impl MemoryTransport {
                     expires_at: now,
                     session_id: req.session_id,
                     proof: Some(rig_proof(&key, token)),
+                    // This double answers at once: it never holds a request (wait_ms).
+                    waited_ms: 0,
                 };
                 match state.locks.get(&key) {
                     Some((token, holder, _)) if *holder == req.session_id => {
@@ -273,6 +275,7 @@ impl MemoryTransport {
                             expires_at: now,
                             session_id: *holder,
                             proof: Some(rig_proof(&key, *token)),
+                            waited_ms: 0,
                         }))
                     }
                     _ => Err(status(
@@ -302,6 +305,7 @@ impl MemoryTransport {
                             status(ErrorCode::Internal, "a grant of an unknown session")
                         })?,
                     expires_at: now,
+                    waiters: 0,
                 })),
                 None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
             },

@@ -76,6 +76,36 @@ pub struct Config {
     #[arg(long = "lock.ttl.max", env = "LOCK_TTL_MAX", default_value = "60s", value_parser = humantime::parse_duration)]
     pub ttl_max: Duration,
 
+    /// `lock.max.wait`: longest an L4 may wait for its key (`wait_ms` is clamped to it). Must
+    /// leave `LOCK_REQUEST_TIMEOUT` at least 500 ms to answer in.
+    #[arg(long = "lock.max.wait", env = "LOCK_MAX_WAIT", default_value = "4s", value_parser = humantime::parse_duration)]
+    pub max_wait: Duration,
+
+    /// `lock.default.lock-delay`: lock-delay of a grant whose L4 names none (ADR 0006).
+    #[arg(long = "lock.default.lock-delay", env = "LOCK_DEFAULT_LOCK_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub default_lock_delay: Duration,
+
+    /// `lock.max.lock-delay`: longest lock-delay granted; longer requests are clamped to it.
+    #[arg(long = "lock.max.lock-delay", env = "LOCK_MAX_LOCK_DELAY", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub max_lock_delay: Duration,
+
+    /// `lock.max.waiters`: waiting L4 requests this replica holds at once, over all keys;
+    /// past it, L4 with `wait_ms` answers 429 `TOO_MANY_WAITERS`.
+    #[arg(
+        long = "lock.max.waiters",
+        env = "LOCK_MAX_WAITERS",
+        default_value_t = 10_000
+    )]
+    pub max_waiters: usize,
+
+    /// `lock.max.waiters-per-key`: waiting L4 requests this replica holds for one key.
+    #[arg(
+        long = "lock.max.waiters-per-key",
+        env = "LOCK_MAX_WAITERS_PER_KEY",
+        default_value_t = 2_048
+    )]
+    pub max_waiters_per_key: usize,
+
     /// Bearer token for L8 revoke. When unset, revoke answers 403.
     #[arg(long, env = "LOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -137,6 +167,25 @@ impl TtlPolicy {
     }
 }
 
+/// What a waiting request needs left of `LOCK_REQUEST_TIMEOUT` after its wait: the last
+/// store call and the answer.
+pub const WAIT_ANSWER_MARGIN_MS: u64 = 500;
+
+/// Waiting and lock-delay limits, in milliseconds and counts, as handlers apply them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Longest wait granted to one L4.
+    pub max_wait_ms: u64,
+    /// Lock-delay when L4 names none.
+    pub default_lock_delay_ms: u64,
+    /// Longest lock-delay granted.
+    pub max_lock_delay_ms: u64,
+    /// Waiters this replica holds at once.
+    pub max_waiters: usize,
+    /// Waiters this replica holds for one key.
+    pub max_waiters_per_key: usize,
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -181,6 +230,35 @@ impl Config {
         Ok(policy)
     }
 
+    /// Checks the waiting and lock-delay keys; the message names the offending keys.
+    pub fn wait_policy(&self) -> Result<WaitPolicy, String> {
+        let policy = WaitPolicy {
+            max_wait_ms: millis(self.max_wait),
+            default_lock_delay_ms: millis(self.default_lock_delay),
+            max_lock_delay_ms: millis(self.max_lock_delay),
+            max_waiters: self.max_waiters,
+            max_waiters_per_key: self.max_waiters_per_key,
+        };
+        if policy.max_wait_ms.saturating_add(WAIT_ANSWER_MARGIN_MS) > millis(self.request_timeout) {
+            return Err(format!(
+                "lock.max.wait (LOCK_MAX_WAIT) must be at least {WAIT_ANSWER_MARGIN_MS} ms below LOCK_REQUEST_TIMEOUT"
+            ));
+        }
+        if policy.default_lock_delay_ms > policy.max_lock_delay_ms {
+            return Err("lock.default.lock-delay (LOCK_DEFAULT_LOCK_DELAY) must not exceed lock.max.lock-delay (LOCK_MAX_LOCK_DELAY)".into());
+        }
+        if policy.max_lock_delay_ms > lock_api::TTL_ABSURD_MS {
+            return Err(format!(
+                "lock.max.lock-delay (LOCK_MAX_LOCK_DELAY) must not exceed {} ms",
+                lock_api::TTL_ABSURD_MS
+            ));
+        }
+        if policy.max_waiters_per_key > policy.max_waiters {
+            return Err("lock.max.waiters-per-key (LOCK_MAX_WAITERS_PER_KEY) must not exceed lock.max.waiters (LOCK_MAX_WAITERS)".into());
+        }
+        Ok(policy)
+    }
+
     /// The grant signer, when a signing key is configured.
     pub fn signer(&self) -> Result<Option<lock_api::FenceSigner>, String> {
         self.signing_key
@@ -211,6 +289,27 @@ mod tests {
         assert_eq!(policy.clamp(30_000), 30_000);
         assert_eq!(policy.clamp(1), 100);
         assert_eq!(policy.clamp(120_000), 60_000);
+    }
+
+    #[test]
+    fn wait_policy_defaults_and_refusals_name_the_key() {
+        let policy = Config::defaults().wait_policy().unwrap();
+        assert_eq!(policy.max_wait_ms, 4_000);
+        assert_eq!(policy.default_lock_delay_ms, 0);
+        let too_long = Config::parse_from(["lock-server", "--lock.max.wait", "5s"]);
+        assert!(
+            too_long
+                .wait_policy()
+                .unwrap_err()
+                .contains("LOCK_MAX_WAIT")
+        );
+        let inverted = Config::parse_from(["lock-server", "--lock.default.lock-delay", "2m"]);
+        assert!(
+            inverted
+                .wait_policy()
+                .unwrap_err()
+                .contains("LOCK_DEFAULT_LOCK_DELAY")
+        );
     }
 
     #[test]

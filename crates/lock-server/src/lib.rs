@@ -2,7 +2,7 @@
 //!
 //! Map: [`config`] (flags and env), [`store`] (the trait, PostgreSQL and memory stores),
 //! [`http`] (routes L1-L8, errors, extractors, layers), [`state`] (what handlers share),
-//! [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain),
+//! [`waiting`] (L4 requests parked for their key, woken by the store), [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run, drain),
 //! [`signing`] (key generation; grants are signed in the handlers with `lock_api::FenceSigner`).
 //! Plumbing shared with the other services (errors, layers, logs) is in `service-kit`.
 //! `main.rs` only parses flags and calls [`server::Server`].
@@ -15,6 +15,7 @@ pub mod server;
 pub mod signing;
 pub mod state;
 pub mod store;
+pub mod waiting;
 
 pub use config::Config;
 pub use server::{Server, StartError, shutdown_signal};

@@ -18,6 +18,16 @@ pub const RELEASES_TOTAL: &str = "lock_releases_total";
 pub const REVOKED_TOTAL: &str = "lock_revoked_total";
 /// Mutations answered `NOT_LEADER`.
 pub const NOT_LEADER_TOTAL: &str = "lock_not_leader_total";
+/// L4 requests parked waiting for their key on this replica (gauge).
+pub const WAITERS: &str = "lock_waiters";
+/// Waiting L4 requests by how they ended (`outcome`, [`WAIT_OUTCOMES`]).
+pub const WAITS_TOTAL: &str = "lock_waits_total";
+/// Acquires refused because the key was in a lock-delay.
+pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
+
+/// Values of `lock_waits_total`'s `outcome` label.
+pub const WAIT_OUTCOMES: [&str; 4] = ["granted", "timed_out", "draining", "too_many_waiters"];
+
 /// HTTP requests by route, method and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "lock_http_requests_total";
 /// HTTP request latency by route and method.
@@ -27,13 +37,29 @@ pub const HTTP_REQUEST_SECONDS: &str = "lock_http_request_duration_seconds";
 /// at zero (an absent series is not a zero: `increase(...)` needs a first sample). Called
 /// once the recorder is installed.
 pub fn describe(backend: &'static str) {
-    use metrics::{counter, describe_counter};
-    let families: [(&'static str, &'static str); 9] = [
+    use metrics::{counter, describe_counter, describe_gauge, gauge};
+    describe_gauge!(
+        WAITERS,
+        "L4 requests with wait_ms parked on this replica, waiting for their key."
+    );
+    gauge!(WAITERS).set(0.0);
+    let families: [(&'static str, &'static str); 11] = [
+        (
+            WAITS_TOTAL,
+            "Waiting L4 requests (wait_ms) by outcome: granted, timed_out, draining, too_many_waiters.",
+        ),
+        (
+            LOCK_DELAYED_TOTAL,
+            "Acquires refused because the key was in the lock-delay of a grant that ended involuntarily.",
+        ),
         (
             GRANTS_TOTAL,
             "Grants handed out: new tokens and same-session re-grants (L4 200).",
         ),
-        (CONTENTION_TOTAL, "Acquires answered 409 LOCK_HELD."),
+        (
+            CONTENTION_TOTAL,
+            "Acquires answered 409 LOCK_HELD (held, in a lock-delay, or waiters queued first).",
+        ),
         (
             EXPIRED_TOTAL,
             "Grants that expired: reaped after their lease or session ended, or taken over.",
@@ -65,11 +91,15 @@ pub fn describe(backend: &'static str) {
         RENEW_LOST_TOTAL,
         REVOKED_TOTAL,
         NOT_LEADER_TOTAL,
+        LOCK_DELAYED_TOTAL,
     ] {
         counter!(name, "backend" => backend).increment(0);
     }
     for reason in EXPIRY_REASONS {
         counter!(EXPIRED_TOTAL, "backend" => backend, "reason" => reason).increment(0);
+    }
+    for outcome in WAIT_OUTCOMES {
+        counter!(WAITS_TOTAL, "backend" => backend, "outcome" => outcome).increment(0);
     }
     for released in ["true", "false"] {
         counter!(RELEASES_TOTAL, "backend" => backend, "released" => released).increment(0);

@@ -53,6 +53,7 @@ impl Server {
     pub async fn build(config: &Config) -> Result<Self, StartError> {
         // Configuration mistakes first: they are cheaper to fix than a store's settings.
         config.ttl_policy().map_err(StartError::Config)?;
+        config.wait_policy().map_err(StartError::Config)?;
         config.signer().map_err(StartError::Config)?;
         let store: Arc<dyn LockStore> = match config.backend {
             BackendChoice::Memory => Arc::new(MemoryStore::new()),
@@ -88,6 +89,7 @@ impl Server {
         store: Arc<dyn LockStore>,
     ) -> Result<Self, StartError> {
         let ttl: TtlPolicy = config.ttl_policy().map_err(StartError::Config)?;
+        let wait = config.wait_policy().map_err(StartError::Config)?;
         let listener = TcpListener::bind(config.bind)
             .await
             .map_err(|source| StartError::Bind {
@@ -111,12 +113,14 @@ impl Server {
         let state = AppState::new(
             store,
             ttl,
+            wait,
             Credentials {
                 admin_token: config.admin_token.clone(),
                 client_token: config.client_token.clone(),
                 signer,
             },
         );
+        state.watch_wakes().await?;
         service_kit::install_metrics();
         crate::metrics::describe(state.backend().as_str());
         Ok(Self {

@@ -1,12 +1,13 @@
 //! `AppState`: what every handler shares.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use lock_api::{Backend, FenceSigner};
+use tokio::sync::watch;
 
-use crate::config::TtlPolicy;
-use crate::store::LockStore;
+use crate::config::{TtlPolicy, WaitPolicy};
+use crate::store::{LockStore, StoreError};
+use crate::waiting::Waiters;
 
 /// The secrets a replica is configured with.
 #[derive(Debug, Default)]
@@ -32,12 +33,19 @@ struct Inner {
     admin_token: Option<String>,
     client_token: Option<String>,
     signer: Option<FenceSigner>,
-    draining: AtomicBool,
+    wait: WaitPolicy,
+    waiters: Arc<Waiters>,
+    draining: watch::Sender<bool>,
 }
 
 impl AppState {
-    /// State over `store` with the given TTL policy and credentials.
-    pub fn new(store: Arc<dyn LockStore>, ttl: TtlPolicy, credentials: Credentials) -> Self {
+    /// State over `store` with the given TTL and waiting policies and credentials.
+    pub fn new(
+        store: Arc<dyn LockStore>,
+        ttl: TtlPolicy,
+        wait: WaitPolicy,
+        credentials: Credentials,
+    ) -> Self {
         let nonempty = |t: Option<String>| t.filter(|t| !t.is_empty());
         Self {
             inner: Arc::new(Inner {
@@ -46,9 +54,41 @@ impl AppState {
                 admin_token: nonempty(credentials.admin_token),
                 client_token: nonempty(credentials.client_token),
                 signer: credentials.signer,
-                draining: AtomicBool::new(false),
+                wait,
+                waiters: Arc::new(Waiters::new(wait)),
+                draining: watch::Sender::new(false),
             }),
         }
+    }
+
+    /// Connects the store's wake-ups to this replica's waiters (once, before serving).
+    pub async fn watch_wakes(&self) -> Result<(), StoreError> {
+        let waiters = self.inner.waiters.clone();
+        self.inner
+            .store
+            .watch_wakes(Arc::new(move |wake| waiters.wake(&wake)))
+            .await
+    }
+
+    /// The store, shared (for work that outlives a request, such as leaving a queue).
+    pub fn store_arc(&self) -> Arc<dyn LockStore> {
+        self.inner.store.clone()
+    }
+
+    /// Waiting and lock-delay limits.
+    pub fn wait(&self) -> &WaitPolicy {
+        &self.inner.wait
+    }
+
+    /// This replica's waiting L4 requests.
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        &self.inner.waiters
+    }
+
+    /// Completes when draining starts (at once if it has).
+    pub async fn drained(&self) {
+        let mut rx = self.inner.draining.subscribe();
+        let _ = rx.wait_for(|draining| *draining).await;
     }
 
     /// The bearer token of L1-L7, if configured.
@@ -83,11 +123,11 @@ impl AppState {
 
     /// From now on, mutations are answered `NOT_LEADER` and readiness fails.
     pub fn start_draining(&self) {
-        self.inner.draining.store(true, Ordering::SeqCst);
+        self.inner.draining.send_replace(true);
     }
 
     /// Whether this replica is draining for shutdown.
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::SeqCst)
+        *self.inner.draining.borrow()
     }
 }

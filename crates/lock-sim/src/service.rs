@@ -191,7 +191,9 @@ impl LockService {
                         session: grant.session_id,
                     }
                 }
-                AcquireOutcome::Held { .. } => LockAnswer::Held,
+                AcquireOutcome::Held { .. }
+                | AcquireOutcome::Delayed { .. }
+                | AcquireOutcome::Queued { .. } => LockAnswer::Held,
             }),
             LockCall::Renew {
                 key,

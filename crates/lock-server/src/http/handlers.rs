@@ -6,12 +6,13 @@ use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
     FencingToken, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest,
-    ReleaseResponse, RenewRequest, SessionId, validate_requested_ttl,
+    ReleaseResponse, RenewRequest, SessionId, validate_requested_duration, validate_requested_ttl,
 };
 
 use crate::metrics as m;
 use crate::state::AppState;
-use crate::store::{AcquireOutcome, StoreError};
+use crate::store::{AcquireOutcome, AcquireSpec, StoreError};
+use crate::waiting::{self, Waited};
 use service_kit::{ApiError, ApiJson};
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -100,9 +101,12 @@ pub async fn delete_session(
     responses((status = 200, description = "granted: a new token, or the same token to the same session", body = LockGrant),
         (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, an unknown field or the body", body = ErrorBody),
         (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
-        (status = 409, description = "LOCK_HELD: another live session holds it", body = ErrorBody),
-        (status = 410, description = "SESSION_EXPIRED", body = ErrorBody)))]
-/// L4 `POST /v1/locks/{lock_key}/acquire`.
+        (status = 409, description = "LOCK_HELD: another live session holds it, the key is in a lock-delay, or waiters queued first (after wait_ms, if given)", body = ErrorBody),
+        (status = 410, description = "SESSION_EXPIRED", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_WAITERS: wait_ms given but this replica already holds lock.max.waiters(-per-key) waiters", body = ErrorBody),
+        (status = 503, description = "NOT_LEADER: draining (a waiter keeps its queue place for its retry elsewhere)", body = ErrorBody)))]
+/// L4 `POST /v1/locks/{lock_key}/acquire`. With `wait_ms` the request is held, in FIFO
+/// order with the key's other waiters on every replica, until granted or the wait ends.
 pub async fn acquire(
     State(state): State<AppState>,
     Path(lock_key): Path<String>,
@@ -113,30 +117,104 @@ pub async fn acquire(
         Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
         None => state.ttl().lock_default_ms,
     };
+    let wait_ms = match req.wait_ms {
+        Some(ms) => validate_requested_duration("wait_ms", ms)?.min(state.wait().max_wait_ms),
+        None => 0,
+    };
+    let lock_delay_ms = match req.lock_delay_ms {
+        Some(ms) => validate_requested_duration("lock_delay_ms", ms)?,
+        None => state.wait().default_lock_delay_ms,
+    }
+    .min(state.wait().max_lock_delay_ms);
+    let spec = AcquireSpec {
+        lease_ms: state.ttl().clamp(requested),
+        queue_ms: 0,
+        lock_delay_ms,
+    };
     let backend = state.backend().as_str();
-    match state
-        .store()
-        .acquire(&key, req.session_id, state.ttl().clamp(requested))
-        .await?
-    {
+    let (outcome, waited_ms) = if wait_ms == 0 {
+        (
+            state
+                .store()
+                .acquire_with(&key, req.session_id, spec)
+                .await?,
+            0,
+        )
+    } else {
+        let waited = waiting::acquire_waiting(&state, &key, req.session_id, spec, wait_ms).await?;
+        let (label, answer) = match waited {
+            Waited::Answer(outcome, waited_ms) => {
+                let label = if matches!(outcome, AcquireOutcome::Granted { .. }) {
+                    "granted"
+                } else {
+                    "timed_out"
+                };
+                (label, Ok((outcome, waited_ms)))
+            }
+            Waited::Draining => (
+                "draining",
+                Err(ApiError::new(
+                    ErrorCode::NotLeader,
+                    format!(
+                        "this replica is draining for shutdown; {key}'s queue keeps this session's place for its retry on another replica"
+                    ),
+                )),
+            ),
+            Waited::Refused(refused) => (
+                "too_many_waiters",
+                Err(ApiError::new(
+                    ErrorCode::TooManyWaiters,
+                    format!("cannot wait for {key}: {refused}"),
+                )),
+            ),
+        };
+        metrics::counter!(m::WAITS_TOTAL, "backend" => backend, "outcome" => label).increment(1);
+        answer?
+    };
+    let waited = if wait_ms == 0 {
+        String::new()
+    } else {
+        format!(" after waiting {waited_ms} ms")
+    };
+    match outcome {
         AcquireOutcome::Granted {
             mut grant,
             took_over_expired,
         } => {
             grant.proof = sign(&state, &grant);
+            grant.waited_ms = waited_ms;
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-            tracing::info!(event = "lock_granted", key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, expires_at = %grant.expires_at.to_rfc3339());
+            tracing::info!(event = "lock_granted", key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
                 metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
                     .increment(1);
             }
             Ok(Json(grant))
         }
-        AcquireOutcome::Held { holder_token } => {
+        AcquireOutcome::Held { holder_token, .. } => {
             metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
             Err(ApiError::new(
                 ErrorCode::LockHeld,
-                format!("lock {key} is held by another session (token {holder_token})"),
+                format!("lock {key} is held by another session (token {holder_token}){waited}"),
+            ))
+        }
+        AcquireOutcome::Delayed { remaining_ms } => {
+            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
+            metrics::counter!(m::LOCK_DELAYED_TOTAL, "backend" => backend).increment(1);
+            Err(ApiError::new(
+                ErrorCode::LockHeld,
+                format!(
+                    "lock {key} is free but in the lock-delay of a grant that ended involuntarily, for {remaining_ms} ms more{waited}"
+                ),
+            ))
+        }
+        AcquireOutcome::Queued { ahead } => {
+            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
+            Err(ApiError::new(
+                ErrorCode::LockHeld,
+                format!(
+                    "lock {key} is free but {ahead} waiting sessions queued for it first{waited}"
+                ),
             ))
         }
     }

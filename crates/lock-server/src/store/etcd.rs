@@ -37,7 +37,9 @@ use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, Ses
 use serde::{Deserialize, Serialize};
 use tonic::Code;
 
-use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
+use super::{
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
+};
 
 /// etcd counts lease TTLs in whole seconds.
 const LEASE_GRANULARITY_MS: u64 = 1_000;
@@ -434,6 +436,7 @@ impl EtcdStore {
                 Liveness::Live => {
                     return Ok(Some(AcquireOutcome::Held {
                         holder_token: current.value.token,
+                        free_in_ms: current.value.lease_ms,
                     }));
                 }
                 Liveness::LeaseEnded | Liveness::SessionEnded => took_over_expired = true,
@@ -497,8 +500,12 @@ impl EtcdStore {
             .await?;
         if !committed.succeeded() {
             return Ok(
-                Self::granted_meanwhile(&committed, fence_revision, session)?
-                    .map(|holder_token| AcquireOutcome::Held { holder_token }),
+                Self::granted_meanwhile(&committed, fence_revision, session)?.map(|holder_token| {
+                    AcquireOutcome::Held {
+                        holder_token,
+                        free_in_ms: lease_ms,
+                    }
+                }),
             );
         }
         *spare_lease = None;
@@ -602,6 +609,7 @@ fn grant_of(key: &LockKey, value: &GrantValue, lease_ms: u64) -> LockGrant {
         expires_at: after_ms(lease_ms),
         session_id: value.session,
         proof: None,
+        waited_ms: 0,
     }
 }
 
@@ -725,12 +733,13 @@ impl LockStore for EtcdStore {
         Ok(deleted)
     }
 
-    async fn acquire(
+    async fn acquire_with(
         &self,
         key: &LockKey,
         session: SessionId,
-        lease_ms: u64,
+        spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
+        let lease_ms = spec.lease_ms;
         let mut spare_lease = None;
         let mut outcome = Err(StoreError::Unavailable(format!(
             "acquire of {key} lost {ACQUIRE_ROUNDS_MAX} races in a row"
@@ -827,7 +836,12 @@ impl LockStore for EtcdStore {
             fencing_token: grant.value.token,
             owner_id: grant.value.owner,
             expires_at: after_ms(grant.value.lease_ms),
+            waiters: 0,
         }))
+    }
+
+    async fn leave_queue(&self, _key: &LockKey, _session: SessionId) -> Result<(), StoreError> {
+        Ok(())
     }
 
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {

@@ -11,7 +11,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
-use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
+use super::{
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
+    Wake, WakeSink, WakeSlot,
+};
 
 /// Where a memory store gets its time and its session ids.
 pub trait StoreEnv: Send + Sync + std::fmt::Debug + 'static {
@@ -66,6 +69,29 @@ struct Grant {
     session: SessionId,
     lease_ms: u64,
     expires: u64,
+    lock_delay_ms: u64,
+}
+
+impl Grant {
+    /// When this grant ended or ends: its lease's or its session's expiry, the earlier.
+    fn ends(&self, session: Option<&Session>) -> u64 {
+        session.map_or(self.expires, |s| s.expires.min(self.expires))
+    }
+}
+
+/// A lock-delay in force: no session but `exempt` is granted the key before `until`.
+#[derive(Debug, Clone, Copy)]
+struct Delay {
+    until: u64,
+    exempt: Option<SessionId>,
+}
+
+/// A place in a key's queue.
+#[derive(Debug, Clone)]
+struct Waiter {
+    session: SessionId,
+    seq: u64,
+    expires: u64,
 }
 
 #[derive(Debug, Default)]
@@ -74,6 +100,11 @@ struct State {
     locks: HashMap<LockKey, Grant>,
     /// Last token per key; never removed, so tokens are never reused.
     fences: HashMap<LockKey, FencingToken>,
+    /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
+    delays: HashMap<LockKey, Delay>,
+    /// Each key's queue, in arrival (`seq`) order.
+    queues: HashMap<LockKey, Vec<Waiter>>,
+    next_seq: u64,
 }
 
 impl State {
@@ -90,6 +121,96 @@ impl State {
         let session = self.sessions.get(&grant.session)?;
         (grant.expires > now && session.expires > now).then_some(grant)
     }
+
+    fn waiter_live(&self, waiter: &Waiter, now: u64) -> bool {
+        waiter.expires > now
+            && self
+                .sessions
+                .get(&waiter.session)
+                .is_some_and(|s| s.expires > now)
+    }
+
+    /// Nanoseconds of lock-delay left on free `key` for `session` (0: none).
+    fn delay_left(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
+        let mut until = 0;
+        // A grant that expired but is not yet reaped: its delay runs from its end.
+        if let Some(dead) = self.locks.get(key) {
+            if dead.session != session {
+                let ends = dead.ends(self.sessions.get(&dead.session));
+                until = after(ends, dead.lock_delay_ms);
+            }
+        }
+        if let Some(delay) = self.delays.get(key) {
+            if delay.exempt != Some(session) {
+                until = until.max(delay.until);
+            }
+        }
+        until.saturating_sub(now)
+    }
+
+    /// Puts `session` in `key`'s queue, or renews its place; its `seq`.
+    fn enqueue(&mut self, key: &LockKey, session: SessionId, queue_ms: u64, now: u64) -> u64 {
+        let expires = after(now, queue_ms);
+        let queue = self.queues.entry(key.clone()).or_default();
+        if let Some(place) = queue.iter_mut().find(|w| w.session == session) {
+            place.expires = place.expires.max(expires);
+            return place.seq;
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        queue.push(Waiter {
+            session,
+            seq,
+            expires,
+        });
+        seq
+    }
+
+    /// Live waiters of other sessions ahead of `session` (all of them if it has no place).
+    fn ahead_of(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
+        let Some(queue) = self.queues.get(key) else {
+            return 0;
+        };
+        let mine = queue
+            .iter()
+            .find(|w| w.session == session)
+            .map_or(u64::MAX, |w| w.seq);
+        queue
+            .iter()
+            .filter(|w| w.session != session && w.seq < mine && self.waiter_live(w, now))
+            .count() as u64
+    }
+
+    fn live_waiters(&self, key: &LockKey, now: u64) -> u64 {
+        self.queues.get(key).map_or(0, |q| {
+            q.iter().filter(|w| self.waiter_live(w, now)).count() as u64
+        })
+    }
+
+    fn leave(&mut self, key: &LockKey, session: SessionId) {
+        if let Some(queue) = self.queues.get_mut(key) {
+            queue.retain(|w| w.session != session);
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
+        }
+    }
+
+    /// The wake-up for `key` if it is free and has a live head waiter.
+    fn head_wake(&self, key: &LockKey, now: u64) -> Option<Wake> {
+        if self.live_grant(key, now).is_some() {
+            return None;
+        }
+        let head = self
+            .queues
+            .get(key)?
+            .iter()
+            .find(|w| self.waiter_live(w, now))?;
+        Some(Wake::Head {
+            key: key.clone(),
+            session: head.session,
+        })
+    }
 }
 
 /// The in-memory lock store.
@@ -97,6 +218,7 @@ impl State {
 pub struct MemoryStore {
     state: Mutex<State>,
     env: Arc<dyn StoreEnv>,
+    wakes: WakeSlot,
 }
 
 impl Default for MemoryStore {
@@ -116,7 +238,13 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State::default()),
             env,
+            wakes: WakeSlot::default(),
         }
+    }
+
+    /// Delivers `wakes` (after the state's lock is released).
+    fn deliver(&self, wakes: impl IntoIterator<Item = Wake>) {
+        self.wakes.deliver(wakes);
     }
 
     fn display(&self, nanos: u64) -> DateTime<Utc> {
@@ -181,30 +309,62 @@ impl LockStore for MemoryStore {
     }
 
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
-        let mut state = self.state()?;
-        let existed = state.sessions.remove(&session).is_some();
-        state.locks.retain(|_, grant| grant.session != session);
-        Ok(existed)
+        let now = self.env.now_nanos();
+        let wakes = {
+            let mut state = self.state()?;
+            let existed = state.sessions.remove(&session).is_some();
+            let mut touched = Vec::new();
+            state.locks.retain(|key, grant| {
+                let mine = grant.session == session;
+                if mine {
+                    touched.push(key.clone());
+                }
+                !mine
+            });
+            for (key, queue) in &mut state.queues {
+                if queue.iter().any(|w| w.session == session) {
+                    queue.retain(|w| w.session != session);
+                    touched.push(key.clone());
+                }
+            }
+            state.queues.retain(|_, q| !q.is_empty());
+            let wakes: Vec<Wake> = touched
+                .iter()
+                .filter_map(|k| state.head_wake(k, now))
+                .collect();
+            (existed, wakes)
+        };
+        self.deliver(wakes.1);
+        Ok(wakes.0)
     }
 
-    async fn acquire(
+    async fn acquire_with(
         &self,
         key: &LockKey,
         session: SessionId,
-        lease_ms: u64,
+        spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
         let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
+        let queue = |state: &mut State| {
+            if spec.queue_ms > 0 {
+                state.enqueue(key, session, spec.queue_ms, now);
+            }
+        };
         if let Some(current) = state.live_grant(key, now).cloned() {
             if current.session != session {
+                queue(&mut state);
+                let ends = current.ends(state.sessions.get(&current.session));
                 return Ok(AcquireOutcome::Held {
                     holder_token: current.token,
+                    free_in_ms: ends.saturating_sub(now).div_ceil(1_000_000),
                 });
             }
             // Lease and expiry only grow (invariant I4 for every answer).
-            let lease_ms = current.lease_ms.max(lease_ms);
+            let lease_ms = current.lease_ms.max(spec.lease_ms);
             let expires = current.expires.max(after(now, lease_ms));
+            state.leave(key, session);
             state.locks.insert(
                 key.clone(),
                 Grant {
@@ -221,13 +381,28 @@ impl LockStore for MemoryStore {
                     expires_at: self.display(expires),
                     session_id: session,
                     proof: None,
+                    waited_ms: 0,
                 },
                 took_over_expired: false,
             });
         }
+        let delay_nanos = state.delay_left(key, session, now);
+        if delay_nanos > 0 {
+            queue(&mut state);
+            return Ok(AcquireOutcome::Delayed {
+                remaining_ms: delay_nanos.div_ceil(1_000_000),
+            });
+        }
+        queue(&mut state);
+        let ahead = state.ahead_of(key, session, now);
+        if ahead > 0 {
+            return Ok(AcquireOutcome::Queued { ahead });
+        }
+        state.leave(key, session);
+        state.delays.remove(key);
         let next = FencingToken(state.fences.get(key).map_or(1, |t| t.0 + 1));
         state.fences.insert(key.clone(), next);
-        let expires = after(now, lease_ms);
+        let expires = after(now, spec.lease_ms);
         let replaced = state
             .locks
             .insert(
@@ -235,8 +410,9 @@ impl LockStore for MemoryStore {
                 Grant {
                     token: next,
                     session,
-                    lease_ms,
+                    lease_ms: spec.lease_ms,
                     expires,
+                    lock_delay_ms: spec.lock_delay_ms,
                 },
             )
             .is_some();
@@ -244,13 +420,30 @@ impl LockStore for MemoryStore {
             grant: LockGrant {
                 lock_key: key.clone(),
                 fencing_token: next,
-                lease_ms,
+                lease_ms: spec.lease_ms,
                 expires_at: self.display(expires),
                 session_id: session,
                 proof: None,
+                waited_ms: 0,
             },
             took_over_expired: replaced,
         })
+    }
+
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
+        let now = self.env.now_nanos();
+        let wake = {
+            let mut state = self.state()?;
+            state.leave(key, session);
+            state.head_wake(key, now)
+        };
+        self.deliver(wake);
+        Ok(())
+    }
+
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        self.wakes.set(sink);
+        Ok(())
     }
 
     async fn renew(
@@ -278,6 +471,7 @@ impl LockStore for MemoryStore {
             expires_at: self.display(grant.expires),
             session_id: session,
             proof: None,
+            waited_ms: 0,
         })
     }
 
@@ -287,16 +481,22 @@ impl LockStore for MemoryStore {
         session: SessionId,
         token: FencingToken,
     ) -> Result<bool, StoreError> {
-        let mut state = self.state()?;
-        if state
-            .locks
-            .get(key)
-            .is_some_and(|g| g.token == token && g.session == session)
-        {
+        let now = self.env.now_nanos();
+        let wake = {
+            let mut state = self.state()?;
+            if !state
+                .locks
+                .get(key)
+                .is_some_and(|g| g.token == token && g.session == session)
+            {
+                return Ok(false);
+            }
+            // Voluntary: no lock-delay.
             state.locks.remove(key);
-            return Ok(true);
-        }
-        Ok(false)
+            state.head_wake(key, now)
+        };
+        self.deliver(wake);
+        Ok(true)
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
@@ -314,16 +514,30 @@ impl LockStore for MemoryStore {
             fencing_token: grant.token,
             owner_id: session.owner.clone(),
             expires_at: self.display(grant.expires.min(session.expires)),
+            waiters: state.live_waiters(key, now),
         }))
     }
 
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
         let now = self.env.now_nanos();
-        let mut state = self.state()?;
-        let Some(token) = state.live_grant(key, now).map(|g| g.token) else {
-            return Ok(None);
+        let (token, wake) = {
+            let mut state = self.state()?;
+            let Some(grant) = state.live_grant(key, now).cloned() else {
+                return Ok(None);
+            };
+            state.locks.remove(key);
+            if grant.lock_delay_ms > 0 {
+                state.delays.insert(
+                    key.clone(),
+                    Delay {
+                        until: after(now, grant.lock_delay_ms),
+                        exempt: Some(grant.session),
+                    },
+                );
+            }
+            (grant.token, state.head_wake(key, now))
         };
-        state.locks.remove(key);
+        self.deliver(wake);
         Ok(Some(token))
     }
 
@@ -333,12 +547,26 @@ impl LockStore for MemoryStore {
         let state = &mut *guard;
         let mut report = ReapReport::default();
         let sessions = &state.sessions;
+        let delays = &mut state.delays;
         state.locks.retain(|key, grant| {
             let session = sessions.get(&grant.session);
             let lease_expired = grant.expires <= now;
             let session_expired = session.is_none_or(|s| s.expires <= now);
             if !(lease_expired || session_expired) {
                 return true;
+            }
+            if grant.lock_delay_ms > 0 {
+                let until = after(grant.ends(session), grant.lock_delay_ms);
+                let delay = delays.entry(key.clone()).or_insert(Delay {
+                    until,
+                    exempt: Some(grant.session),
+                });
+                if until >= delay.until {
+                    *delay = Delay {
+                        until,
+                        exempt: Some(grant.session),
+                    };
+                }
             }
             if let Some(s) = session {
                 report.locks.push(ExpiredLock {
@@ -354,6 +582,12 @@ impl LockStore for MemoryStore {
         let before = state.sessions.len();
         state.sessions.retain(|_, s| s.expires > now);
         report.sessions = (before - state.sessions.len()) as u64;
+        state.delays.retain(|_, d| d.until > now);
+        let sessions = &state.sessions;
+        for queue in state.queues.values_mut() {
+            queue.retain(|w| w.expires > now && sessions.contains_key(&w.session));
+        }
+        state.queues.retain(|_, q| !q.is_empty());
         Ok(report)
     }
 

@@ -27,6 +27,32 @@ pub struct SessionRecord {
     pub expires_at: DateTime<Utc>,
 }
 
+/// What an L4 asks of the store beyond the key and the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireSpec {
+    /// The lease to grant (already clamped).
+    pub lease_ms: u64,
+    /// 0: a try-acquire that never queues. Otherwise the caller joins the key's FIFO queue
+    /// when it is not granted (or keeps its place: one place per session and key), and the
+    /// place lapses this long after the call unless renewed by the next call.
+    pub queue_ms: u64,
+    /// The grant's lock-delay (already clamped): if it ends involuntarily, no other session
+    /// is granted the key for this long.
+    pub lock_delay_ms: u64,
+}
+
+impl AcquireSpec {
+    /// A try-acquire for `lease_ms` without lock-delay (what the tests and the simulation
+    /// mostly ask).
+    pub const fn lease(lease_ms: u64) -> Self {
+        Self {
+            lease_ms,
+            queue_ms: 0,
+            lock_delay_ms: 0,
+        }
+    }
+}
+
 /// The result of an acquire that reached the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
@@ -41,7 +67,78 @@ pub enum AcquireOutcome {
     Held {
         /// The holder's token.
         holder_token: FencingToken,
+        /// Milliseconds until the holder's grant ends unless it renews (store clock).
+        free_in_ms: u64,
     },
+    /// The key is free but in the lock-delay of a grant that ended involuntarily.
+    Delayed {
+        /// Milliseconds until the delay ends (store clock).
+        remaining_ms: u64,
+    },
+    /// The key is free but other sessions queued for it first (FIFO).
+    Queued {
+        /// Live waiters ahead of the caller.
+        ahead: u64,
+    },
+}
+
+impl AcquireOutcome {
+    /// How long a waiter may sleep before asking again without missing a deadline the store
+    /// knows of (the holder's expiry, the delay's end); `None` when only a wake-up helps.
+    pub fn recheck_in_ms(&self) -> Option<u64> {
+        match self {
+            Self::Granted { .. } | Self::Queued { .. } => None,
+            Self::Held { free_in_ms, .. } => Some(*free_in_ms),
+            Self::Delayed { remaining_ms } => Some(*remaining_ms),
+        }
+    }
+}
+
+/// A wake-up for the replica's waiters: a key became free (released, revoked, reaped, or
+/// the head of its queue left) and this session is now first in its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// `session` is first in `key`'s queue and the key is free.
+    Head {
+        /// The key.
+        key: LockKey,
+        /// The session at the head of its queue.
+        session: SessionId,
+    },
+    /// Wake-ups may have been lost (the store's notification channel reconnected): every
+    /// waiter asks again.
+    Everyone,
+}
+
+/// Where a store delivers its wake-ups.
+pub type WakeSink = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
+
+/// A store's [`WakeSink`], once `watch_wakes` set it.
+#[derive(Default)]
+pub(crate) struct WakeSlot(std::sync::OnceLock<WakeSink>);
+
+impl WakeSlot {
+    /// Sets the sink; a second call is ignored (one watcher per store).
+    pub(crate) fn set(&self, sink: WakeSink) {
+        let _ = self.0.set(sink);
+    }
+
+    /// Delivers `wakes`, if a sink is set.
+    pub(crate) fn deliver(&self, wakes: impl IntoIterator<Item = Wake>) {
+        if let Some(sink) = self.0.get() {
+            wakes.into_iter().for_each(|w| sink(w));
+        }
+    }
+}
+
+impl std::fmt::Debug for WakeSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "WakeSlot(set)"
+        } else {
+            "WakeSlot(unset)"
+        })
+    }
 }
 
 /// A grant the reaper removed because its lease or its session expired.
@@ -116,13 +213,39 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// L3: deletes a session and releases its locks. Returns whether it existed.
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError>;
 
-    /// L4: grants `key` to `session` for `lease_ms`, unless another live session holds it.
+    /// L4 as a try-acquire without lock-delay: [`LockStore::acquire_with`] with
+    /// [`AcquireSpec::lease`].
     async fn acquire(
         &self,
         key: &LockKey,
         session: SessionId,
         lease_ms: u64,
+    ) -> Result<AcquireOutcome, StoreError> {
+        self.acquire_with(key, session, AcquireSpec::lease(lease_ms))
+            .await
+    }
+
+    /// L4: grants `key` to `session` for `spec.lease_ms`, unless another live session holds
+    /// it, the key is in a lock-delay for this session, or live waiters queued before this
+    /// session (or at all, for a caller not queued). With `spec.queue_ms > 0` a refused
+    /// caller holds a place in the key's FIFO queue; a grant removes it.
+    async fn acquire_with(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError>;
+
+    /// Removes `session`'s place in `key`'s queue, if any (a waiter gave up or went away).
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError>;
+
+    /// Starts delivering wake-ups for this replica's waiters to `sink` (across replicas
+    /// where the backend can). Called once, before serving. Without it waiters still make
+    /// progress on their recheck timer.
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        let _ = sink;
+        Ok(())
+    }
 
     /// L5: extends a live grant by its lease. Never changes the token.
     async fn renew(
@@ -141,13 +264,15 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         token: FencingToken,
     ) -> Result<bool, StoreError>;
 
-    /// L7: the live grant of `key`, if any.
+    /// L7: the live grant of `key`, if any, with the number of live waiters queued for it.
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;
 
-    /// L8: deletes the live grant of `key`, if any, and returns its token.
+    /// L8: deletes the live grant of `key`, if any, and returns its token. An involuntary
+    /// end: the grant's lock-delay starts.
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError>;
 
-    /// Deletes expired grants and sessions.
+    /// Deletes expired grants, sessions and queue places; each expired grant's lock-delay
+    /// runs from when it expired.
     async fn reap_expired(&self) -> Result<ReapReport, StoreError>;
 
     /// Whether the store answers and takes writes.

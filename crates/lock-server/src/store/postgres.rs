@@ -1,16 +1,21 @@
 //! `LockStore` on PostgreSQL. Each operation is one round trip; the grant logic lives in
 //! SQL functions (`migrations/0001_locks.sql`) so the store's `now()` is the only clock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
 
-use super::{AcquireOutcome, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError};
+use super::{
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
+    Wake, WakeSink,
+};
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
 /// database set read-only.
@@ -21,11 +26,29 @@ const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
 const DURABILITY_SETTINGS: [&str; 2] = ["fsync", "synchronous_commit"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
+/// The channel `lock_notify_free()` (migration 0002) notifies: payload `"<session> <key>"`.
+const WAKE_CHANNEL: &str = "lock_free";
+/// Pause before the listener tries again after its connection failed to come back.
+const LISTEN_RETRY_MS: u64 = 500;
 
 /// The PostgreSQL lock store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// One connection of its own for LISTEN, so waking never takes a request's connection.
+    listen_pool: PgPool,
+    /// Every replica (sink) served by this store's one listener.
+    sinks: Arc<Mutex<Vec<WakeSink>>>,
+    listening: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool)
+            .field("listening", &self.listening)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PostgresStore {
@@ -44,7 +67,17 @@ impl PostgresStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Internal(format!("migrations failed: {e}")))?;
-        Ok(Self { pool })
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
+            .connect_lazy(url)
+            .map_err(map_err)?;
+        Ok(Self {
+            pool,
+            listen_pool,
+            sinks: Arc::default(),
+            listening: Arc::default(),
+        })
     }
 
     /// The connection pool (for tests and benchmarks).
@@ -158,30 +191,39 @@ impl LockStore for PostgresStore {
         Ok(result.rows_affected() > 0)
     }
 
-    async fn acquire(
+    async fn acquire_with(
         &self,
         key: &LockKey,
         session: SessionId,
-        lease_ms: u64,
+        spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
-        let (outcome, token, lease, expires_at, took_over): (
+        type Row = (
             String,
             Option<i64>,
             Option<i64>,
             Option<DateTime<Utc>>,
             Option<bool>,
-        ) = sqlx::query_as("SELECT * FROM lock_acquire($1, $2, $3)")
-            .bind(key.as_str())
-            .bind(session.0)
-            .bind(to_i64(lease_ms)?)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
+            Option<i64>,
+            Option<i64>,
+        );
+        let (outcome, token, lease, expires_at, took_over, wait_ms, ahead): Row =
+            sqlx::query_as("SELECT * FROM lock_acquire($1, $2, $3, $4, $5)")
+                .bind(key.as_str())
+                .bind(session.0)
+                .bind(to_i64(spec.lease_ms)?)
+                .bind(to_i64(spec.queue_ms)?)
+                .bind(to_i64(spec.lock_delay_ms)?)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
         let token = || {
             required(token, "fencing_token")
                 .and_then(to_u64)
                 .map(FencingToken)
         };
+        // A negative wait means the deadline passed between two of the function's now()
+        // readings (they are equal within a transaction, so never in practice): ask again.
+        let wait_ms = || Ok::<_, StoreError>(required(wait_ms, "wait_ms")?.max(0).unsigned_abs());
         match outcome.as_str() {
             "GRANTED" => Ok(AcquireOutcome::Granted {
                 grant: LockGrant {
@@ -191,13 +233,56 @@ impl LockStore for PostgresStore {
                     expires_at: required(expires_at, "expires_at")?,
                     session_id: session,
                     proof: None,
+                    waited_ms: 0,
                 },
                 took_over_expired: took_over.unwrap_or(false),
             }),
             "LOCK_HELD" => Ok(AcquireOutcome::Held {
                 holder_token: token()?,
+                free_in_ms: wait_ms()?,
+            }),
+            "LOCK_DELAYED" => Ok(AcquireOutcome::Delayed {
+                remaining_ms: wait_ms()?,
+            }),
+            "QUEUED" => Ok(AcquireOutcome::Queued {
+                ahead: to_u64(required(ahead, "ahead")?)?,
             }),
             other => Err(session_error(other, session)),
+        }
+    }
+
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM lock_waiters WHERE lock_key = $1 AND session_id = $2")
+            .bind(key.as_str())
+            .bind(session.0)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        self.sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(sink);
+        if self.listening.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let listener = async {
+            let mut listener = PgListener::connect_with(&self.listen_pool).await?;
+            listener.listen(WAKE_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        match listener.await {
+            Ok(listener) => {
+                tokio::spawn(listen(listener, self.sinks.clone()));
+                Ok(())
+            }
+            Err(err) => {
+                self.listening.store(false, Ordering::SeqCst);
+                Err(map_err(err))
+            }
         }
     }
 
@@ -223,6 +308,7 @@ impl LockStore for PostgresStore {
                 expires_at: required(expires_at, "expires_at")?,
                 session_id: session,
                 proof: None,
+                waited_ms: 0,
             }),
             "LOCK_LOST" => Err(StoreError::LockLost {
                 lock_key: key.clone(),
@@ -251,8 +337,10 @@ impl LockStore for PostgresStore {
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let row: Option<(i64, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT l.fencing_token, s.owner_id, LEAST(l.expires_at, s.expires_at)
+        let row: Option<(i64, String, DateTime<Utc>, i64)> = sqlx::query_as(
+            "SELECT l.fencing_token, s.owner_id, LEAST(l.expires_at, s.expires_at),
+                    (SELECT count(*) FROM lock_waiters w JOIN lock_sessions ws ON ws.session_id = w.session_id
+                      WHERE w.lock_key = l.lock_key AND w.expires_at > now() AND ws.expires_at > now())
                FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
               WHERE l.lock_key = $1 AND l.expires_at > now() AND s.expires_at > now()",
         )
@@ -260,24 +348,36 @@ impl LockStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        row.map(|(token, owner, expires_at)| {
+        row.map(|(token, owner, expires_at, waiters)| {
             Ok(LockInfo {
                 lock_key: key.clone(),
                 fencing_token: FencingToken(to_u64(token)?),
                 owner_id: OwnerId::parse(owner)
                     .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
                 expires_at,
+                waiters: to_u64(waiters)?,
             })
         })
         .transpose()
     }
 
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        // An involuntary end: the grant's lock-delay runs from now (on the fence row, which
+        // outlives the grant row). The delete's trigger wakes the head waiter, who then
+        // learns of the delay.
         let token: Option<i64> = sqlx::query_scalar(
-            "DELETE FROM locks l USING lock_sessions s
-              WHERE l.lock_key = $1 AND s.session_id = l.session_id
-                AND l.expires_at > now() AND s.expires_at > now()
-          RETURNING l.fencing_token",
+            "WITH gone AS (
+                 DELETE FROM locks l USING lock_sessions s
+                  WHERE l.lock_key = $1 AND s.session_id = l.session_id
+                    AND l.expires_at > now() AND s.expires_at > now()
+              RETURNING l.fencing_token, l.session_id, l.lock_delay_ms),
+             delayed AS (
+                 UPDATE lock_fences f
+                    SET delay_until = now() + g.lock_delay_ms * interval '1 millisecond',
+                        delay_exempt = g.session_id
+                   FROM gone g
+                  WHERE f.lock_key = $1 AND g.lock_delay_ms > 0)
+             SELECT fencing_token FROM gone",
         )
         .bind(key.as_str())
         .fetch_optional(&self.pool)
@@ -296,7 +396,16 @@ impl LockStore for PostgresStore {
                       WHERE s.session_id = l.session_id
                         AND (l.expires_at <= now() OR s.expires_at <= now())
                   RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id,
-                            l.expires_at <= now() AS lease_expired),
+                            l.expires_at <= now() AS lease_expired, l.lock_delay_ms,
+                            LEAST(l.expires_at, s.expires_at) AS ends_at),
+                 delayed AS (
+                     UPDATE lock_fences f
+                        SET delay_until = GREATEST(COALESCE(f.delay_until, '-infinity'),
+                                                   g.ends_at + g.lock_delay_ms * interval '1 millisecond'),
+                            delay_exempt = g.session_id
+                       FROM gone g
+                      WHERE f.lock_key = g.lock_key AND g.lock_delay_ms > 0),
+                 lapsed AS (DELETE FROM lock_waiters WHERE expires_at <= now()),
                  dead AS (DELETE FROM lock_sessions WHERE expires_at <= now() RETURNING 1)
                  SELECT lock_key, fencing_token, session_id, owner_id, lease_expired, NULL::bigint FROM gone
                  UNION ALL
@@ -358,5 +467,62 @@ impl LockStore for PostgresStore {
             }
         }
         Ok(risks)
+    }
+}
+
+/// The listener's loop: each notification wakes its session's waiter; a lost connection
+/// (notifications may have been missed meanwhile) wakes every waiter once it is back.
+async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSink>>>) {
+    let sink = |wake: Wake| {
+        let sinks = sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        sinks.iter().for_each(|sink| sink(wake.clone()));
+    };
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => match parse_wake(notification.payload()) {
+                Some(wake) => sink(wake),
+                None => tracing::warn!(event = "wake_unparsed", payload = notification.payload()),
+            },
+            Ok(None) => {
+                tracing::warn!(event = "wake_listener_reconnecting");
+                sink(Wake::Everyone);
+            }
+            Err(err) => {
+                tracing::warn!(event = "wake_listener_failed", error = %err);
+                sink(Wake::Everyone);
+                tokio::time::sleep(Duration::from_millis(LISTEN_RETRY_MS)).await;
+            }
+        }
+    }
+}
+
+/// `"<session> <key>"`, as `lock_notify_free()` writes it.
+fn parse_wake(payload: &str) -> Option<Wake> {
+    let (session, key) = payload.split_once(' ')?;
+    Some(Wake::Head {
+        key: LockKey::parse(key.to_owned()).ok()?,
+        session: SessionId::parse(session).ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_payloads_parse_and_bad_ones_do_not() {
+        let session = SessionId::random();
+        assert_eq!(
+            parse_wake(&format!("{session} payout:7.with_all-chars")),
+            Some(Wake::Head {
+                key: LockKey::parse("payout:7.with_all-chars".to_owned()).unwrap(),
+                session
+            })
+        );
+        assert_eq!(parse_wake("not-a-uuid k"), None);
+        assert_eq!(parse_wake(&session.to_string()), None);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
-use lock_server::store::{AcquireOutcome, LockStore, MemoryStore, StoreError};
+use lock_server::store::{AcquireOutcome, AcquireSpec, LockStore, MemoryStore, StoreError, Wake};
 use test_support::poll_until;
 
 const LONG_MS: u64 = 30_000;
@@ -29,16 +29,14 @@ async fn session(store: &dyn LockStore, owner: &str, ttl_ms: u64) -> SessionId {
 async fn grant(store: &dyn LockStore, k: &LockKey, s: SessionId, lease_ms: u64) -> FencingToken {
     match store.acquire(k, s, lease_ms).await.expect("acquire") {
         AcquireOutcome::Granted { grant, .. } => grant.fencing_token,
-        AcquireOutcome::Held { holder_token } => {
-            panic!("expected a grant, {k} is held with {holder_token}")
-        }
+        refused => panic!("expected a grant of {k}, got {refused:?}"),
     }
 }
 
 async fn held(store: &dyn LockStore, k: &LockKey, s: SessionId) -> FencingToken {
     match store.acquire(k, s, LONG_MS).await.expect("acquire") {
-        AcquireOutcome::Held { holder_token } => holder_token,
-        AcquireOutcome::Granted { grant, .. } => panic!("expected LOCK_HELD, got {grant:?}"),
+        AcquireOutcome::Held { holder_token, .. } => holder_token,
+        other => panic!("expected LOCK_HELD, got {other:?}"),
     }
 }
 
@@ -50,7 +48,7 @@ async fn eventually_granted(store: &dyn LockStore, k: &LockKey, s: SessionId) ->
         || async {
             match store.acquire(k, s, LONG_MS).await.expect("acquire") {
                 AcquireOutcome::Granted { grant, .. } => Some(grant.fencing_token),
-                AcquireOutcome::Held { .. } => None,
+                _ => None,
             }
         },
     )
@@ -320,7 +318,7 @@ async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
                     holder_of.insert(grant.fencing_token, grant.session_id);
                     Some(grant.fencing_token)
                 }
-                AcquireOutcome::Held { .. } => None,
+                _ => None,
             })
             .collect();
         assert_eq!(
@@ -360,7 +358,7 @@ async fn a_hot_key_under_many_cycling_acquirers_answers_held_never_an_error(
                         assert!(store.release(&k, s, token).await.expect("release"));
                         granted.push(token);
                     }
-                    Ok(AcquireOutcome::Held { .. }) => {}
+                    Ok(_) => {}
                     Err(err) => panic!("acquirer {i}, attempt {attempt}: {err}"),
                 }
             }
@@ -379,6 +377,203 @@ async fn ready_when_healthy(store: Arc<dyn LockStore>) {
     store.ready().await.expect("a fresh store is ready");
 }
 
+// ---- Issue 13: FIFO queues and lock-delay -------------------------------------------
+
+/// A queue place long enough for any case.
+const QUEUE_MS: u64 = 30_000;
+
+fn queued(lease_ms: u64) -> AcquireSpec {
+    AcquireSpec {
+        queue_ms: QUEUE_MS,
+        ..AcquireSpec::lease(lease_ms)
+    }
+}
+
+fn delayed(lease_ms: u64, lock_delay_ms: u64) -> AcquireSpec {
+    AcquireSpec {
+        lock_delay_ms,
+        ..AcquireSpec::lease(lease_ms)
+    }
+}
+
+async fn ask(
+    store: &dyn LockStore,
+    k: &LockKey,
+    s: SessionId,
+    spec: AcquireSpec,
+) -> AcquireOutcome {
+    store.acquire_with(k, s, spec).await.expect("acquire")
+}
+
+fn granted_token(outcome: &AcquireOutcome) -> Option<FencingToken> {
+    match outcome {
+        AcquireOutcome::Granted { grant, .. } => Some(grant.fencing_token),
+        _ => None,
+    }
+}
+
+async fn waiters_are_granted_in_fifo_order(store: Arc<dyn LockStore>) {
+    let k = key("fifo");
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let first = session(&*store, "first", LONG_MS).await;
+    let second = session(&*store, "second", LONG_MS).await;
+    let latecomer = session(&*store, "latecomer", LONG_MS).await;
+    let t0 = grant(&*store, &k, holder, LONG_MS).await;
+    for s in [first, second] {
+        let outcome = ask(&*store, &k, s, queued(LONG_MS)).await;
+        assert!(
+            matches!(outcome, AcquireOutcome::Held { holder_token, .. } if holder_token == t0),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(store.get(&k).await.unwrap().expect("held").waiters, 2);
+    assert!(store.release(&k, holder, t0).await.unwrap());
+    // The key is free, but two sessions queued before these callers.
+    assert_eq!(
+        ask(&*store, &k, latecomer, AcquireSpec::lease(LONG_MS)).await,
+        AcquireOutcome::Queued { ahead: 2 }
+    );
+    assert_eq!(
+        ask(&*store, &k, second, queued(LONG_MS)).await,
+        AcquireOutcome::Queued { ahead: 1 }
+    );
+    let t1 = granted_token(&ask(&*store, &k, first, queued(LONG_MS)).await).expect("first");
+    assert!(t1 > t0);
+    assert_eq!(store.get(&k).await.unwrap().expect("held").waiters, 1);
+    assert!(store.release(&k, first, t1).await.unwrap());
+    assert_eq!(
+        ask(&*store, &k, latecomer, AcquireSpec::lease(LONG_MS)).await,
+        AcquireOutcome::Queued { ahead: 1 }
+    );
+    let t2 = granted_token(&ask(&*store, &k, second, queued(LONG_MS)).await).expect("second");
+    assert!(t2 > t1);
+    assert!(store.release(&k, second, t2).await.unwrap());
+    // The queue is empty again: a try-acquire is granted at once.
+    assert!(
+        granted_token(&ask(&*store, &k, latecomer, AcquireSpec::lease(LONG_MS)).await) > Some(t2)
+    );
+}
+
+async fn a_waiter_that_leaves_lapses_or_dies_blocks_nobody(store: Arc<dyn LockStore>) {
+    let k = key("leavers");
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let leaver = session(&*store, "leaver", LONG_MS).await;
+    let lapser = session(&*store, "lapser", LONG_MS).await;
+    let mortal = session(&*store, "mortal", SHORT_MS).await;
+    let other = session(&*store, "other", LONG_MS).await;
+    let t0 = grant(&*store, &k, holder, LONG_MS).await;
+    ask(&*store, &k, leaver, queued(LONG_MS)).await;
+    let short_place = AcquireSpec {
+        queue_ms: SHORT_MS,
+        ..AcquireSpec::lease(LONG_MS)
+    };
+    ask(&*store, &k, lapser, short_place).await;
+    ask(&*store, &k, mortal, queued(LONG_MS)).await;
+    assert!(store.release(&k, holder, t0).await.unwrap());
+    store.leave_queue(&k, leaver).await.unwrap();
+    store
+        .leave_queue(&k, leaver)
+        .await
+        .expect("leaving twice is fine");
+    // The lapser's place and the mortal session (no heartbeat) end within SHORT_MS.
+    eventually_granted(&*store, &k, other).await;
+}
+
+async fn wakes_name_the_head_waiter_when_its_key_frees(store: Arc<dyn LockStore>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    store
+        .watch_wakes(Arc::new(move |wake| {
+            let _ = tx.send(wake);
+        }))
+        .await
+        .unwrap();
+    let k = key("wake-me");
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let first = session(&*store, "first", LONG_MS).await;
+    let second = session(&*store, "second", LONG_MS).await;
+    let t0 = grant(&*store, &k, holder, LONG_MS).await;
+    ask(&*store, &k, first, queued(LONG_MS)).await;
+    ask(&*store, &k, second, queued(LONG_MS)).await;
+    assert!(store.release(&k, holder, t0).await.unwrap());
+    let expect_head = |session: SessionId| Wake::Head {
+        key: k.clone(),
+        session,
+    };
+    let next_wake = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Wake>| {
+        tokio::time::timeout(EXPIRY_DEADLINE, async {
+            loop {
+                match rx.recv().await.expect("the sink lives") {
+                    Wake::Everyone => continue,
+                    wake => return wake,
+                }
+            }
+        })
+        .await
+        .expect("a wake-up within the deadline")
+    };
+    assert_eq!(next_wake(&mut rx).await, expect_head(first));
+    // The head gives up: the next in line is woken.
+    store.leave_queue(&k, first).await.unwrap();
+    assert_eq!(next_wake(&mut rx).await, expect_head(second));
+}
+
+async fn lock_delay_follows_expiry_and_revoke_but_not_release(store: Arc<dyn LockStore>) {
+    const DELAY_MS: u64 = 1_500;
+    let a = session(&*store, "a", LONG_MS).await;
+    let b = session(&*store, "b", LONG_MS).await;
+
+    // Voluntary release: no delay.
+    let k = key("released");
+    let t = granted_token(&ask(&*store, &k, a, delayed(LONG_MS, DELAY_MS)).await).unwrap();
+    assert!(store.release(&k, a, t).await.unwrap());
+    assert!(granted_token(&ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await).is_some());
+
+    // Revoke: others wait out the delay; the revoked session itself is not held back.
+    let k = key("revoked");
+    granted_token(&ask(&*store, &k, a, delayed(LONG_MS, DELAY_MS)).await).unwrap();
+    assert!(store.revoke(&k).await.unwrap().is_some());
+    match ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await {
+        AcquireOutcome::Delayed { remaining_ms } => {
+            assert!((1..=DELAY_MS).contains(&remaining_ms), "{remaining_ms}")
+        }
+        other => panic!("expected the lock-delay, got {other:?}"),
+    }
+    assert!(granted_token(&ask(&*store, &k, a, AcquireSpec::lease(LONG_MS)).await).is_some());
+
+    // Lease expiry: the delay runs from the expiry, whether or not the reaper ran.
+    for reap in [false, true] {
+        let k = key(&format!("expired-{reap}"));
+        let t = granted_token(&ask(&*store, &k, a, delayed(SHORT_MS, DELAY_MS)).await).unwrap();
+        poll_until("the short lease to end", EXPIRY_DEADLINE, || async {
+            store.get(&k).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        if reap {
+            poll_until(
+                "the reaper to remove the grant",
+                EXPIRY_DEADLINE,
+                || async {
+                    let report = store.reap_expired().await.unwrap();
+                    report
+                        .locks
+                        .iter()
+                        .any(|l| l.lock_key == k && l.fencing_token == t)
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+        assert!(
+            matches!(
+                ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await,
+                AcquireOutcome::Delayed { .. }
+            ),
+            "reaped: {reap}"
+        );
+        let t2 = eventually_granted(&*store, &k, b).await;
+        assert!(t2 > t, "reaped: {reap}");
+    }
+}
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod postgres {
@@ -423,4 +618,34 @@ conformance!(
     concurrent_acquirers_exactly_one_wins,
     a_hot_key_under_many_cycling_acquirers_answers_held_never_an_error,
     ready_when_healthy,
+);
+
+/// The issue-13 cases, on the backends that implement queues and lock-delay.
+macro_rules! queue_conformance {
+    ($($case:ident),* $(,)?) => {
+        mod postgres_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _url) = crate::support::pg_store().await;
+                    super::$case(store).await;
+                }
+            )*
+        }
+        mod memory_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(std::sync::Arc::new(super::MemoryStore::new())).await;
+                }
+            )*
+        }
+    };
+}
+
+queue_conformance!(
+    waiters_are_granted_in_fifo_order,
+    a_waiter_that_leaves_lapses_or_dies_blocks_nobody,
+    wakes_name_the_head_waiter_when_its_key_frees,
+    lock_delay_follows_expiry_and_revoke_but_not_release,
 );

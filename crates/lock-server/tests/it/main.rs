@@ -9,3 +9,4 @@ mod openapi;
 mod process;
 mod replicas;
 mod support;
+mod waiting;

@@ -1,0 +1,298 @@
+//! Server-side waiting (issue 13): an L4 with `wait_ms` is held until its key is granted
+//! or the wait ends. The FIFO order itself is the store's (a queue per key shared by every
+//! replica, `AcquireSpec::queue_ms`); this module only parks requests and wakes them.
+//!
+//! A parked request holds no store connection. It is woken by the store's wake-ups (on
+//! PostgreSQL, `LISTEN lock_free`: the head waiter of a freed key, whichever replica freed
+//! it), by a deadline the store told it of (the holder's expiry, the end of a lock-delay),
+//! or by its recheck timer, which bounds what a lost wake-up costs. [`Waiters`] is the
+//! replica's registry of parked requests, bounded per key and in all.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_api::{LockKey, SessionId};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::config::WaitPolicy;
+use crate::metrics as m;
+use crate::state::AppState;
+use crate::store::{AcquireOutcome, AcquireSpec, LockStore, StoreError, Wake};
+
+/// Longest a parked request sleeps without asking the store again: what a lost wake-up (a
+/// listener reconnecting, a crashed replica's stale queue place) can cost at most.
+pub const WAIT_RECHECK_MS: u64 = 1_000;
+/// How long a queue place outlives its request's deadline, so that the last try at the
+/// deadline still finds it; a place whose replica crashed lapses this soon after.
+pub const QUEUE_PLACE_SLACK_MS: u64 = 1_000;
+
+/// Why a request could not be parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WaitRefused {
+    /// This replica already parks `lock.max.waiters-per-key` requests for the key.
+    #[error("this replica already holds {0} waiters for this key (lock.max.waiters-per-key)")]
+    PerKey(usize),
+    /// This replica already parks `lock.max.waiters` requests.
+    #[error("this replica already holds {0} waiters (lock.max.waiters)")]
+    PerServer(usize),
+}
+
+/// One parked request's wake-up.
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    keys: HashMap<LockKey, HashMap<SessionId, Slot>>,
+    total: usize,
+}
+
+/// The replica's parked L4 requests, by key and session.
+#[derive(Debug)]
+pub struct Waiters {
+    registry: Mutex<Registry>,
+    next_id: AtomicU64,
+    policy: WaitPolicy,
+}
+
+impl Waiters {
+    /// An empty registry bounded by `policy`.
+    pub fn new(policy: WaitPolicy) -> Self {
+        Self {
+            registry: Mutex::new(Registry::default()),
+            next_id: AtomicU64::new(1),
+            policy,
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while holding this lock leaves counts that are still true: recover them.
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Parks a request of `session` for `key`; the ticket unparks it when dropped. A second
+    /// request of the same session for the same key (a retry) takes the wake-ups over.
+    pub fn join(
+        self: &Arc<Self>,
+        key: &LockKey,
+        session: SessionId,
+    ) -> Result<Ticket, WaitRefused> {
+        let mut registry = self.registry();
+        let per_key = registry.keys.get(key).map_or(0, HashMap::len);
+        if per_key >= self.policy.max_waiters_per_key {
+            return Err(WaitRefused::PerKey(per_key));
+        }
+        if registry.total >= self.policy.max_waiters {
+            return Err(WaitRefused::PerServer(registry.total));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let replaced = registry.keys.entry(key.clone()).or_default().insert(
+            session,
+            Slot {
+                id,
+                notify: notify.clone(),
+            },
+        );
+        if let Some(old) = replaced {
+            // The older request stays parked until its own timer; it no longer gets wakes.
+            old.notify.notify_one();
+        } else {
+            registry.total += 1;
+        }
+        metrics::gauge!(m::WAITERS).set(registry.total as f64);
+        Ok(Ticket {
+            waiters: self.clone(),
+            key: key.clone(),
+            session,
+            id,
+            notify,
+        })
+    }
+
+    /// Delivers a store wake-up. A permit is stored when the request is between two store
+    /// calls, so a wake-up that races its check is never lost.
+    pub fn wake(&self, wake: &Wake) {
+        let registry = self.registry();
+        match wake {
+            Wake::Head { key, session } => {
+                if let Some(slot) = registry.keys.get(key).and_then(|k| k.get(session)) {
+                    slot.notify.notify_one();
+                }
+            }
+            Wake::Everyone => registry
+                .keys
+                .values()
+                .flat_map(HashMap::values)
+                .for_each(|slot| slot.notify.notify_one()),
+        }
+    }
+
+    /// Requests parked on this replica.
+    pub fn len(&self) -> usize {
+        self.registry().total
+    }
+
+    /// Whether no request is parked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn leave(&self, key: &LockKey, session: SessionId, id: u64) {
+        let mut registry = self.registry();
+        let Some(sessions) = registry.keys.get_mut(key) else {
+            return;
+        };
+        if sessions.get(&session).is_some_and(|slot| slot.id == id) {
+            sessions.remove(&session);
+            if sessions.is_empty() {
+                registry.keys.remove(key);
+            }
+            registry.total -= 1;
+        }
+        metrics::gauge!(m::WAITERS).set(registry.total as f64);
+    }
+}
+
+/// A parked request's registration; dropping it unparks.
+#[derive(Debug)]
+pub struct Ticket {
+    waiters: Arc<Waiters>,
+    key: LockKey,
+    session: SessionId,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+impl Ticket {
+    /// Completes at the next wake-up for this request (at once if one came meanwhile).
+    pub async fn woken(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiters.leave(&self.key, self.session, self.id);
+    }
+}
+
+/// The request's place in its key's store queue: a request that ends without a grant (its
+/// client went away, the handler was dropped) gives the place up, so the queue moves on
+/// at once instead of when the place lapses.
+struct QueuePlace {
+    store: Arc<dyn LockStore>,
+    key: LockKey,
+    session: SessionId,
+    armed: bool,
+}
+
+impl QueuePlace {
+    /// The request no longer owns the place: granted (the store removed it), or the place
+    /// is kept on purpose for the client's retry elsewhere (draining, store errors).
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    async fn leave_now(&mut self) -> Result<(), StoreError> {
+        self.armed = false;
+        self.store.leave_queue(&self.key, self.session).await
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, session) = (self.store.clone(), self.key.clone(), self.session);
+        tokio::spawn(async move {
+            if let Err(err) = store.leave_queue(&key, session).await {
+                tracing::debug!(event = "queue_leave_failed", key = %key, error = %err);
+            }
+        });
+    }
+}
+
+/// How a waiting acquire ended, short of a store error.
+#[derive(Debug)]
+pub enum Waited {
+    /// The store's last answer (a grant, or the refusal at the deadline) and the
+    /// milliseconds between the request's start and the store call that gave it.
+    Answer(AcquireOutcome, u64),
+    /// The replica started draining: the client should go to another replica, where its
+    /// queue place is still its own.
+    Draining,
+    /// The request could not be parked.
+    Refused(WaitRefused),
+}
+
+/// L4 with a wait: asks the store, parks until woken, asks again, until granted or
+/// `wait_ms` has passed (then one last try). `spec.queue_ms` is set here.
+pub async fn acquire_waiting(
+    state: &AppState,
+    key: &LockKey,
+    session: SessionId,
+    spec: AcquireSpec,
+    wait_ms: u64,
+) -> Result<Waited, StoreError> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(wait_ms);
+    // Parked before the first store call, so a wake-up racing it leaves a permit.
+    let ticket = match state.waiters().join(key, session) {
+        Ok(ticket) => ticket,
+        Err(refused) => return Ok(Waited::Refused(refused)),
+    };
+    let mut place = QueuePlace {
+        store: state.store_arc(),
+        key: key.clone(),
+        session,
+        armed: true,
+    };
+    loop {
+        let called = Instant::now();
+        let remaining = deadline.saturating_duration_since(called);
+        let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        let spec = AcquireSpec {
+            queue_ms: remaining_ms.saturating_add(QUEUE_PLACE_SLACK_MS),
+            ..spec
+        };
+        let outcome = match state.store().acquire_with(key, session, spec).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                // The client retries (503) and keeps its place; it lapses otherwise.
+                place.disarm();
+                return Err(err);
+            }
+        };
+        let waited_ms = u64::try_from(called.duration_since(started).as_millis()).unwrap_or(0);
+        if matches!(outcome, AcquireOutcome::Granted { .. }) {
+            place.disarm();
+            return Ok(Waited::Answer(outcome, waited_ms));
+        }
+        if remaining.is_zero() {
+            place.leave_now().await?;
+            return Ok(Waited::Answer(outcome, waited_ms));
+        }
+        let hint_ms = outcome
+            .recheck_in_ms()
+            .map_or(WAIT_RECHECK_MS, |ms| ms.saturating_add(1));
+        let nap = Duration::from_millis(hint_ms.min(WAIT_RECHECK_MS)).min(remaining);
+        tokio::select! {
+            () = ticket.woken() => {}
+            () = tokio::time::sleep(nap) => {}
+            () = state.drained() => {
+                place.disarm();
+                return Ok(Waited::Draining);
+            }
+        }
+    }
+}

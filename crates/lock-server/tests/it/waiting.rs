@@ -1,0 +1,278 @@
+//! Issue 13 over HTTP: L4 `wait_ms` (FIFO across two replicas, bounds, a waiter that goes
+//! away, draining) and `lock_delay_ms` (after expiry and revoke, not after release).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::poll_until;
+
+use crate::support::{Api, StoreAt, TestServer, token};
+
+/// Long enough for any waiter in these cases; below the replicas' `lock.max.wait` (4 s).
+const WAIT_MS: u64 = 3_500;
+const DEADLINE: Duration = Duration::from_secs(10);
+
+async fn acquire_with(api: &Api, key: &str, session: &str, extra: Value) -> (StatusCode, Value) {
+    let mut body = json!({"session_id": session, "ttl_ms": 30_000});
+    body.as_object_mut()
+        .expect("an object")
+        .extend(extra.as_object().expect("an object").clone());
+    api.post(&format!("/v1/locks/{key}/acquire"), body).await
+}
+
+/// L7's `waiters` for a held key.
+async fn waiters(api: &Api, key: &str) -> Option<u64> {
+    let (status, body) = api
+        .call(reqwest::Method::GET, &format!("/v1/locks/{key}"), None)
+        .await;
+    (status == StatusCode::OK).then(|| body["waiters"].as_u64().expect("waiters"))
+}
+
+async fn poll_waiters(api: &Api, key: &str, n: u64) {
+    poll_waiters_within(api, key, n, DEADLINE).await;
+}
+
+async fn poll_waiters_within(api: &Api, key: &str, n: u64, deadline: Duration) {
+    poll_until(&format!("{n} waiters on {key}"), deadline, || async {
+        (waiters(api, key).await == Some(n)).then_some(())
+    })
+    .await;
+}
+
+async fn waiters_across_two_replicas_are_granted_in_arrival_order(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &[]).await;
+    let b = TestServer::start(at.open().await, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let (status, grant) = a.api.acquire("fifo", &holder, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    const WAITERS: u64 = 4;
+    for i in 0..WAITERS {
+        // Alternate replicas; each waiter queues before the next one starts.
+        let api = if i % 2 == 0 {
+            a.api.clone()
+        } else {
+            b.api.clone()
+        };
+        let session = api.session(&format!("waiter-{i}"), 30_000).await;
+        let order = order.clone();
+        tasks.spawn(async move {
+            let (status, body) =
+                acquire_with(&api, "fifo", &session, json!({"wait_ms": WAIT_MS})).await;
+            assert_eq!(status, StatusCode::OK, "waiter {i}: {body}");
+            assert!(body["waited_ms"].as_u64().expect("waited_ms") > 0, "{body}");
+            order.lock().unwrap().push(i);
+            assert!(api.release("fifo", &session, token(&body)).await);
+        });
+        poll_waiters(&a.api, "fifo", i + 1).await;
+    }
+    assert!(a.api.release("fifo", &holder, token(&grant)).await);
+    tasks.join_all().await;
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+async fn a_wait_that_ends_answers_lock_held_and_leaves_the_queue(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let waiter = a.api.session("waiter", 30_000).await;
+    let (_, grant) = a.api.acquire("busy", &holder, 30_000).await;
+    let (status, body) = acquire_with(&a.api, "busy", &waiter, json!({"wait_ms": 300})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["code"], "LOCK_HELD");
+    assert!(
+        body["message"].as_str().unwrap().contains("after waiting"),
+        "{body}"
+    );
+    assert_eq!(waiters(&a.api, "busy").await, Some(0));
+    // Nobody queued: a try-acquire gets the key as soon as it is released.
+    assert!(a.api.release("busy", &holder, token(&grant)).await);
+    let (status, _) = a.api.acquire("busy", &waiter, 30_000).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+async fn a_waiter_whose_client_goes_away_leaves_the_queue(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let quitter = a.api.session("quitter", 30_000).await;
+    let other = a.api.session("other", 30_000).await;
+    let (_, grant) = a.api.acquire("quit", &holder, 30_000).await;
+    let api = a.api.clone();
+    let quitting = tokio::spawn(async move {
+        acquire_with(&api, "quit", &quitter, json!({"wait_ms": WAIT_MS})).await
+    });
+    poll_waiters(&a.api, "quit", 1).await;
+    quitting.abort();
+    // Well before the place would lapse on its own (WAIT_MS + QUEUE_PLACE_SLACK_MS).
+    poll_waiters_within(&a.api, "quit", 0, Duration::from_millis(WAIT_MS / 2)).await;
+    assert!(a.api.release("quit", &holder, token(&grant)).await);
+    let (status, body) = a.api.acquire("quit", &other, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+async fn waiters_past_the_bound_get_too_many_waiters(at: StoreAt) {
+    let a = TestServer::start(
+        at.open().await,
+        &["--lock.max.waiters-per-key", "1", "--lock.max.waiters", "2"],
+    )
+    .await;
+    let holder = a.api.session("holder", 30_000).await;
+    a.api.acquire("bounded", &holder, 30_000).await;
+    a.api.acquire("bounded-2", &holder, 30_000).await;
+    let api = a.api.clone();
+    let first = api.session("first", 30_000).await;
+    let parked = tokio::spawn(async move {
+        acquire_with(&api, "bounded", &first, json!({"wait_ms": WAIT_MS})).await
+    });
+    poll_waiters(&a.api, "bounded", 1).await;
+    let second = a.api.session("second", 30_000).await;
+    let (status, body) =
+        acquire_with(&a.api, "bounded", &second, json!({"wait_ms": WAIT_MS})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["code"], "TOO_MANY_WAITERS");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("lock.max.waiters-per-key"),
+        "{body}"
+    );
+    // Without a wait, the same caller is answered as a try.
+    let (status, body) = a.api.acquire("bounded", &second, 30_000).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (StatusCode::CONFLICT, &json!("LOCK_HELD"))
+    );
+    parked.abort();
+}
+
+async fn a_draining_replica_sends_its_waiters_elsewhere_with_their_place(at: StoreAt) {
+    let mut a = TestServer::start(at.open().await, &[]).await;
+    let b = TestServer::start(at.open().await, &[]).await;
+    let holder = b.api.session("holder", 30_000).await;
+    let (_, grant) = b.api.acquire("drain", &holder, 30_000).await;
+    let first = a.api.session("first", 30_000).await;
+    let api = a.api.clone();
+    let first_id = first.clone();
+    let parked = tokio::spawn(async move {
+        acquire_with(&api, "drain", &first_id, json!({"wait_ms": WAIT_MS})).await
+    });
+    poll_waiters(&b.api, "drain", 1).await;
+    a.begin_shutdown();
+    let (status, body) = parked.await.unwrap();
+    assert_eq!(
+        (status, &body["code"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("NOT_LEADER")),
+        "{body}"
+    );
+    // The place is kept: a later session on the other replica queues behind it.
+    let late = b.api.session("late", 30_000).await;
+    assert!(b.api.release("drain", &holder, token(&grant)).await);
+    let (status, body) = b.api.acquire("drain", &late, 30_000).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("queued"),
+        "{body}"
+    );
+    let (status, body) = acquire_with(&b.api, "drain", &first, json!({"wait_ms": WAIT_MS})).await;
+    assert_eq!(status, StatusCode::OK, "the first waiter's retry: {body}");
+}
+
+async fn lock_delay_holds_others_back_after_expiry_and_revoke_only(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &["--admin-token", "admin"]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let other = a.api.session("other", 30_000).await;
+    let delay = json!({"lock_delay_ms": 1_500});
+
+    // Release: voluntary, no delay.
+    let (_, grant) = acquire_with(&a.api, "released", &holder, delay.clone()).await;
+    assert!(a.api.release("released", &holder, token(&grant)).await);
+    assert_eq!(
+        a.api.acquire("released", &other, 30_000).await.0,
+        StatusCode::OK
+    );
+
+    // Lease expiry: refused with the delay named, then granted to a waiter after it.
+    let mut short = delay.clone();
+    short["ttl_ms"] = json!(100);
+    let (status, grant) = acquire_with(&a.api, "expired", &holder, short).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    poll_until("the lease to end", DEADLINE, || async {
+        (waiters(&a.api, "expired").await.is_none()).then_some(())
+    })
+    .await;
+    let (status, body) = a.api.acquire("expired", &other, 30_000).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("lock-delay"),
+        "{body}"
+    );
+    let (status, body) = acquire_with(&a.api, "expired", &other, json!({"wait_ms": WAIT_MS})).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "granted once the delay ends: {body}"
+    );
+    assert!(token(&body) > token(&grant));
+
+    // Revoke: the same.
+    let (_, grant) = acquire_with(&a.api, "revoked", &holder, delay).await;
+    let (status, _) = a
+        .api
+        .http
+        .post(format!("{}/v1/locks/revoked/revoke", a.api.base))
+        .bearer_auth("admin")
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = a.api.acquire("revoked", &other, 30_000).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("lock-delay"),
+        "{body}"
+    );
+    assert!(token(&grant) > 0);
+}
+
+async fn bad_waits_and_delays_are_refused_by_name(at: StoreAt) {
+    let a = TestServer::start(at.open().await, &[]).await;
+    let s = a.api.session("s", 30_000).await;
+    for (field, value) in [
+        ("wait_ms", json!(86_400_001u64)),
+        ("lock_delay_ms", json!(-1)),
+        ("wait_ms", json!("soon")),
+    ] {
+        let (status, body) = acquire_with(&a.api, "k", &s, json!({ field: value })).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {body}");
+        assert_eq!(body["code"], "INVALID_ARGUMENT");
+        assert!(body["message"].as_str().unwrap().contains(field), "{body}");
+    }
+}
+
+/// The issue-13 HTTP cases, on PostgreSQL.
+macro_rules! on_postgres {
+    ($($case:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::StoreAt::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_postgres!(
+    waiters_across_two_replicas_are_granted_in_arrival_order,
+    a_wait_that_ends_answers_lock_held_and_leaves_the_queue,
+    a_waiter_whose_client_goes_away_leaves_the_queue,
+    waiters_past_the_bound_get_too_many_waiters,
+    a_draining_replica_sends_its_waiters_elsewhere_with_their_place,
+    lock_delay_holds_others_back_after_expiry_and_revoke_only,
+    bad_waits_and_delays_are_refused_by_name,
+);
