@@ -9,10 +9,6 @@ ALTER TABLE locks ADD COLUMN lock_delay_ms bigint NOT NULL DEFAULT 0 CHECK (lock
 -- whose grant ended (the delay protects it from others, not from itself).
 ALTER TABLE lock_fences ADD COLUMN delay_until timestamptz;
 ALTER TABLE lock_fences ADD COLUMN delay_exempt uuid;
--- A fence row may now exist before its first token (0: none issued yet), so that the first
--- grantor of a key can lock it before deciding.
-ALTER TABLE lock_fences DROP CONSTRAINT lock_fences_last_token_check;
-ALTER TABLE lock_fences ADD CONSTRAINT lock_fences_last_token_check CHECK (last_token >= 0);
 
 -- The waiters of each key, in arrival order (`seq`). One place per session and key; a place
 -- lapses at `expires_at` (the waiter's deadline plus slack) or with its session.
@@ -68,7 +64,8 @@ DROP FUNCTION lock_acquire(text, uuid, bigint);
 -- LOCK_DELAYED (wait_ms: until the delay ends), QUEUED (ahead: waiters first), and
 -- SESSION_UNKNOWN, SESSION_EXPIRED. With p_queue_ms > 0 a refused caller keeps a place in
 -- the key's queue; a grant removes it. Grantors of one key serialise on its lock_fences row,
--- so tokens strictly increase.
+-- so tokens strictly increase. The uncontended path runs six statements: session, grant row,
+-- queue, fence, grant row again under the fence lock, insert.
 CREATE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms bigint,
                              p_queue_ms bigint, p_lock_delay_ms bigint)
 RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
@@ -79,7 +76,6 @@ DECLARE
     v_cur record;
     v_found boolean;
     v_fence record;
-    v_token bigint;
     v_delay_until timestamptz;
     v_seq bigint;
     v_ahead bigint;
@@ -102,84 +98,95 @@ BEGIN
            SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at);
     END IF;
 
-    FOR attempt IN 1..2 LOOP
-        -- The key's grant row, live or not (attempt 2: re-read under the fence row lock).
-        SELECT l.fencing_token, l.session_id, l.lock_delay_ms,
-               LEAST(l.expires_at, s.expires_at) AS ends_at,
-               (l.expires_at > now() AND s.expires_at > now()) AS live
-          INTO v_cur
-          FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
-         WHERE l.lock_key = p_key;
-        v_found := FOUND;
-        IF v_found AND v_cur.live AND v_cur.session_id <> p_session THEN
-            RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
-                   ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
-            RETURN;
-        END IF;
-        -- Same session again: the same grant (idempotent retry of L4). Lease and expiry
-        -- only grow, so every answer satisfies expires_at >= now() + lease_ms (I4).
-        IF v_found AND v_cur.live THEN
-            DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+    -- First look, without a write: somebody else holds it, or this session does.
+    SELECT l.fencing_token, l.session_id, LEAST(l.expires_at, s.expires_at) AS ends_at,
+           (l.expires_at > now() AND s.expires_at > now()) AS live
+      INTO v_cur
+      FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
+     WHERE l.lock_key = p_key;
+    IF FOUND AND v_cur.live AND v_cur.session_id <> p_session THEN
+        RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
+               ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    -- Same session again: the same grant (idempotent retry of L4). Lease and expiry only
+    -- grow, so every answer satisfies expires_at >= now() + lease_ms (I4).
+    IF FOUND AND v_cur.live THEN
+        DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+        RETURN QUERY SELECT r.*, 0::bigint, NULL::bigint
+                       FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms) r;
+        IF FOUND THEN RETURN; END IF;
+    END IF;
+
+    -- FIFO: live waiters of other sessions queued before this one (all, if it has no place).
+    WITH mine AS (SELECT m.seq FROM lock_waiters m
+                   WHERE m.lock_key = p_key AND m.session_id = p_session)
+    SELECT (SELECT seq FROM mine),
+           (SELECT count(*)
+              FROM lock_waiters w JOIN lock_sessions s ON s.session_id = w.session_id
+             WHERE w.lock_key = p_key AND w.session_id <> p_session
+               AND w.seq < COALESCE((SELECT seq FROM mine), 9223372036854775807)
+               AND w.expires_at > now() AND s.expires_at > now())
+      INTO v_seq, v_ahead;
+    IF v_ahead > 0 THEN
+        RETURN QUERY SELECT 'QUEUED'::text, NULL::bigint, NULL::bigint, NULL::timestamptz, false,
+               NULL::bigint, v_ahead;
+        RETURN;
+    END IF;
+
+    -- Take the key's fence row (serialises grantors) and draw the next token.
+    UPDATE lock_fences f SET last_token = f.last_token + 1
+     WHERE f.lock_key = p_key
+    RETURNING f.last_token, f.delay_until, f.delay_exempt INTO v_fence;
+    IF NOT FOUND THEN
+        INSERT INTO lock_fences AS f (lock_key, last_token) VALUES (p_key, 1)
+        ON CONFLICT (lock_key) DO UPDATE SET last_token = f.last_token + 1
+        RETURNING f.last_token, f.delay_until, f.delay_exempt INTO v_fence;
+    END IF;
+
+    -- Decide again under the fence row lock: a concurrent grantor may have won meanwhile.
+    SELECT l.fencing_token, l.session_id, l.lock_delay_ms,
+           LEAST(l.expires_at, s.expires_at) AS ends_at,
+           (l.expires_at > now() AND s.expires_at > now()) AS live
+      INTO v_cur
+      FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
+     WHERE l.lock_key = p_key;
+    v_found := FOUND;
+    IF v_found AND v_cur.live THEN
+        IF v_cur.session_id = p_session THEN
             RETURN QUERY SELECT r.*, 0::bigint, NULL::bigint
                            FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms) r;
-            IF FOUND THEN RETURN; END IF;
+        ELSE
+            RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
+                   ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
         END IF;
+        RETURN;
+    END IF;
 
-        -- Lock-delay: of the dead grant still in the table, and of one already removed.
-        v_delay_until := NULL;
-        IF v_found AND v_cur.session_id <> p_session AND v_cur.lock_delay_ms > 0 THEN
-            v_delay_until := v_cur.ends_at + v_cur.lock_delay_ms * interval '1 millisecond';
-        END IF;
-        IF attempt = 1 THEN
-            SELECT f.last_token, f.delay_until, f.delay_exempt INTO v_fence
-              FROM lock_fences f WHERE f.lock_key = p_key;
-        END IF;
-        IF v_fence.delay_until IS NOT NULL AND v_fence.delay_exempt IS DISTINCT FROM p_session THEN
-            v_delay_until := GREATEST(v_delay_until, v_fence.delay_until);
-        END IF;
-        IF v_delay_until > now() THEN
-            RETURN QUERY SELECT 'LOCK_DELAYED'::text, NULL::bigint, NULL::bigint, NULL::timestamptz, false,
-                   ceil(extract(epoch FROM v_delay_until - now()) * 1000)::bigint, NULL::bigint;
-            RETURN;
-        END IF;
-
-        -- FIFO: live waiters of other sessions queued before this one (all, if not queued).
-        SELECT w.seq INTO v_seq FROM lock_waiters w
-         WHERE w.lock_key = p_key AND w.session_id = p_session;
-        SELECT count(*) INTO v_ahead
-          FROM lock_waiters w JOIN lock_sessions s ON s.session_id = w.session_id
-         WHERE w.lock_key = p_key AND w.session_id <> p_session
-           AND (v_seq IS NULL OR w.seq < v_seq)
-           AND w.expires_at > now() AND s.expires_at > now();
-        IF v_ahead > 0 THEN
-            RETURN QUERY SELECT 'QUEUED'::text, NULL::bigint, NULL::bigint, NULL::timestamptz, false,
-                   NULL::bigint, v_ahead;
-            RETURN;
-        END IF;
-
-        IF attempt = 2 THEN EXIT; END IF;
-        -- Take the key's fence row (serialises grantors), then decide again under it: a
-        -- concurrent grantor, revoke or reaper may have changed the key meanwhile.
-        SELECT f.last_token, f.delay_until, f.delay_exempt INTO v_fence
-          FROM lock_fences f WHERE f.lock_key = p_key FOR UPDATE;
-        IF NOT FOUND THEN
-            INSERT INTO lock_fences AS f (lock_key, last_token) VALUES (p_key, 0)
-            ON CONFLICT (lock_key) DO NOTHING;
-            SELECT f.last_token, f.delay_until, f.delay_exempt INTO v_fence
-              FROM lock_fences f WHERE f.lock_key = p_key FOR UPDATE;
-        END IF;
-    END LOOP;
-
-    UPDATE lock_fences f SET last_token = f.last_token + 1, delay_until = NULL, delay_exempt = NULL
-     WHERE f.lock_key = p_key
-    RETURNING f.last_token INTO v_token;
+    -- Lock-delay: of the dead grant still in the table (from its end), and of one already
+    -- removed (on the fence row). Refused after drawing a token: that number is skipped.
+    v_delay_until := NULL;
+    IF v_found AND v_cur.session_id <> p_session AND v_cur.lock_delay_ms > 0 THEN
+        v_delay_until := v_cur.ends_at + v_cur.lock_delay_ms * interval '1 millisecond';
+    END IF;
+    IF v_fence.delay_until IS NOT NULL AND v_fence.delay_exempt IS DISTINCT FROM p_session THEN
+        v_delay_until := GREATEST(v_delay_until, v_fence.delay_until);
+    END IF;
+    IF v_delay_until > now() THEN
+        RETURN QUERY SELECT 'LOCK_DELAYED'::text, NULL::bigint, NULL::bigint, NULL::timestamptz, false,
+               ceil(extract(epoch FROM v_delay_until - now()) * 1000)::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    IF v_fence.delay_until IS NOT NULL THEN
+        UPDATE lock_fences f SET delay_until = NULL, delay_exempt = NULL WHERE f.lock_key = p_key;
+    END IF;
 
     -- The grant first, then the queue place: the place's delete trigger then sees the key
     -- held and wakes nobody.
     RETURN QUERY
     INSERT INTO locks AS l (lock_key, fencing_token, session_id, lease_ms, expires_at, lock_delay_ms)
-    VALUES (p_key, v_token, p_session, p_lease_ms, now() + p_lease_ms * interval '1 millisecond',
-            p_lock_delay_ms)
+    VALUES (p_key, v_fence.last_token, p_session, p_lease_ms,
+            now() + p_lease_ms * interval '1 millisecond', p_lock_delay_ms)
     ON CONFLICT (lock_key) DO UPDATE
        SET fencing_token = EXCLUDED.fencing_token,
            session_id    = EXCLUDED.session_id,
@@ -188,7 +195,9 @@ BEGIN
            lock_delay_ms = EXCLUDED.lock_delay_ms
     RETURNING 'GRANTED'::text, l.fencing_token, l.lease_ms, l.expires_at,
               v_found, 0::bigint, NULL::bigint;
-    DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+    IF v_seq IS NOT NULL THEN
+        DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+    END IF;
 END
 $$;
 

@@ -246,7 +246,13 @@ pub async fn acquire_waiting(
 ) -> Result<Waited, StoreError> {
     let started = Instant::now();
     let deadline = started + Duration::from_millis(wait_ms);
-    // Parked before the first store call, so a wake-up racing it leaves a permit.
+    // The uncontended path first: a try, no queue place, nothing parked. A newcomer to a key
+    // with waiters is refused here (it has no place) and queues at the back below.
+    let tried = state.store().acquire_with(key, session, spec).await?;
+    if matches!(tried, AcquireOutcome::Granted { .. }) {
+        return Ok(Waited::Answer(tried, 0));
+    }
+    // Parked before the first queued store call, so a wake-up racing it leaves a permit.
     let ticket = match state.waiters().join(key, session) {
         Ok(ticket) => ticket,
         Err(refused) => return Ok(Waited::Refused(refused)),

@@ -159,3 +159,62 @@ async fn two_sessions_contend_over_http_and_the_waiter_wins_after_release() {
     b.close().await;
     client.close();
 }
+
+/// L7's queue length for `key` (`None` when not held).
+async fn waiters(url: &str, key: &str) -> Option<u64> {
+    let response = harness::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)
+        .unwrap()
+        .get(format!("{url}/v1/locks/{key}"))
+        .send()
+        .await
+        .unwrap();
+    (response.status() == StatusCode::OK)
+        .then_some(response)?
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["waiters"]
+        .as_u64()
+}
+
+/// Issue 13: the SDK waits in the server (a queue place per waiting acquire, visible in L7)
+/// and waiters are granted in the order they started, not by who polls luckiest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_acquires_wait_in_the_server_and_are_granted_in_arrival_order() {
+    const WAITERS: u64 = 3;
+    let (server, _logs) = server().await;
+    let client = client(&server.url);
+    let key = LockKey::parse("payout:fifo").unwrap();
+    let holder = client.open_session("holder").await.unwrap();
+    let held = holder
+        .acquire(&key, TTL * 10, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..WAITERS {
+        let session = client.open_session(&format!("waiter-{i}")).await.unwrap();
+        let (key, order) = (key.clone(), order.clone());
+        tasks.spawn(async move {
+            let handle = session
+                .acquire(&key, TTL * 10, &AcquirePolicy::DEFAULT)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("waiter {i} gave up"));
+            order.lock().unwrap().push(i);
+            session.release(handle).await.unwrap();
+            session.close().await;
+        });
+        poll_until(
+            "the waiter's queue place",
+            Duration::from_secs(5),
+            || async { (waiters(&server.url, "payout:fifo").await == Some(i + 1)).then_some(()) },
+        )
+        .await;
+    }
+    holder.release(held).await.unwrap();
+    tasks.join_all().await;
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    holder.close().await;
+    client.close();
+}
