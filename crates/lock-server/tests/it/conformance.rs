@@ -479,6 +479,30 @@ async fn a_waiter_that_leaves_lapses_or_dies_blocks_nobody(store: Arc<dyn LockSt
     eventually_granted(&*store, &k, other).await;
 }
 
+/// A waiter that asks again for a longer place than it first held (on etcd: a lease with a
+/// longer TTL) keeps its turn: its place is renewed, not taken anew at the back.
+async fn a_place_renewed_for_longer_keeps_its_turn(store: Arc<dyn LockStore>) {
+    let k = key("renewed");
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let first = session(&*store, "first", LONG_MS).await;
+    let second = session(&*store, "second", LONG_MS).await;
+    let t0 = grant(&*store, &k, holder, LONG_MS).await;
+    let short_place = AcquireSpec {
+        queue_ms: SHORT_MS,
+        ..AcquireSpec::lease(LONG_MS)
+    };
+    ask(&*store, &k, first, short_place).await;
+    ask(&*store, &k, second, queued(LONG_MS)).await;
+    // At once, well before the short place lapses.
+    ask(&*store, &k, first, queued(LONG_MS)).await;
+    assert!(store.release(&k, holder, t0).await.unwrap());
+    assert_eq!(
+        ask(&*store, &k, second, queued(LONG_MS)).await,
+        AcquireOutcome::Queued { ahead: 1 }
+    );
+    assert!(granted_token(&ask(&*store, &k, first, queued(LONG_MS)).await) > Some(t0));
+}
+
 async fn wakes_name_the_head_waiter_when_its_key_frees(store: Arc<dyn LockStore>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     store
@@ -620,7 +644,7 @@ conformance!(
     ready_when_healthy,
 );
 
-/// The issue-13 cases, on the backends that implement queues and lock-delay.
+/// The issue-13 cases (queues and lock-delay), on every backend.
 macro_rules! queue_conformance {
     ($($case:ident),* $(,)?) => {
         mod postgres_queue {
@@ -629,6 +653,14 @@ macro_rules! queue_conformance {
                 async fn $case() {
                     let (store, _url) = crate::support::pg_store().await;
                     super::$case(store).await;
+                }
+            )*
+        }
+        mod etcd_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(crate::support::StoreAt::etcd().open().await).await;
                 }
             )*
         }
@@ -646,6 +678,45 @@ macro_rules! queue_conformance {
 queue_conformance!(
     waiters_are_granted_in_fifo_order,
     a_waiter_that_leaves_lapses_or_dies_blocks_nobody,
+    a_place_renewed_for_longer_keeps_its_turn,
     wakes_name_the_head_waiter_when_its_key_frees,
     lock_delay_follows_expiry_and_revoke_but_not_release,
 );
+
+/// etcd only: the wake-up watch is one long call, which must outlive the request timeout
+/// and etcd's ping policy. (Its first version pinged every 500 ms like the other calls;
+/// etcd answers pings more frequent than `--grpc-keepalive-min-time`, 5 s, with GOAWAY,
+/// so the watch broke every 2 s and waiters got `Everyone` instead of their `Head`.)
+mod etcd_wake_watch {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watch_older_than_a_few_seconds_still_names_the_head_waiter() {
+        let store = crate::support::StoreAt::etcd().open().await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        store
+            .watch_wakes(Arc::new(move |wake| {
+                let _ = tx.send(wake);
+            }))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        let k = key("late");
+        let holder = session(&*store, "holder", LONG_MS).await;
+        let first = session(&*store, "first", LONG_MS).await;
+        let t0 = grant(&*store, &k, holder, LONG_MS).await;
+        ask(&*store, &k, first, queued(LONG_MS)).await;
+        assert!(store.release(&k, holder, t0).await.unwrap());
+        let wake = tokio::time::timeout(EXPIRY_DEADLINE, rx.recv())
+            .await
+            .expect("a wake-up within the deadline");
+        assert_eq!(
+            wake,
+            Some(Wake::Head {
+                key: k,
+                session: first
+            }),
+            "the first wake-up names the head waiter (Everyone: the watch restarted)"
+        );
+    }
+}

@@ -253,21 +253,7 @@ async fn bad_waits_and_delays_are_refused_by_name(at: StoreAt) {
     }
 }
 
-/// The issue-13 HTTP cases, on PostgreSQL.
-macro_rules! on_postgres {
-    ($($case:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case($crate::support::StoreAt::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_postgres!(
+crate::support::on_both_backends!(
     waiters_across_two_replicas_are_granted_in_arrival_order,
     a_wait_that_ends_answers_lock_held_and_leaves_the_queue,
     a_waiter_whose_client_goes_away_leaves_the_queue,
