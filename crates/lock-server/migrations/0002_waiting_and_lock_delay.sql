@@ -41,6 +41,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_head uuid;
 BEGIN
+    -- The common case first: nobody queues for this key (one index probe).
+    IF NOT EXISTS (SELECT 1 FROM lock_waiters w WHERE w.lock_key = OLD.lock_key) THEN
+        RETURN NULL;
+    END IF;
     IF EXISTS (SELECT 1 FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
                 WHERE l.lock_key = OLD.lock_key AND l.expires_at > now() AND s.expires_at > now()) THEN
         RETURN NULL;
@@ -64,8 +68,9 @@ DROP FUNCTION lock_acquire(text, uuid, bigint);
 -- LOCK_DELAYED (wait_ms: until the delay ends), QUEUED (ahead: waiters first), and
 -- SESSION_UNKNOWN, SESSION_EXPIRED. With p_queue_ms > 0 a refused caller keeps a place in
 -- the key's queue; a grant removes it. Grantors of one key serialise on its lock_fences row,
--- so tokens strictly increase. The uncontended path runs six statements: session, grant row,
--- queue, fence, grant row again under the fence lock, insert.
+-- so tokens strictly increase. The uncontended path runs five statements, as before issue 13:
+-- session, grant row (and whether anyone queues), fence, grant row again under the fence
+-- lock, insert.
 CREATE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms bigint,
                              p_queue_ms bigint, p_lock_delay_ms bigint)
 RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
@@ -98,27 +103,34 @@ BEGIN
            SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at);
     END IF;
 
-    -- First look, without a write: somebody else holds it, or this session does.
+    -- First look, without a write: somebody else holds it, or this session does; and
+    -- whether anybody queues for the key at all (in the same statement: the uncontended
+    -- path pays no separate queue query).
     SELECT l.fencing_token, l.session_id, LEAST(l.expires_at, s.expires_at) AS ends_at,
-           (l.expires_at > now() AND s.expires_at > now()) AS live
+           COALESCE(l.expires_at > now() AND s.expires_at > now(), false) AS live,
+           EXISTS (SELECT 1 FROM lock_waiters q WHERE q.lock_key = p_key) AS queued
       INTO v_cur
-      FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
-     WHERE l.lock_key = p_key;
-    IF FOUND AND v_cur.live AND v_cur.session_id <> p_session THEN
+      FROM (SELECT 1) AS one
+      LEFT JOIN locks l ON l.lock_key = p_key
+      LEFT JOIN lock_sessions s ON s.session_id = l.session_id;
+    IF v_cur.live AND v_cur.session_id <> p_session THEN
         RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
                ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
         RETURN;
     END IF;
     -- Same session again: the same grant (idempotent retry of L4). Lease and expiry only
     -- grow, so every answer satisfies expires_at >= now() + lease_ms (I4).
-    IF FOUND AND v_cur.live THEN
-        DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+    IF v_cur.live THEN
+        IF v_cur.queued THEN
+            DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
+        END IF;
         RETURN QUERY SELECT r.*, 0::bigint, NULL::bigint
                        FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms) r;
         IF FOUND THEN RETURN; END IF;
     END IF;
 
     -- FIFO: live waiters of other sessions queued before this one (all, if it has no place).
+    IF v_cur.queued THEN
     WITH mine AS (SELECT m.seq FROM lock_waiters m
                    WHERE m.lock_key = p_key AND m.session_id = p_session)
     SELECT (SELECT seq FROM mine),
@@ -132,6 +144,7 @@ BEGIN
         RETURN QUERY SELECT 'QUEUED'::text, NULL::bigint, NULL::bigint, NULL::timestamptz, false,
                NULL::bigint, v_ahead;
         RETURN;
+    END IF;
     END IF;
 
     -- Take the key's fence row (serialises grantors) and draw the next token.
