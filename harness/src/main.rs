@@ -35,7 +35,8 @@ enum Bench {
     /// Granted locks per second, waits and fairness: the SDK, raw HTTP, pgbench on the same SQL
     /// and etcd's lock API, at 1, 8 and 32 clients, distinct keys and one hot key.
     Locks(LockBenchOptions),
-    /// Payouts per second with 1, 2 and 4 executors.
+    /// Payouts per second with 1, 2 and 4 executors, each working on 1 and on 4 payouts at
+    /// once (`EXECUTOR_CONCURRENCY`).
     Pipeline(PipelineBenchOptions),
 }
 

@@ -29,6 +29,18 @@ pub enum FaultStep {
     PostSend,
 }
 
+/// `EXECUTOR_CONCURRENCY`'s default: one payout in flight per process, the behaviour before
+/// the key existed. A stalled or partitioned process then strands one payout for a lease and
+/// leaves at most one stale write to be fenced (the zombie stories of S4 and `harness demo`
+/// count exactly one); a deployment that wants throughput raises it (`compose.yaml` sets 4).
+pub const CONCURRENCY_DEFAULT: u32 = 1;
+
+/// `EXECUTOR_CONCURRENCY`'s upper bound. Every payout in flight holds one grant the process's
+/// one heartbeat thread renews and one connection to payment-resource or rail-proxy (their
+/// pools hold 16 by default): past a few dozen the extra attempts only queue there, and a
+/// frozen process would strand that many payouts for a lease.
+pub const CONCURRENCY_MAX: u32 = 64;
+
 /// A probability in [0, 1].
 fn probability(raw: &str) -> Result<f64, String> {
     let p: f64 = raw
@@ -77,6 +89,10 @@ pub struct Config {
     /// Payouts listed per scan.
     #[arg(long, env = "EXECUTOR_BATCH", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub batch: u32,
+    /// Payouts this process works on at once, each under its own lock in the process's one
+    /// session: 1 (the default) to `CONCURRENCY_MAX` (64).
+    #[arg(long, env = "EXECUTOR_CONCURRENCY", default_value_t = CONCURRENCY_DEFAULT, value_parser = clap::value_parser!(u32).range(1..=i64::from(CONCURRENCY_MAX)))]
+    pub concurrency: u32,
     /// Timeout of one call to payment-resource (rail-proxy calls get the hop budget).
     #[arg(long, env = "EXECUTOR_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,

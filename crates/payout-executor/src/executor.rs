@@ -1,18 +1,21 @@
 //! The payout loop: list claimable payouts and visit them in this process's own shuffled
-//! order; for each, acquire `payout:{id}` through the SDK, claim (P2) with the handle's
-//! token, guard, check the remaining lease covers the hop budget, submit through rail-proxy,
-//! guard, post (P3), release. The token is threaded unchanged from the handle through every
-//! write. The guard ([`guard`]) is a clause that stops the payout with the typed loss reason,
-//! never a boolean.
+//! order, up to `EXECUTOR_CONCURRENCY` at once (a [`JoinSet`] of attempts in the process's
+//! one session); for each, acquire `payout:{id}` through the SDK, claim (P2) with the
+//! handle's token, guard, check the remaining lease covers the hop budget, submit through
+//! rail-proxy, guard, post (P3), release. The token is threaded unchanged from the handle
+//! through every write. The guard ([`guard`]) is a clause that stops the payout with the
+//! typed loss reason, never a boolean.
 
-use std::sync::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_api::{LockError, LockHandle, LockKey, LockLost, Throttle};
+use lock_api::{LockError, LockHandle, LockKey, LockLost, SessionId, Throttle};
 use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
+use tokio::task::{JoinError, JoinSet};
 
-use crate::config::{Config, FaultStep};
+use crate::config::{CONCURRENCY_MAX, Config, FaultStep};
 use crate::loss::{SessionLossHandler, Watch};
 use crate::services::{CallError, Fence, Refusal, Services};
 
@@ -164,6 +167,68 @@ impl Outcome {
     }
 }
 
+/// The payouts this process has an attempt on. At most one attempt per payout at a time in a
+/// process: a second `acquire` of a key the session holds would return the same grant (the
+/// SDK's reentrancy), and the loss listener watches one attempt per key.
+#[derive(Debug, Default)]
+struct InFlightSet(Arc<Mutex<Attempts>>);
+
+/// What [`InFlightSet`] keeps.
+#[derive(Debug, Default)]
+struct Attempts {
+    /// Payouts with an attempt in flight.
+    active: HashSet<i64>,
+    /// Payouts whose attempt ended since the scan in progress was sent: that page may still
+    /// list them as they were before the attempt (a stale row, not work).
+    ended: HashSet<i64>,
+}
+
+impl InFlightSet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Attempts> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The payout's slot, or `None` while another attempt of this process is on it.
+    fn enter(&self, payout_id: i64) -> Option<InFlight> {
+        self.lock().active.insert(payout_id).then(|| InFlight {
+            attempts: self.0.clone(),
+            payout_id,
+        })
+    }
+
+    /// Called before a scan is sent: attempts ending from now on are remembered for it.
+    fn scan_sent(&self) {
+        self.lock().ended.clear();
+    }
+
+    /// Whether the scan's row of `payout_id` is this process's own work: in flight, or ended
+    /// after the scan was sent.
+    fn is_own(&self, payout_id: i64) -> bool {
+        let attempts = self.lock();
+        attempts.active.contains(&payout_id) || attempts.ended.contains(&payout_id)
+    }
+}
+
+/// One attempt's claim on its payout; dropped (also on a panic) when the attempt ends.
+#[derive(Debug)]
+struct InFlight {
+    attempts: Arc<Mutex<Attempts>>,
+    payout_id: i64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut attempts = self
+            .attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        attempts.active.remove(&self.payout_id);
+        attempts.ended.insert(self.payout_id);
+    }
+}
+
 /// The process's session and its loss listener.
 #[derive(Debug)]
 struct Current {
@@ -172,7 +237,8 @@ struct Current {
 }
 
 /// One worker process: exactly one `LockClient` and one long-lived session (replaced by a
-/// new one only after the old one is lost for good: expired or unknown at the server).
+/// new one only after the old one is lost for good: expired or unknown at the server), with
+/// up to `EXECUTOR_CONCURRENCY` payout attempts in it at once, each under its own lock.
 #[derive(Debug)]
 pub struct Executor {
     client: LockClient,
@@ -185,6 +251,8 @@ pub struct Executor {
     scan_rng: Mutex<fastrand::Rng>,
     /// Payouts skipped for a while.
     quarantine: Quarantine,
+    /// Payouts with an attempt in flight.
+    in_flight: InFlightSet,
     /// Throttles of repeated warnings.
     warn_scan: Throttle,
     warn_acquire: Throttle,
@@ -195,9 +263,14 @@ pub struct Executor {
 impl Executor {
     /// Opens the process's one lock client and session.
     pub async fn start(config: Config, lock_config: LockClientConfig) -> anyhow::Result<Self> {
-        let lease = lock_config.default_ttl;
-        check_hop_budget(&config, &lock_config)?;
-        let client = LockClient::new(lock_config)?;
+        Self::with_client(config, LockClient::new(lock_config)?).await
+    }
+
+    /// Opens the process's one session on `client` (tests pass one over an in-memory lock
+    /// service; [`start`](Self::start) one over HTTP).
+    pub async fn with_client(config: Config, client: LockClient) -> anyhow::Result<Self> {
+        check_hop_budget(&config, client.config())?;
+        let lease = client.config().default_ttl;
         let session = client.open_session(&config.executor_id).await?;
         let loss = SessionLossHandler::register(&session, config.executor_id.clone());
         let services = Services::new(
@@ -245,6 +318,7 @@ impl Executor {
             sigstop_armed,
             scan_rng: Mutex::new(fastrand::Rng::new()),
             quarantine: Quarantine::default(),
+            in_flight: InFlightSet::default(),
             warn_scan: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
             warn_acquire: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
             warn_step: Throttle::new(Duration::from_millis(WARN_INTERVAL_MS)),
@@ -252,16 +326,23 @@ impl Executor {
         })
     }
 
-    /// Scans and executes until `stop` turns true. A scan visits one page of claimable
-    /// payouts (keyset-paged by id, so payouts this worker cannot finish at the head of the
-    /// queue never hide the ones behind them), skipping quarantined ones. It sleeps the poll
-    /// interval when a whole pass changed no payout, and backs off exponentially (up to
-    /// [`ERROR_BACKOFF_MAX_MS`]) while a service fails.
-    pub async fn run(&self, stop: tokio::sync::watch::Receiver<bool>) {
+    /// Scans and executes until `stop` turns true, then waits for the attempts in flight.
+    /// A scan visits one page of claimable payouts (keyset-paged by id, so payouts this worker
+    /// cannot finish at the head of the queue never hide the ones behind them), skipping
+    /// quarantined ones and its own (in flight, or ended since the scan was sent: the page
+    /// may show them as they were before), and starts an attempt on each as
+    /// soon as fewer than `EXECUTOR_CONCURRENCY` are in flight. It sleeps the poll interval
+    /// (or until an attempt finishes) when a whole pass changed no payout, and backs off
+    /// exponentially (up to [`ERROR_BACKOFF_MAX_MS`]) while a service fails: a failed attempt
+    /// stops the page, and the attempts already in flight finish on their own.
+    pub async fn run(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        let limit = usize::try_from(self.config.concurrency.clamp(1, CONCURRENCY_MAX)).unwrap_or(1);
+        let mut attempts: JoinSet<(i64, Outcome)> = JoinSet::new();
         let mut cursor = 0_i64;
         let mut pass_worked = false;
         let mut failures = 0_u32;
         while !*stop.borrow() {
+            self.in_flight.scan_sent();
             let page = match self.services.claimable(cursor, self.config.batch).await {
                 Ok(page) => Some(page),
                 Err(err) => {
@@ -280,27 +361,41 @@ impl Executor {
                 Some(last) if full_page => last.payout_id,
                 _ => 0,
             };
+            // Book the attempts that ended before now (a fenced one is quarantined before its
+            // row is filtered); the ones ending from now on are in `ended` for this scan.
+            while let Some(done) = attempts.try_join_next() {
+                failed |= self.settle(done, &mut pass_worked);
+            }
             let now = Instant::now();
-            payouts.retain(|p| !self.quarantine.is_skipped(p.payout_id, now));
+            payouts.retain(|p| {
+                !self.quarantine.is_skipped(p.payout_id, now) && !self.in_flight.is_own(p.payout_id)
+            });
             self.scan_rng
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .shuffle(&mut payouts);
             for payout in payouts {
-                if *stop.borrow() {
+                // Finished attempts first: a failing service stops the page at once.
+                while let Some(done) = attempts.try_join_next() {
+                    failed |= self.settle(done, &mut pass_worked);
+                }
+                while attempts.len() >= limit {
+                    if let Some(done) = attempts.join_next().await {
+                        failed |= self.settle(done, &mut pass_worked);
+                    }
+                }
+                if failed || *stop.borrow() {
+                    // A failing service: stop hammering it with the rest of the page.
                     break;
                 }
-                let outcome = self.execute(payout.payout_id).await;
-                pass_worked |= outcome.is_progress();
-                match outcome {
-                    Outcome::Fenced => self.quarantine.add(payout.payout_id, Instant::now()),
-                    Outcome::Error => {
-                        // A failing service: stop hammering it with the rest of the page.
-                        failed = true;
-                        break;
-                    }
-                    _ => self.quarantine.clear(payout.payout_id),
-                }
+                let Some(slot) = self.in_flight.enter(payout.payout_id) else {
+                    continue;
+                };
+                let executor = Arc::clone(self);
+                attempts.spawn(async move {
+                    let payout_id = slot.payout_id;
+                    (payout_id, executor.execute_in(slot).await)
+                });
             }
             let pause = if failed {
                 failures = failures.saturating_add(1);
@@ -317,13 +412,53 @@ impl Executor {
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.changed() => {}
+                    // An idle pass may only have waited on attempts still in flight: the first
+                    // of them to finish ends the pause (a failing service's backoff runs out).
+                    Some(done) = attempts.join_next(), if !failed && !attempts.is_empty() => {
+                        let _ = self.settle(done, &mut pass_worked);
+                    }
                 }
+            }
+        }
+        // Shutdown: every attempt in flight finishes (and releases) before the session closes.
+        while let Some(done) = attempts.join_next().await {
+            let _ = self.settle(done, &mut pass_worked);
+        }
+    }
+
+    /// Books a finished attempt: quarantine for a fenced payout, progress for the pass.
+    /// Returns whether it failed (a service was unreachable or answered unexpectedly).
+    fn settle(&self, done: Result<(i64, Outcome), JoinError>, pass_worked: &mut bool) -> bool {
+        match done {
+            Ok((payout_id, outcome)) => {
+                *pass_worked |= outcome.is_progress();
+                match outcome {
+                    Outcome::Fenced => self.quarantine.add(payout_id, Instant::now()),
+                    Outcome::Error => return true,
+                    _ => self.quarantine.clear(payout_id),
+                }
+                false
+            }
+            Err(err) => {
+                // A panicked attempt: its handle's drop released the lock in the background.
+                tracing::error!(event = "attempt_failed", error = %err, "a payout attempt panicked");
+                true
             }
         }
     }
 
-    /// One attempt at one payout, timed and tagged.
+    /// One attempt at one payout, timed and tagged; `contended`, with nothing sent, while
+    /// another attempt of this process is on the same payout.
     pub async fn execute(&self, payout_id: i64) -> Outcome {
+        match self.in_flight.enter(payout_id) {
+            Some(slot) => self.execute_in(slot).await,
+            None => Outcome::Contended,
+        }
+    }
+
+    /// The attempt of `slot`'s payout, timed and tagged.
+    async fn execute_in(&self, slot: InFlight) -> Outcome {
+        let payout_id = slot.payout_id;
         let started = Instant::now();
         let outcome = self.attempt(payout_id).await;
         metrics::histogram!(EXECUTE_SECONDS, "outcome" => outcome.as_str())
@@ -333,6 +468,7 @@ impl Executor {
             payout_id,
             outcome = outcome.as_str()
         );
+        drop(slot);
         outcome
     }
 
@@ -349,8 +485,9 @@ impl Executor {
                 if let Some(suppressed) = self.warn_acquire.allow() {
                     tracing::warn!(event = "acquire_failed", payout_id, error = %err, suppressed, "the session is lost for good: opening a new one");
                 }
+                let lost = session.id();
                 drop(current);
-                self.replace_session().await;
+                self.replace_session(lost).await;
                 return Outcome::Error;
             }
             Err(err) => {
@@ -386,10 +523,15 @@ impl Executor {
         outcome
     }
 
-    /// Opens a new session in place of a lost one (still one session at a time), then closes
-    /// the old one best effort. On failure the old one stays and the next attempt retries.
-    async fn replace_session(&self) {
+    /// Opens a new session in place of the lost one `lost` (still one session at a time),
+    /// then closes the old one best effort. The write lock waits for the attempts in flight on
+    /// the old session; the attempts that found it lost too find it replaced already and
+    /// leave the new one alone. On failure the old one stays and the next attempt retries.
+    async fn replace_session(&self, lost: SessionId) {
         let mut current = self.current.write().await;
+        if current.session.id() != lost {
+            return;
+        }
         match self.client.open_session(&self.config.executor_id).await {
             Ok(session) => {
                 let loss = SessionLossHandler::register(&session, self.config.executor_id.clone());
@@ -531,10 +673,19 @@ impl Executor {
         }
     }
 
-    /// Closes the session (L3) and the client (joins the heartbeat thread).
-    pub async fn shutdown(self) {
-        self.current.into_inner().session.close().await;
-        self.client.close();
+    /// Closes the session (L3) and the client (joins the heartbeat thread), once
+    /// [`run`](Self::run) has returned: its attempts, which share the executor, have ended.
+    pub async fn shutdown(self: Arc<Self>) {
+        match Arc::try_unwrap(self) {
+            Ok(executor) => {
+                executor.current.into_inner().session.close().await;
+                executor.client.close();
+            }
+            Err(_) => tracing::warn!(
+                event = "shutdown_early",
+                "the executor is still shared: its session ends with its TTL"
+            ),
+        }
     }
 
     /// The lock client's heartbeat thread name (one per process).

@@ -1,5 +1,8 @@
 //! `payout-executor` binary: one lock client and one session for the process, the payout
-//! loop until SIGTERM/SIGINT, then the session and client closed.
+//! loop (up to `EXECUTOR_CONCURRENCY` payouts at once) until SIGTERM/SIGINT, then the payouts
+//! in flight finished and the session and client closed.
+
+use std::sync::Arc;
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -42,7 +45,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = telemetry::install_metrics()?;
     let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
-    let executor = Executor::start(config, lock_config).await?;
+    let executor = Arc::new(Executor::start(config, lock_config).await?);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stop = stopped.clone();
     let server = tokio::spawn(async move {
@@ -52,12 +55,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
             })
             .await
     });
-    // A signal lets the payout in flight finish, then the loop stops.
+    // A signal stops new attempts; the payouts in flight finish, then the loop returns.
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!(
             event = "draining",
-            "shutdown requested: finishing the payout in flight"
+            "shutdown requested: finishing the payouts in flight"
         );
         let _ = stop.send(true);
     });

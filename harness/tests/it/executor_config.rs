@@ -7,7 +7,7 @@ use std::process::Command;
 fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
     let binary = test_support::cargo_bin("payout-executor").unwrap();
     let closed = format!("http://127.0.0.1:{}", test_support::free_port());
-    let cases: [(&str, &str, &str); 14] = [
+    let cases: [(&str, &str, &str); 17] = [
         ("RAIL_HOP_BUDGET", "9s", "RAIL_HOP_BUDGET"),
         (
             "LOCK_CLIENT_SAFETY_MARGIN",
@@ -34,6 +34,9 @@ fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
         ("LOCK_ENDPOINTS", ",", "LOCK_ENDPOINTS"),
         ("EXECUTOR_BATCH", "0", "batch"),
         ("EXECUTOR_BATCH", "many", "batch"),
+        ("EXECUTOR_CONCURRENCY", "0", "concurrency"),
+        ("EXECUTOR_CONCURRENCY", "65", "concurrency"),
+        ("EXECUTOR_CONCURRENCY", "four", "concurrency"),
         ("RAIL_HOP_BUDGET", "soon", "rail.hop-budget"),
         ("EXECUTOR_BIND", "nowhere", "bind"),
         (

@@ -151,6 +151,84 @@ async fn s1_happy_path_settles_every_payout_once() {
     assert_eq!(lost, 0.0, "no lock was lost on the happy path");
 }
 
+/// One snapshot of the claimable list (one query, with the executors' credential, as they
+/// list it): the payouts past `PENDING` and not
+/// terminal — with a single executor and no faults, exactly those it has in flight — and all
+/// the non-terminal ones.
+async fn in_flight_snapshot(stack: &Stack) -> (usize, usize) {
+    let url = format!("{}/v1/payouts?claimable=true&limit=500", stack.payment_url);
+    let page: Vec<serde_json::Value> = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(&stack.secrets.executor)
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let in_flight = page.iter().filter(|p| p["state"] != "PENDING").count();
+    (in_flight, page.len())
+}
+
+/// S1 with `EXECUTOR_CONCURRENCY=4` (issue 13 item 5): a slow rail keeps submits in flight;
+/// snapshots of the payouts taken until all are terminal show several claimed by the one
+/// executor at once, never more than four; every payout settles once, in one session, with
+/// one heartbeat thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_at_concurrency_4_one_executor_works_on_several_payouts_at_once() {
+    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    let ids = stack.create_payouts("s1c", 24).await.unwrap();
+    stack
+        .rail_fault(&Fault {
+            payout_id: None,
+            fault: FaultKind::Delay { delay_ms: 200 },
+        })
+        .await
+        .unwrap();
+    stack
+        .start_executor("executor-a", &[("EXECUTOR_CONCURRENCY", "4".to_owned())])
+        .await
+        .unwrap();
+    let pid = stack.executors[0].process.pid().as_raw();
+    let heartbeat_threads = threads(pid)
+        .into_iter()
+        .filter(|n| n.starts_with("lock-hb-"))
+        .count();
+    assert_eq!(heartbeat_threads, 1, "one LockClient, however many payouts");
+    let most = std::cell::Cell::new(0);
+    poll_until("every payout terminal", SETTLE_DEADLINE, || async {
+        let (in_flight, open) = in_flight_snapshot(&stack).await;
+        most.set(most.get().max(in_flight));
+        (open == 0).then_some(())
+    })
+    .await;
+    let most = most.get();
+    assert!(
+        (3..=4).contains(&most),
+        "several payouts in flight at once, never more than 4: at most {most} in one snapshot"
+    );
+    let payouts = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
+    assert!(
+        payouts.iter().all(|p| p.state == PayoutState::Settled),
+        "{payouts:?}"
+    );
+    check_invariants(&stack, &payouts, 0.0).await;
+    poll_until(
+        "the executor to count 24 payouts acked",
+        SETTLE_DEADLINE,
+        || async { (outcomes(&stack, 0, "acked").await == 24.0).then_some(()) },
+    )
+    .await;
+    let audit = stack.audit().unwrap();
+    let sessions = audit
+        .sessions_by_owner
+        .get("executor-a")
+        .map_or(0, Vec::len);
+    assert_eq!(sessions, 1, "one session: {:?}", audit.sessions_by_owner);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s2_two_executors_share_the_work_without_paying_twice() {
     let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
