@@ -189,6 +189,8 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
             ("LOCK_SESSION_TTL", "60s".into()),
             ("RUST_LOG", "warn".into()),
+            // The waiters-memory figure parks 1,000 L4s, each on a connection of its own.
+            ("HTTP_CONNECTIONS_MAX", "4096".into()),
         ],
         log_dir.path(),
     )
@@ -309,6 +311,16 @@ async fn memory_side(
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         started.elapsed().as_secs_f64()
+    );
+    let waiters = crate::bench_sides::PARKED_WAITERS;
+    let parked = crate::bench_sides::park_waiters(http, base, "mem.waited", waiters).await?;
+    let with_waiters = rss_kib(server)?;
+    for result in parked.join_all().await {
+        result?;
+    }
+    println!(
+        "lock-server resident memory: {:.1} MiB with {waiters} L4s waiting on one key as well (issue 13)",
+        with_waiters as f64 / 1024.0
     );
     Ok(())
 }

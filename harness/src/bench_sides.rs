@@ -350,6 +350,66 @@ pub async fn etcd_lock_side(
     Ok(SideFigures::of(&tallies, elapsed, false))
 }
 
+/// Waiting L4s parked at once for the waiters-memory figure; issue 13's goal names 1,000.
+pub const PARKED_WAITERS: usize = 1_000;
+/// How long each parked L4 asks to wait: under the bench server's `lock.max.wait`.
+const PARKED_WAIT_MS: u64 = 3_000;
+
+/// Parks `count` waiting L4s on `key` (held by another session) and returns once the
+/// lock-server's L7 shows them all queued; the tasks end when their wait does (409). The
+/// caller reads the lock-server's memory meanwhile.
+pub async fn park_waiters(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    count: usize,
+) -> anyhow::Result<tokio::task::JoinSet<anyhow::Result<()>>> {
+    let holder = open_session(http, base, "waiters-holder").await?;
+    http.post(format!("{base}/v1/locks/{key}/acquire"))
+        .json(&json!({"session_id": holder, "ttl_ms": 60_000}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut sessions = Vec::with_capacity(count);
+    for i in 0..count {
+        sessions.push(open_session(http, base, &format!("waiter-{i}")).await?);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for session in sessions {
+        let (http, url) = (http.clone(), format!("{base}/v1/locks/{key}/acquire"));
+        tasks.spawn(async move {
+            let status = http
+                .post(url)
+                .json(&json!({"session_id": session, "ttl_ms": 60_000, "wait_ms": PARKED_WAIT_MS}))
+                .send()
+                .await?
+                .status();
+            anyhow::ensure!(
+                status == StatusCode::CONFLICT,
+                "a parked L4 answered {status}"
+            );
+            Ok(())
+        });
+    }
+    test_support::poll_until(
+        "every waiter to be queued",
+        Duration::from_millis(PARKED_WAIT_MS),
+        || async {
+            let body: Value = http
+                .get(format!("{base}/v1/locks/{key}"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (body["waiters"].as_u64()? >= count as u64).then_some(())
+        },
+    )
+    .await;
+    Ok(tasks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
