@@ -34,7 +34,8 @@ fn client(url: &str) -> LockClient {
     LockClient::new(config).unwrap()
 }
 
-async fn holder_token(url: &str, key: &str) -> Option<u64> {
+/// L7 for `key`: the grant's JSON, `None` when not held.
+async fn inspect(url: &str, key: &str) -> Option<serde_json::Value> {
     let response = harness::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)
         .unwrap()
         .get(format!("{url}/v1/locks/{key}"))
@@ -42,12 +43,14 @@ async fn holder_token(url: &str, key: &str) -> Option<u64> {
         .await
         .unwrap();
     match response.status() {
-        StatusCode::OK => {
-            response.json::<serde_json::Value>().await.unwrap()["fencing_token"].as_u64()
-        }
+        StatusCode::OK => Some(response.json().await.unwrap()),
         StatusCode::NOT_FOUND => None,
         other => panic!("L7 answered {other}"),
     }
+}
+
+async fn holder_token(url: &str, key: &str) -> Option<u64> {
+    inspect(url, key).await?["fencing_token"].as_u64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,18 +165,7 @@ async fn two_sessions_contend_over_http_and_the_waiter_wins_after_release() {
 
 /// L7's queue length for `key` (`None` when not held).
 async fn waiters(url: &str, key: &str) -> Option<u64> {
-    let response = harness::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)
-        .unwrap()
-        .get(format!("{url}/v1/locks/{key}"))
-        .send()
-        .await
-        .unwrap();
-    (response.status() == StatusCode::OK)
-        .then_some(response)?
-        .json::<serde_json::Value>()
-        .await
-        .unwrap()["waiters"]
-        .as_u64()
+    inspect(url, key).await?["waiters"].as_u64()
 }
 
 /// Issue 13: the SDK waits in the server (a queue place per waiting acquire, visible in L7)

@@ -642,40 +642,7 @@ conformance!(
     concurrent_acquirers_exactly_one_wins,
     a_hot_key_under_many_cycling_acquirers_answers_held_never_an_error,
     ready_when_healthy,
-);
-
-/// The issue-13 cases (queues and lock-delay), on every backend.
-macro_rules! queue_conformance {
-    ($($case:ident),* $(,)?) => {
-        mod postgres_queue {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (store, _url) = crate::support::pg_store().await;
-                    super::$case(store).await;
-                }
-            )*
-        }
-        mod etcd_queue {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(crate::support::StoreAt::etcd().open().await).await;
-                }
-            )*
-        }
-        mod memory_queue {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(std::sync::Arc::new(super::MemoryStore::new())).await;
-                }
-            )*
-        }
-    };
-}
-
-queue_conformance!(
+    // Issue 13: queues and lock-delay.
     waiters_are_granted_in_fifo_order,
     a_waiter_that_leaves_lapses_or_dies_blocks_nobody,
     a_place_renewed_for_longer_keeps_its_turn,
