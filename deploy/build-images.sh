@@ -9,7 +9,15 @@
 #   payouts/etcd:3.4        etcd from Debian's etcd-server package, for compose.etcd.yaml
 #   payouts/prometheus:2.42 Prometheus from Debian's prometheus package (and its web UI)
 # Re-running is cheap: the base is reused, cargo and docker reuse what did not change.
+#   deploy/build-images.sh              everything
+#   deploy/build-images.sh --base-only  only the debootstrap base (CI fetches it while compiling)
 set -euo pipefail
+base_only=false
+case "${1:-}" in
+    --base-only) base_only=true ;;
+    "") ;;
+    *) echo "usage: deploy/build-images.sh [--base-only]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 
 BASE=payouts/base:bookworm
@@ -27,6 +35,9 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     tar -C "$rootfs" -c . | docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$BASE" >/dev/null
     echo "imported $BASE"
+fi
+if $base_only; then
+    exit 0
 fi
 
 echo "cargo build --release (services) ..."

@@ -63,69 +63,31 @@ fn compose() -> Command {
     command
 }
 
-/// Reads `KEY=value` lines of the project's `.env`, first adding fresh random secrets (and a
-/// signing key) for any it lacks (it is git-ignored; `.env.example` documents it).
+/// Reads `KEY=value` lines of the project's `.env` after `deploy/prepare-env.sh` has filled
+/// in any secret (and the signing key) it lacks: what an operator runs before `up -d`.
 pub fn env_file() -> anyhow::Result<Vec<(String, String)>> {
-    let path = repo_root().join(".env");
-    let parse = |text: &str| -> Vec<(String, String)> {
-        text.lines()
-            .filter(|l| !l.trim_start().starts_with('#'))
-            .filter_map(|l| {
-                l.split_once('=')
-                    .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-            })
-            .collect()
-    };
-    let mut text = if path.exists() {
-        std::fs::read_to_string(&path)?
-    } else {
-        String::new()
-    };
-    // Any secret the stack needs and the file lacks is generated (an older .env gains the
-    // roles added since); nothing already there is changed.
-    let have = parse(&text);
-    let missing = |key: &str| !have.iter().any(|(k, _)| k == key);
-    let secret = || uuid::Uuid::new_v4().simple().to_string();
-    let mut added = Vec::new();
-    for key in GENERATED_SECRETS {
-        if missing(key) {
-            added.push(format!("{key}={}", secret()));
-        }
-    }
-    if missing("LOCK_SIGNING_KEY") {
-        let lines = lock_server::generate_signing_key("k1").map_err(anyhow::Error::msg)?;
-        added.extend(
-            lines
-                .lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(str::to_owned),
+    let prepare = repo_root().join("deploy/prepare-env.sh");
+    let output = Command::new(&prepare)
+        .current_dir(repo_root())
+        .output()
+        .with_context(|| format!("cannot run {}", prepare.display()))?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "{} failed: {}",
+            prepare.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    if !added.is_empty() {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        for line in added {
-            text.push_str(&line);
-            text.push('\n');
-        }
-        std::fs::write(&path, &text)?;
-    }
-    Ok(parse(&text))
+    let text = std::fs::read_to_string(repo_root().join(".env"))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect())
 }
-
-/// The bearer secrets of `.env` (`.env.example` lists them), generated when absent.
-const GENERATED_SECRETS: [&str; 9] = [
-    "POSTGRES_PASSWORD",
-    "LOCK_ADMIN_TOKEN",
-    "LOCK_CLIENT_TOKEN",
-    "PAYMENT_CREATOR_TOKEN",
-    "PAYOUT_EXECUTOR_TOKEN",
-    "PAYMENT_ADMIN_TOKEN",
-    "PAYMENT_PROXY_TOKEN",
-    "RAIL_PROXY_CREDENTIAL",
-    "RAIL_STUB_ADMIN_TOKEN",
-];
 
 /// Brings the infrastructure up from a clean state (volumes included).
 pub fn up() -> anyhow::Result<()> {

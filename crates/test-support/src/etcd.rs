@@ -65,7 +65,7 @@ fn etcd_binary() -> Result<PathBuf, String> {
         Ok(path)
     } else {
         Err(format!(
-            "{} not found: install Debian's etcd-server (.ci/run does) or set ETCD_BIN",
+            "{} not found: run `apt-get install etcd-server` (script/test does) or set ETCD_BIN",
             path.display()
         ))
     }

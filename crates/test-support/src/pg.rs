@@ -570,7 +570,14 @@ fn run(command: &mut Command) -> Result<(), String> {
 /// the newest `/usr/lib/postgresql/*/bin`.
 pub fn postgres_bin_dir() -> Result<PathBuf, String> {
     if let Ok(dir) = std::env::var("PG_BIN") {
-        return Ok(PathBuf::from(dir));
+        let dir = PathBuf::from(dir);
+        if !dir.join("initdb").exists() {
+            return Err(format!(
+                "PG_BIN={} has no initdb: point it at PostgreSQL's server binaries",
+                dir.display()
+            ));
+        }
+        return Ok(dir);
     }
     let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|entries| {
@@ -598,7 +605,8 @@ pub fn postgres_bin_dir() -> Result<PathBuf, String> {
         }
     }
     Err(
-        "no PostgreSQL server binaries found: install postgresql (initdb, pg_ctl) or set PG_BIN"
+        "no PostgreSQL server binaries (initdb, pg_ctl) found: run `apt-get install postgresql` \
+         (script/bootstrap does), set PG_BIN to their directory, or set DATABASE_URL to a server"
             .into(),
     )
 }

@@ -41,7 +41,7 @@ fn promtool_complaints(page: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("cannot run {promtool} ({e}): apt-get install prometheus, or set PROMTOOL")
+            panic!("cannot run {promtool} ({e}): run `apt-get install prometheus` (script/test does), or set PROMTOOL")
         });
     child
         .stdin
