@@ -14,7 +14,9 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 "$venv/bin/schemathesis" --version
 : "${DATABASE_URL:?DATABASE_URL must name a PostgreSQL server}"
-cargo build -q -p lock-server -p payment-resource
+# The workspace's binaries, as the tests build them (test_support::cargo_bins): one feature
+# resolution for every caller, so after the tests this builds nothing.
+cargo build -q --workspace --bins
 work=$(mktemp -d /tmp/schemathesis.XXXXXX)
 pids=()
 cleanup() {

@@ -3,8 +3,9 @@
 //! A fork of the `etcd-client` crate 0.21.1 (MIT OR Apache-2.0, its licences are beside this
 //! file's crate) with one change of substance: the gRPC code generated from etcd's `.proto`
 //! files is checked in (`src/rpc/generated/`), so building the workspace needs no `protoc`.
-//! `tests/codegen.rs` regenerates it with `protox` (a protobuf compiler in Rust) and fails on
-//! any drift; `UPDATE_GENERATED=1 cargo test -p etcd-client --test codegen` rewrites it.
+//! `crates/etcd-client-codegen` regenerates it with `protox` (a protobuf compiler in Rust) and
+//! its test fails on any drift; `UPDATE_GENERATED=1 cargo test -p etcd-client-codegen` rewrites
+//! it.
 //!
 //! Carried: KV, Watch, Lease, Lock (etcd's own lock API, for the benches' comparison) and Auth
 //! (the client's user credentials rest on it). Left out of the generated code and the client:
@@ -12,7 +13,7 @@
 //! The module layout and public names are upstream's, so its documentation still applies.
 //!
 //! Architecture Invariant: nothing here runs a build script; the generated files change only
-//! through `tests/codegen.rs`.
+//! through `crates/etcd-client-codegen`.
 
 // Upstream's code, kept close to upstream so that fixes can be carried across: the
 // workspace's lints are not applied to it.

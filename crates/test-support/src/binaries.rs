@@ -9,8 +9,12 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
     cargo_bins(&[name]).map(|mut paths| paths.remove(0))
 }
 
-/// Builds every binary in `names` (packages and binaries of the same names) with one cargo
-/// call and returns their paths in the same order.
+/// Builds the workspace's binaries with one cargo call and returns the paths of those in
+/// `names` (packages and binaries of the same names), in the same order.
+///
+/// It builds all of them (`--workspace --bins`), not only `names`: cargo resolves features per
+/// selection of packages, so each different selection would build the shared dependencies
+/// again; one selection for every caller builds them once, whichever test or tool asks first.
 pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
     let mut dir = exe
@@ -23,10 +27,7 @@ pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let release = dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
-    build.args(["build", "--quiet"]);
-    for name in names {
-        build.args(["-p", name, "--bin", name]);
-    }
+    build.args(["build", "--quiet", "--workspace", "--bins"]);
     if release {
         build.arg("--release");
     }

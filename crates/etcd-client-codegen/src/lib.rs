@@ -1,131 +1,68 @@
-//! The checked-in gRPC code (`src/rpc/generated/`) is exactly what etcd's `.proto` files under
-//! `proto/` generate, trimmed to the services this crate carries; no system `protoc` involved.
+//! Generates `crates/etcd-client`'s gRPC code (`src/rpc/generated/`) from etcd's `.proto`
+//! files (`crates/etcd-client/proto/`) without a system `protoc`.
 //!
-//! `protox` compiles the `.proto` files to a descriptor set; the services we do not carry are
-//! removed from it together with every message and enum that only they reach; prost and tonic
-//! generate the client code from what is left. The test fails on any difference from the
-//! checked-in files; `UPDATE_GENERATED=1 cargo test -p etcd-client --test codegen` rewrites
-//! them instead.
+//! `protox` (a protobuf compiler in Rust) compiles the `.proto` files to a descriptor set; the
+//! services the client does not carry are removed from it together with every message and enum
+//! only they reach; prost and tonic generate the client code from what is left.
+//! `tests/drift.rs` fails when the checked-in files differ from a fresh generation;
+//! `UPDATE_GENERATED=1 cargo test -p etcd-client-codegen` rewrites them instead.
+//!
+//! Architecture Invariant: this is the only place that turns `.proto` files into Rust; nothing
+//! depends on this crate and no build script runs it, so building needs no `protoc`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use prost_types::{DescriptorProto, FileDescriptorProto, FileDescriptorSet};
 
-/// The `.proto` files we compile (their imports come along).
-const PROTOS: &[&str] = &[
+/// The `.proto` files compiled (their imports come along), under `crates/etcd-client/proto/`.
+pub const PROTOS: &[&str] = &[
     "etcd/api/etcdserverpb/rpc.proto",
     "etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
 ];
 /// The services the client carries, by full name. Everything else in the files is dropped
 /// unless one of these reaches it.
-const SERVICES: &[&str] = &[
+pub const SERVICES: &[&str] = &[
     "etcdserverpb.KV",
     "etcdserverpb.Watch",
     "etcdserverpb.Lease",
     "etcdserverpb.Auth",
     "v3lockpb.Lock",
 ];
-/// The packages generated, one file each under `src/rpc/generated/`.
-const PACKAGES: &[&str] = &["authpb", "etcdserverpb", "mvccpb", "v3lockpb"];
+/// The packages generated, one file each (`{package}.rs`).
+pub const PACKAGES: &[&str] = &["authpb", "etcdserverpb", "mvccpb", "v3lockpb"];
 
 // Field numbers of `FileDescriptorProto`, as they appear in source-code-info paths.
 const FILE_MESSAGE_TYPE: i32 = 4;
 const FILE_ENUM_TYPE: i32 = 5;
 const FILE_SERVICE: i32 = 6;
 
-fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// `crates/etcd-client`, beside this crate.
+pub fn client_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etcd-client")
 }
 
-#[test]
-fn generated_code_matches_the_proto_files() {
-    let proto_dir = crate_dir().join("proto");
-    let files: Vec<PathBuf> = PROTOS.iter().map(|p| proto_dir.join(p)).collect();
-    let fds = protox::compile(&files, [&proto_dir]).expect("etcd's .proto files compile");
-    let fds = trim(fds);
+/// Where the generated files are checked in.
+pub fn generated_dir() -> PathBuf {
+    client_dir().join("src/rpc/generated")
+}
 
-    let out = tempfile_dir();
+/// Generates the client code of [`PACKAGES`] into `out_dir`, one `{package}.rs` each.
+pub fn generate(out_dir: &Path) -> std::io::Result<()> {
+    let proto_dir = client_dir().join("proto");
+    let files: Vec<PathBuf> = PROTOS.iter().map(|p| proto_dir.join(p)).collect();
+    let fds = protox::compile(&files, [&proto_dir])
+        .map_err(|e| std::io::Error::other(format!("compile etcd's .proto files: {e}")))?;
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(true)
-        .out_dir(&out)
-        .compile_fds(fds)
-        .expect("prost and tonic generate the client code");
-
-    let checked_in = crate_dir().join("src/rpc/generated");
-    let update = std::env::var_os("UPDATE_GENERATED").is_some();
-    let mut drift = Vec::new();
-    for package in PACKAGES {
-        let name = format!("{package}.rs");
-        let fresh = std::fs::read_to_string(out.join(&name))
-            .unwrap_or_else(|e| panic!("{name} was not generated: {e}"));
-        let path = checked_in.join(&name);
-        if update {
-            std::fs::create_dir_all(&checked_in).expect("create src/rpc/generated");
-            std::fs::write(&path, &fresh).expect("write the generated file");
-            continue;
-        }
-        if std::fs::read_to_string(&path).ok().as_deref() != Some(fresh.as_str()) {
-            drift.push(name);
-        }
-    }
-    let generated: BTreeSet<String> = std::fs::read_dir(&out)
-        .expect("read the output directory")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    let expected: BTreeSet<String> = PACKAGES.iter().map(|p| format!("{p}.rs")).collect();
-    assert_eq!(
-        generated, expected,
-        "the trimmed descriptor set generates exactly PACKAGES"
-    );
-    std::fs::remove_dir_all(&out).ok();
-    assert!(
-        drift.is_empty(),
-        "src/rpc/generated/ drifted from proto/ in {drift:?}: run \
-         UPDATE_GENERATED=1 cargo test -p etcd-client --test codegen and commit the result"
-    );
-}
-
-#[test]
-fn only_the_carried_services_are_generated() {
-    let generated = crate_dir().join("src/rpc/generated/etcdserverpb.rs");
-    let code = std::fs::read_to_string(generated).expect("read etcdserverpb.rs");
-    for carried in ["kv_client", "watch_client", "lease_client", "auth_client"] {
-        assert!(
-            code.contains(&format!("pub mod {carried}")),
-            "{carried} is generated"
-        );
-    }
-    for dropped in [
-        "mod maintenance_client",
-        "mod cluster_client",
-        "struct StatusRequest",
-    ] {
-        assert!(
-            !code.contains(&format!("pub {dropped}")),
-            "{dropped} is not carried"
-        );
-    }
-    for server in ["kv_server", "lease_server"] {
-        assert!(
-            !code.contains(&format!("pub mod {server}")),
-            "no server code: {server}"
-        );
-    }
-}
-
-/// A fresh directory under the target's temporary space (removed by the test).
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("etcd-client-codegen-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create the output directory");
-    dir
+        .out_dir(out_dir)
+        .compile_fds(trim(fds)?)
 }
 
 /// Keeps the carried services and what they reach; drops files left empty and files outside
 /// `PACKAGES` (google.api's HTTP annotations, versionpb's options, descriptor.proto).
-fn trim(mut fds: FileDescriptorSet) -> FileDescriptorSet {
+fn trim(mut fds: FileDescriptorSet) -> std::io::Result<FileDescriptorSet> {
     let mut reached: BTreeSet<String> = BTreeSet::new();
     let mut todo: Vec<String> = Vec::new();
     for file in &fds.file {
@@ -143,7 +80,9 @@ fn trim(mut fds: FileDescriptorSet) -> FileDescriptorSet {
         let Some((top, message)) = top_level.iter().find_map(|(top, message)| {
             (name == *top || name.starts_with(&format!("{top}."))).then_some((top, message))
         }) else {
-            panic!("{name} is not declared in the compiled files");
+            return Err(std::io::Error::other(format!(
+                "{name} is not declared in the compiled files"
+            )));
         };
         if !reached.insert(top.clone()) {
             continue;
@@ -187,7 +126,7 @@ fn trim(mut fds: FileDescriptorSet) -> FileDescriptorSet {
             info.location
                 .retain_mut(|location| match location.path.as_slice() {
                     [kind, index, ..] if renumber.contains_key(kind) => {
-                        match renumber[kind].get(index) {
+                        match renumber.get(kind).and_then(|m| m.get(index)) {
                             Some(new) => {
                                 location.path[1] = *new;
                                 true
@@ -205,7 +144,7 @@ fn trim(mut fds: FileDescriptorSet) -> FileDescriptorSet {
                 && file.enum_type.is_empty()
                 && file.service.is_empty())
     });
-    fds
+    Ok(fds)
 }
 
 fn full_name(file: &FileDescriptorProto, name: &str) -> String {
@@ -242,11 +181,8 @@ fn field_types(message: &DescriptorProto, out: &mut Vec<String>) {
 }
 
 fn retain_by<T>(items: &mut Vec<T>, keep: &[bool]) {
-    let mut index = 0;
-    items.retain(|_| {
-        index += 1;
-        keep[index - 1]
-    });
+    let mut kept = keep.iter();
+    items.retain(|_| kept.next().copied().unwrap_or(false));
 }
 
 /// Old index to new index of the kept items.
