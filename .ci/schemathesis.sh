@@ -14,9 +14,9 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 "$venv/bin/schemathesis" --version
 : "${DATABASE_URL:?DATABASE_URL must name a PostgreSQL server}"
-# The workspace's binaries, as the tests build them (test_support::cargo_bins): one feature
-# resolution for every caller, so after the tests this builds nothing.
-cargo build -q --workspace --bins
+# The binaries of the workspace's test build (as test_support::cargo_bins asks for them):
+# after `cargo test --workspace` this builds nothing.
+cargo test -q --workspace --no-run
 work=$(mktemp -d /tmp/schemathesis.XXXXXX)
 pids=()
 cleanup() {

@@ -12,28 +12,36 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
 /// Builds the workspace's binaries with one cargo call and returns the paths of those in
 /// `names` (packages and binaries of the same names), in the same order.
 ///
-/// It builds all of them (`--workspace --bins`), not only `names`: cargo resolves features per
-/// selection of packages, so each different selection would build the shared dependencies
-/// again; one selection for every caller builds them once, whichever test or tool asks first.
+/// Cargo resolves features per selection of packages and per command, and each resolution
+/// builds the shared dependencies anew; so every caller of one kind asks for the same thing.
+/// A test (its executable lives in `deps/`) asks for the workspace's test build,
+/// `cargo test --workspace --no-run`, which also builds every package's binary and is what
+/// `cargo test --workspace` has just built: nothing is compiled twice. A tool (the harness's
+/// demo, campaign, benches) asks for `cargo build --workspace --bins`.
 pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
     let mut dir = exe
         .parent()
         .ok_or("the executable has no parent directory")?
         .to_path_buf();
-    if dir.ends_with("deps") {
+    let from_a_test = dir.ends_with("deps");
+    if from_a_test {
         dir.pop();
     }
     let release = dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
-    build.args(["build", "--quiet", "--workspace", "--bins"]);
+    if from_a_test {
+        build.args(["test", "--quiet", "--workspace", "--no-run"]);
+    } else {
+        build.args(["build", "--quiet", "--workspace", "--bins"]);
+    }
     if release {
         build.arg("--release");
     }
     let status = build
         .status()
-        .map_err(|e| format!("run cargo build for {names:?}: {e}"))?;
+        .map_err(|e| format!("run cargo for {names:?}: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build of {names:?} failed with {status}"));
     }
