@@ -40,10 +40,10 @@ if $base_only; then
     exit 0
 fi
 
-# Every binary of the workspace, not only the services': the same command as the harness's
-# release runs (test_support::cargo_bins) and CI's, so one release build serves them all.
-echo "cargo build --release --workspace --bins ..."
-cargo build --release --quiet --workspace --bins
+# lock-sim is in no image: it is in the selection so that CI's one release build (the same
+# command) serves the simulation too; cargo resolves features per selection.
+echo "cargo build --release (services) ..."
+cargo build --release --quiet -p lock-server -p payment-resource -p rail-proxy -p rail-stub -p payout-executor -p lock-sim
 mkdir -p target/docker-bin
 # Service images are FROM scratch (deploy/Dockerfile): stripped binaries (the release
 # profile keeps debug info for perf), and a static busybox for their health checks.

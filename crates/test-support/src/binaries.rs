@@ -18,7 +18,14 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf, String> {
 /// `cargo test --workspace --no-run`, which also builds every package's binary and is what
 /// `cargo test --workspace` has just built: nothing is compiled twice. A tool (the harness's
 /// demo, campaign, benches) asks for `cargo build --workspace --bins`.
+///
+/// With `PREBUILT_BIN_DIR` set, nothing is built: the binaries are taken from that directory
+/// (CI runs the demo and the campaigns on the binaries its one debug build made; a user can
+/// point it at binaries built or installed elsewhere).
 pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
+    if let Some(dir) = std::env::var_os(PREBUILT_BIN_DIR) {
+        return find_all(&PathBuf::from(dir), names);
+    }
     let exe = std::env::current_exe().map_err(|e| format!("locate the running executable: {e}"))?;
     let mut dir = exe
         .parent()
@@ -45,6 +52,14 @@ pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     if !status.success() {
         return Err(format!("cargo build of {names:?} failed with {status}"));
     }
+    find_all(&dir, names)
+}
+
+/// Names the directory `cargo_bins` takes the binaries from instead of building them.
+pub const PREBUILT_BIN_DIR: &str = "PREBUILT_BIN_DIR";
+
+/// The path of each of `names` in `dir`, or which one is missing.
+fn find_all(dir: &std::path::Path, names: &[&str]) -> Result<Vec<PathBuf>, String> {
     names
         .iter()
         .map(|name| {
