@@ -40,15 +40,25 @@ if $base_only; then
     exit 0
 fi
 
-# lock-sim is in no image: it is in the selection so that CI's one release build (the same
-# command) serves the simulation too; cargo resolves features per selection.
-echo "cargo build --release (services) ..."
-cargo build --release --quiet -p lock-server -p payment-resource -p rail-proxy -p rail-stub -p payout-executor -p lock-sim
+# The services' binaries: this checkout's release build, or, with PREBUILT_BIN_DIR set, the
+# binaries already in that directory (CI passes its one debug build: nothing is compiled
+# twice; the harness honours the same variable).
+if [ -n "${PREBUILT_BIN_DIR:-}" ]; then
+    bin_dir=$PREBUILT_BIN_DIR
+    echo "service binaries from $bin_dir (PREBUILT_BIN_DIR)"
+else
+    bin_dir=target/release
+    echo "cargo build --release (services) ..."
+    cargo build --release --quiet -p lock-server -p payment-resource -p rail-proxy -p rail-stub -p payout-executor
+fi
 mkdir -p target/docker-bin
 # Service images are FROM scratch (deploy/Dockerfile): stripped binaries (the release
 # profile keeps debug info for perf), and a static busybox for their health checks.
 for entry in $SERVICES; do
-    strip -o "target/docker-bin/${entry%%:*}" "target/release/${entry%%:*}"
+    if [ ! -x "$bin_dir/${entry%%:*}" ]; then
+        echo "deploy/build-images.sh: $bin_dir/${entry%%:*} is missing" >&2; exit 1
+    fi
+    strip -o "target/docker-bin/${entry%%:*}" "$bin_dir/${entry%%:*}"
 done
 if [ ! -x /bin/busybox ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
