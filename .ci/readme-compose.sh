@@ -11,12 +11,12 @@ if [ -z "$block" ]; then
     echo "no sh block under '## Run it with Docker Compose' in README.md" >&2
     exit 1
 fi
-if [ -e .env ]; then
-    mv .env ".env.before-readme-check.$$"
-    trap 'mv ".env.before-readme-check.$$" .env' EXIT
-fi
-printf '%s\n' "$block" | sed 's/^/  $ /'
 down=$(grep -m1 '^docker-compose down' <<<"$block" | sed 's/ *#.*//')
 # The block's own last line takes the stack down; on a failure before it, so does this.
+# Either way a .env that was there before comes back.
 trap '$down >/dev/null 2>&1 || true; [ -e ".env.before-readme-check.$$" ] && mv ".env.before-readme-check.$$" .env || true' EXIT
+if [ -e .env ]; then
+    mv .env ".env.before-readme-check.$$"
+fi
+printf '%s\n' "$block" | sed 's/^/  $ /'
 bash -euxo pipefail -c "$block"
