@@ -19,7 +19,7 @@ use payment_api::{Fault as RailFault, FaultKind, PayoutState};
 use tokio::sync::Mutex;
 
 use crate::history::{Fault, History, RailTransfer};
-use crate::stack::{Stack, StackOptions, pid_stopped};
+use crate::stack::{LogSource, Stack, StackOptions, pid_stopped};
 use crate::timeline;
 
 /// Every payout must be terminal this long after the nemesis stops (I7).
@@ -40,8 +40,13 @@ const NEMESIS_TICK: Duration = Duration::from_millis(150);
 const NEMESIS_TICKS_PER_PAUSE: u32 = 4;
 /// On average one scripted rail fault every this many ticks (about 9 s).
 const NEMESIS_TICKS_PER_RAIL_FAULT: u32 = 60;
-/// Probability an executor stops itself at a step of a payout.
-const SELF_STOP_RATE: f64 = 0.02;
+/// Probability an executor stops itself at a step of a payout (before its claim, and between
+/// a guard and its submit or its post).
+const SELF_STOP_RATE: f64 = 0.05;
+/// A self-stopped executor is continued after 1.5 to 3 × the lease: it stopped between a
+/// guard and its write, so it wakes a zombie whose grant expired and, most often, whose key
+/// another executor took over meanwhile. Its write must be fenced.
+const ZOMBIE_PAUSE_MIN_MS: u64 = LEASE_MS * 3 / 2;
 /// Every rail transfer's delay (the rail timeout is 300 ms).
 const RAIL_DELAY_MS: u64 = 200;
 /// A store stall lasts up to 2 × the TTL.
@@ -99,6 +104,16 @@ pub struct ChaosOptions {
     /// Fail unless at least this many partitions were injected (compose mode).
     #[arg(long, default_value_t = 0)]
     pub expect_partitions: usize,
+    /// Fail unless at least this many pauses began while the paused executor held a grant.
+    #[arg(long, default_value_t = 1)]
+    pub expect_pauses_holding: usize,
+    /// Fail unless at least this many zombie writes were fenced: writes sent after a pause
+    /// that outlived their grant, refused by the resource.
+    #[arg(long, default_value_t = 1)]
+    pub expect_zombies: usize,
+    /// Fail unless the executors declared at least this many losses of a grant or session.
+    #[arg(long, default_value_t = 1)]
+    pub expect_losses: usize,
 }
 
 /// What a campaign did and found.
@@ -112,6 +127,10 @@ pub struct ChaosReport {
     pub stale_writes_fenced: usize,
     /// All fenced writes.
     pub fenced_writes: usize,
+    /// Every write the executors logged.
+    pub writes: usize,
+    /// Losses of a grant or a session the executors declared.
+    pub declared_losses: usize,
     /// Failovers the executors' SDKs logged.
     pub failovers: usize,
     /// Payouts by final state.
@@ -134,11 +153,23 @@ impl ChaosReport {
 type Faults = Arc<Mutex<Vec<Fault>>>;
 
 async fn record(faults: &Faults, kind: &'static str, target: String, start: DateTime<Utc>) {
+    record_until(faults, kind, target, start, Utc::now()).await;
+}
+
+/// Records a fault that ended at `end` (for a pause: taken before the SIGCONT, so nothing the
+/// continued process logs can seem to come before the pause's end).
+async fn record_until(
+    faults: &Faults,
+    kind: &'static str,
+    target: String,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) {
     faults.lock().await.push(Fault {
         kind,
         target,
         start,
-        end: Utc::now(),
+        end,
     });
 }
 
@@ -179,6 +210,11 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
         (lease_ms / 10, lease_ms * 3 / 2)
     } else {
         (PAUSE_MIN_MS, PAUSE_MAX_MS)
+    };
+    let zombie_pause_min_ms = if compose {
+        lease_ms * 11 / 10
+    } else {
+        ZOMBIE_PAUSE_MIN_MS
     };
     let (cluster, mut stack) = if compose {
         (None, Stack::start(StackOptions::default(), None).await?)
@@ -236,6 +272,13 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
     // may hold it for seconds while a process waits to be continued).
     let executor_pids: Vec<nix::unistd::Pid> =
         stack.executors.iter().map(|e| e.process.pid()).collect();
+    // Where each executor logs, to see which payout a self-stop froze.
+    let executor_logs: Vec<LogSource> = stack
+        .executors
+        .iter()
+        .map(|e| e.process.log_source())
+        .collect();
+    let payouts_api = PayoutsApi::new(&stack);
     let stack = Arc::new(Mutex::new(stack));
     let cluster = cluster.map(Arc::new);
     let faults: Faults = Arc::new(Mutex::new(Vec::new()));
@@ -301,21 +344,48 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                 if !pid_stopped(executor_pids[e]) {
                     continue;
                 }
-                let pause = Duration::from_millis(rng.u64(pause_min_ms..=pause_max_ms));
-                *until = Instant::now() + pause + Duration::from_millis(200);
+                let pause = Duration::from_millis(rng.u64(zombie_pause_min_ms..=pause_max_ms));
+                let longest = Duration::from_millis(pause_max_ms);
+                *until = Instant::now() + longest + Duration::from_millis(200);
                 let (pid, faults) = (executor_pids[e], faults.clone());
+                let frozen = last_self_stop(&executor_logs[e].read());
+                let api = payouts_api.clone();
                 tasks.push(tokio::spawn(async move {
                     let start = Utc::now();
-                    tokio::time::sleep(pause).await;
+                    let began = Instant::now();
+                    // A self-stop after its claim froze a holder between its guard and its
+                    // write: wake it once another executor has claimed the payout over it (its
+                    // write is then a zombie's, and must be fenced), or at the longest pause.
+                    let fence_then = match frozen {
+                        Some(id) => api.fence(id).await,
+                        None => None,
+                    };
+                    tokio::time::sleep(pause.min(longest)).await;
+                    if let (Some(id), Some(then)) = (frozen, fence_then) {
+                        while began.elapsed() < longest {
+                            if api.fence(id).await.is_some_and(|now| now > then) {
+                                break;
+                            }
+                            tokio::time::sleep(TAKEOVER_POLL).await;
+                        }
+                    }
+                    let end = Utc::now();
                     signal_all(&[pid.as_raw()], Signal::SIGCONT);
-                    record(&faults, "pause", format!("executor-{e}"), start).await;
+                    record_until(&faults, "pause", format!("executor-{e}"), start, end).await;
                     anyhow::Ok(())
                 }));
             }
             let free: Vec<usize> = (0..paused_until.len())
                 .filter(|i| paused_until[*i] <= Instant::now())
                 .collect();
-            if !free.is_empty() && rng.u32(0..NEMESIS_TICKS_PER_PAUSE) == 0 {
+            // At most half the executors paused at once: the others must be free to take
+            // over a paused holder's payouts, or no pause ever makes a zombie (and the run
+            // does no work under faults).
+            let paused = paused_until.len() - free.len();
+            if paused < paused_until.len() / 2
+                && !free.is_empty()
+                && rng.u32(0..NEMESIS_TICKS_PER_PAUSE) == 0
+            {
                 let e = free[rng.usize(0..free.len())];
                 let pause = Duration::from_millis(rng.u64(pause_min_ms..=pause_max_ms));
                 paused_until[e] = Instant::now() + pause + Duration::from_millis(200);
@@ -325,8 +395,9 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                     let start = Utc::now();
                     signal_all(&[pid.as_raw()], Signal::SIGSTOP);
                     tokio::time::sleep(pause).await;
+                    let end = Utc::now();
                     signal_all(&[pid.as_raw()], Signal::SIGCONT);
-                    record(&faults, "pause", name, start).await;
+                    record_until(&faults, "pause", name, start, end).await;
                     anyhow::Ok(())
                 }));
             }
@@ -550,6 +621,8 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
             .iter()
             .filter(|w| w.result == "fenced")
             .count(),
+        writes: history.writes.len(),
+        declared_losses: history.losses.len(),
         failovers: history.failovers,
         by_state,
         duplicates,
@@ -557,8 +630,32 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
         episodes,
     };
     print_report(&report, ids.len(), options.seed, started.elapsed());
+    // A campaign that saw none of the events it checks proves nothing: each minimum is a
+    // failure, never a quiet zero.
+    let writes = report.writes;
+    if writes < ids.len() {
+        bail!(
+            "the executors logged {writes} writes for {} payouts: the history went blind",
+            ids.len()
+        );
+    }
     for (what, got, want) in [
         ("pauses", report.count("pause"), options.expect_pauses),
+        (
+            "pauses while holding a grant",
+            report.pauses_while_holding,
+            options.expect_pauses_holding,
+        ),
+        (
+            "zombie writes fenced",
+            report.stale_writes_fenced,
+            options.expect_zombies,
+        ),
+        (
+            "declared losses",
+            report.declared_losses,
+            options.expect_losses,
+        ),
         (
             "replica kills",
             report.count("replica-kill"),
@@ -576,12 +673,60 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
         ),
     ] {
         if got < want {
-            bail!("the campaign injected {got} {what}, fewer than the {want} expected");
+            bail!("the campaign saw {got} {what}, fewer than the {want} expected");
         }
     }
     drop(stack);
     drop(cluster);
     Ok(report)
+}
+
+/// How often a zombie's continuation looks whether its payout was taken over.
+const TAKEOVER_POLL: Duration = Duration::from_millis(100);
+
+/// The payout a self-stopped executor froze on, from its log's last `fault_point_sigstop`
+/// line, when the stop came after its claim (between a guard and its write).
+fn last_self_stop(log: &str) -> Option<i64> {
+    let line = log
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["event"] == "fault_point_sigstop")?;
+    (line["step"] != "Claim")
+        .then(|| line["payout_id"].as_i64())
+        .flatten()
+}
+
+/// Reads payouts without the stack's lock (a restart may hold it while an executor waits to
+/// be continued).
+#[derive(Debug, Clone)]
+struct PayoutsApi {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl PayoutsApi {
+    fn new(stack: &Stack) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: stack.payment_url.clone(),
+        }
+    }
+
+    /// The payout's fence, if it can be read now.
+    async fn fence(&self, id: i64) -> Option<i64> {
+        let payout: payment_api::Payout = self
+            .http
+            .get(format!("{}/v1/payouts/{id}", self.url))
+            .timeout(TAKEOVER_POLL * 5)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        Some(payout.fence)
+    }
 }
 
 fn signal_all(pids: &[i32], signal: Signal) {
@@ -625,7 +770,12 @@ fn print_report(report: &ChaosReport, payouts: usize, seed: u64, elapsed: Durati
         report.count("partition")
     );
     println!("  failovers observed (SDK)       {}", report.failovers);
+    println!("  writes                         {}", report.writes);
     println!("  fenced writes                  {}", report.fenced_writes);
+    println!(
+        "  declared losses                {}",
+        report.declared_losses
+    );
     println!(
         "  stale writes fenced after a pause that outlived the lease: {}",
         report.stale_writes_fenced

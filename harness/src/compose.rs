@@ -200,8 +200,13 @@ impl Container {
 
     /// What the container logged.
     pub fn log(&self) -> String {
+        Self::log_of(&self.id)
+    }
+
+    /// Everything container `id` logged so far (stdout and stderr), empty if unreadable.
+    pub fn log_of(id: &str) -> String {
         Command::new("docker")
-            .args(["logs", &self.id])
+            .args(["logs", id])
             .output()
             .map(|o| {
                 format!(

@@ -20,7 +20,57 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 
-use crate::audit::{Audit, declared_losses, lines, time};
+use crate::audit::{Audit, declared_losses, time};
+
+/// The steps an executor's `write` line may name.
+pub const WRITE_STEPS: [&str; 3] = ["claim", "submit", "post"];
+/// The results an executor's `write` line may carry.
+pub const WRITE_RESULTS: [&str; 5] = ["ok", "fenced", "terminal", "submitted", "error"];
+
+/// Every line of a service's log, each a JSON object: anything else is an error, so a log
+/// format that drifted makes the campaign fail instead of silently emptying its checks.
+fn strict_lines(log: &str, whose: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    log.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .filter(serde_json::Value::is_object)
+                .with_context(|| format!("{whose}'s log, line {}: not a JSON object: {l}", n + 1))
+        })
+        .collect()
+}
+
+fn required_i64(line: &serde_json::Value, field: &str) -> anyhow::Result<i64> {
+    line[field]
+        .as_i64()
+        .with_context(|| format!("{field}: missing or not an integer in {line}"))
+}
+
+fn required_str<'a>(line: &'a serde_json::Value, field: &str) -> anyhow::Result<&'a str> {
+    line[field]
+        .as_str()
+        .with_context(|| format!("{field}: missing or not a string in {line}"))
+}
+
+/// An executor's `write` line, every field required and known.
+fn write_op(executor: &str, line: &serde_json::Value) -> anyhow::Result<WriteOp> {
+    let step = required_str(line, "step")?;
+    let result = required_str(line, "result")?;
+    if !WRITE_STEPS.contains(&step) || !WRITE_RESULTS.contains(&result) {
+        bail!("{executor}: a write line with an unknown step or result: {line}");
+    }
+    Ok(WriteOp {
+        executor: executor.to_owned(),
+        invoked_at: time(line, "invoked_at")?,
+        at: time(line, "timestamp")?,
+        payout_id: required_i64(line, "payout_id")?,
+        step: step.to_owned(),
+        token: required_i64(line, "token")?,
+        result: result.to_owned(),
+    })
+}
 
 /// One write an executor made (its `write` line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,17 +172,17 @@ impl History {
         let mut released: BTreeMap<(String, i64), DateTime<Utc>> = BTreeMap::new();
         let mut closed: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
         for log in lock_logs {
-            for line in lines(log) {
+            for line in strict_lines(log, "a lock-server")? {
                 match line["event"].as_str() {
                     Some("lock_released") if line["released"] == true => {
-                        let key = line["key"].as_str().unwrap_or_default().to_owned();
-                        let token = line["token"].as_i64().unwrap_or_default();
+                        let key = required_str(&line, "key")?.to_owned();
+                        let token = required_i64(&line, "token")?;
                         let at = time(&line, "invoked_at")?;
                         let slot = released.entry((key, token)).or_insert(at);
                         *slot = (*slot).min(at);
                     }
                     Some("session_closed") => {
-                        let session = line["session"].as_str().unwrap_or_default().to_owned();
+                        let session = required_str(&line, "session")?.to_owned();
                         closed.insert(session, time(&line, "invoked_at")?);
                     }
                     _ => {}
@@ -179,19 +229,12 @@ impl History {
         let mut losses = Vec::new();
         let mut failovers = 0;
         for (executor, log) in executor_logs {
-            for line in lines(log) {
+            for line in strict_lines(log, executor)? {
                 match line["event"].as_str() {
-                    Some("write") => writes.push(WriteOp {
-                        executor: executor.clone(),
-                        invoked_at: time(&line, "invoked_at")?,
-                        at: time(&line, "timestamp")?,
-                        payout_id: line["payout_id"].as_i64().unwrap_or_default(),
-                        step: line["step"].as_str().unwrap_or_default().to_owned(),
-                        token: line["token"].as_i64().unwrap_or_default(),
-                        result: line["result"].as_str().unwrap_or_default().to_owned(),
-                    }),
+                    Some("write") => writes.push(write_op(executor, &line)?),
                     Some("endpoint_rotated") => failovers += 1,
-                    _ => {}
+                    Some(_) => {}
+                    None => bail!("{executor}: a log line without an event: {line}"),
                 }
             }
             for loss in declared_losses(log)? {
@@ -407,6 +450,45 @@ mod tests {
             }],
         );
         assert!(h.check().is_ok(), "{:?}", h.check());
+    }
+
+    #[test]
+    fn a_log_that_drifted_from_its_schema_fails_instead_of_going_blind() {
+        let read = |executor_log: &str| {
+            History::read(
+                &[good_lock_log().join("\n")],
+                &[("a".to_owned(), executor_log.to_owned())],
+                Vec::new(),
+                Vec::new(),
+            )
+            .map(|_| ())
+        };
+        let (_, good) = write("a", T[0], "claim", 1, "ok");
+        assert!(read(&good).is_ok());
+        for (bad, why) in [
+            (good.replace(r#""token":1,"#, ""), "token"),
+            (good.replace(r#""token":1"#, r#""token":"1""#), "token"),
+            (
+                good.replace(r#""payout_id":1"#, r#""payout":1"#),
+                "payout_id",
+            ),
+            (
+                good.replace(r#""result":"ok""#, r#""result":"accepted""#),
+                "unknown",
+            ),
+            (
+                good.replace(r#""step":"claim""#, r#""step":"reserve""#),
+                "unknown",
+            ),
+            (good.replace(r#""event":"write","#, ""), "without an event"),
+            (
+                "thread 'main' panicked at src/main.rs:1:1".to_owned(),
+                "not a JSON object",
+            ),
+        ] {
+            let err = read(&bad).expect_err(&bad).to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -39,6 +39,25 @@ pub enum Proc {
     Container(Container),
 }
 
+/// Where a process's log can be read: its file, or `docker logs` of its container.
+#[derive(Debug, Clone)]
+pub enum LogSource {
+    /// A local process's log file.
+    File(PathBuf),
+    /// A container's id.
+    Docker(String),
+}
+
+impl LogSource {
+    /// Everything logged so far (empty if unreadable).
+    pub fn read(&self) -> String {
+        match self {
+            Self::File(path) => std::fs::read_to_string(path).unwrap_or_default(),
+            Self::Docker(id) => compose::Container::log_of(id),
+        }
+    }
+}
+
 impl Proc {
     /// The host pid of the service process.
     pub fn pid(&self) -> Pid {
@@ -91,6 +110,14 @@ impl Proc {
         match self {
             Self::Local(p) => p.log(),
             Self::Container(c) => c.log(),
+        }
+    }
+
+    /// Where its log can be read again later, without the process at hand.
+    pub fn log_source(&self) -> LogSource {
+        match self {
+            Self::Local(p) => LogSource::File(p.log_path().to_path_buf()),
+            Self::Container(c) => LogSource::Docker(c.id.clone()),
         }
     }
 

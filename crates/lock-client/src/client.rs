@@ -14,10 +14,9 @@ use lock_api::{
 use tokio::sync::mpsc;
 
 use crate::background::Background;
-use crate::backoff;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{AcquirePolicy, ConfigError, Credential, LockClientConfig};
-use crate::core::{SessionCore, TickGrid};
+use crate::core::{AcquireLoop, Next, SessionCore, TickGrid};
 use crate::heartbeat;
 use crate::session::{LockClientSession, Shared};
 use crate::transport::{Call, HttpTransport, Reply, Transport, TransportError};
@@ -271,23 +270,18 @@ impl LockClient {
         let clock = &self.inner.clock;
         let endpoints = &self.inner.config.endpoints;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let budget_nanos = u64::try_from(policy.budget.as_nanos()).unwrap_or(u64::MAX);
-        let started = clock.now_nanos();
+        let mut acquiring =
+            AcquireLoop::new(policy, self.inner.config.request_timeout, clock.now_nanos());
         let mut rng = fastrand::Rng::new();
         let mut endpoint = 0usize;
-        let mut attempt: u32 = 0;
-        let last = loop {
-            attempt = attempt.saturating_add(1);
-            let remaining = budget_nanos.saturating_sub(clock.now_nanos().wrapping_sub(started));
+        loop {
+            let attempt = acquiring.attempt(clock.now_nanos());
             let call = Call::Acquire(
                 key.clone(),
                 AcquireRequest {
                     session_id: session,
                     ttl_ms: Some(ttl_ms),
-                    wait_ms: crate::session::wait_ms_for(
-                        remaining,
-                        self.inner.config.request_timeout,
-                    ),
+                    wait_ms: attempt.wait_ms(),
                     lock_delay_ms: None,
                 },
             );
@@ -310,23 +304,15 @@ impl LockClient {
                 }
                 Err(err) => wire_error(err),
             };
-            match err.retry() {
-                RetryVerdict::Never => return Err(err),
-                RetryVerdict::NextTick => endpoint = endpoint.wrapping_add(1),
-                RetryVerdict::Backoff => {}
+            let after = acquiring.failed(clock.now_nanos(), err.retry(), &mut rng);
+            if after.rotate {
+                endpoint = endpoint.wrapping_add(1);
             }
-            let remaining = budget_nanos.saturating_sub(clock.now_nanos().wrapping_sub(started));
-            if attempt >= policy.max_attempts || remaining == 0 {
-                break err;
+            match after.next {
+                Next::Retry(sleep) => clock.sleep(sleep).await,
+                Next::Contended => return Ok(None),
+                Next::Fail => return Err(err),
             }
-            let jitter = backoff::full_jitter(policy.base, policy.cap, attempt - 1, &mut rng);
-            clock
-                .sleep(jitter.min(Duration::from_nanos(remaining)))
-                .await;
-        };
-        match last {
-            LockError::Contention { .. } => Ok(None),
-            err => Err(err),
         }
     }
 

@@ -179,6 +179,14 @@ impl LockClientConfig {
         crate::core::remaining_after_tick(self.safety_margin, basis_ms)
     }
 
+    /// The longest a supervisor may let a process run between the stop signal it sends at
+    /// a lost grant's conservative deadline and the kill, for a lease of `lease`: half the
+    /// margin (see [`core::stop_grace_limit`](crate::core::stop_grace_limit)).
+    pub fn stop_grace_limit(&self, lease: Duration) -> Duration {
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        crate::core::stop_grace_limit(self.safety_margin, lease_ms)
+    }
+
     /// The heartbeat period for a session TTL and the shortest live lease (if any).
     pub fn heartbeat_period_for(
         &self,

@@ -1,12 +1,12 @@
 //! One heartbeat tick for one session, driving the pure core: the core applies the local
-//! deadlines and plans the tick (L2, and L5 for grants under two periods of remaining time);
-//! this sends it, feeds the answers back, applies the deadlines again and delivers losses. Runs on the heartbeat
-//! thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
+//! deadlines and plans the tick (L2, and L5 for grants under two periods of remaining time),
+//! stamping when each request leaves; this sends it, hands the answers back with their
+//! stamps, applies the deadlines again and delivers losses. Runs on the heartbeat thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
 //! endpoint after `NOT_LEADER` or no answer): only the deadline decides loss.
 
 use std::time::Duration;
 
-use lock_api::{ErrorCode, LossReason, RenewRequest};
+use lock_api::{ErrorCode, RenewRequest};
 
 use crate::metrics as m;
 use crate::session::Shared;
@@ -21,16 +21,6 @@ fn result_label(err: &TransportError) -> &'static str {
     }
 }
 
-/// After a failed call: session-level codes lose the session; transient ones rotate.
-fn on_error(shared: &Shared, err: &TransportError) {
-    match err.code() {
-        Some(ErrorCode::SessionUnknown) => shared.lose_session(LossReason::SessionUnknown),
-        Some(ErrorCode::SessionExpired) => shared.lose_session(LossReason::SessionExpired),
-        None | Some(ErrorCode::NotLeader | ErrorCode::StoreUnavailable) => shared.rotate_endpoint(),
-        Some(_) => {}
-    }
-}
-
 /// One tick for `shared` with heartbeat `period`: the core plans it (deadlines first), this
 /// sends it and feeds the answers back, then losses are delivered.
 pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Duration) {
@@ -38,15 +28,14 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
         return;
     }
     let backend = shared.backend.as_str();
-    let send_nanos = shared.clock.now_nanos();
-    let plan = shared.begin_tick(send_nanos, period);
-    if plan.heartbeat {
+    let plan = shared.begin_tick(shared.clock.now_nanos(), period);
+    if let Some(sent) = plan.heartbeat {
         match transport
             .send(&shared.endpoint(), Call::Heartbeat(shared.id))
             .await
         {
             Ok(Reply::Heartbeat(beat)) => {
-                shared.heartbeat_ok(send_nanos, beat.ttl_ms);
+                shared.heartbeat_ok(sent, beat.ttl_ms);
                 metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "ok")
                     .increment(1);
             }
@@ -58,15 +47,15 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
             Err(err) => {
                 tracing::debug!(event = "heartbeat_failed", session = %shared.id, error = %err);
                 metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
-                on_error(shared, &err);
+                shared.heartbeat_failed(err.code());
             }
         }
     }
-    for (key, token) in plan.renew {
+    for renewal in &plan.renew {
         if shared.session_loss().is_some() {
             break;
         }
-        let send_nanos = shared.clock.now_nanos();
+        let (key, token) = (&renewal.key, renewal.token);
         let call = Call::Renew(
             key.clone(),
             RenewRequest {
@@ -76,25 +65,21 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
         );
         match transport.send(&shared.endpoint(), call).await {
             Ok(Reply::Grant(grant)) if grant.fencing_token == token => {
-                shared.renew_ok(&key, token, send_nanos, grant.lease_ms);
+                shared.renew_ok(renewal, grant.lease_ms);
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "ok")
                     .increment(1);
             }
             Ok(other) => {
                 // Renew never changes the token; an answer that does is not our grant.
                 tracing::error!(event = "renew_failed", key = %key, token = token.0, answer = ?other, "renew answered another grant");
-                shared.lose_handle(&key, token, LossReason::RenewRefused);
+                shared.renew_failed(renewal, Some(ErrorCode::LockLost));
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "error")
                     .increment(1);
             }
             Err(err) => {
                 tracing::debug!(event = "renew_failed", key = %key, token = token.0, error = %err);
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
-                if err.code() == Some(ErrorCode::LockLost) {
-                    shared.lose_handle(&key, token, LossReason::RenewRefused);
-                } else {
-                    on_error(shared, &err);
-                }
+                shared.renew_failed(renewal, err.code());
             }
         }
     }

@@ -15,16 +15,17 @@ use std::time::Duration;
 
 use lock_api::{
     AcquireRequest, Backend, ErrorCode, FencingToken, HandleOwner, LockError, LockGrant,
-    LockHandle, LockKey, LockLost, LossReason, OwnerId, ReleaseRequest, RetryVerdict, SessionId,
+    LockHandle, LockKey, LockLost, LossReason, OwnerId, ReleaseRequest, SessionId,
 };
 use tokio::sync::mpsc;
 
 use crate::background::Background;
-use crate::backoff;
 use crate::clock::Clock;
 use crate::config::{AcquirePolicy, LockClientConfig};
-use crate::core;
-use crate::core::{Held, Refused, SessionCore, TickPlan, Unhold};
+use crate::core::acquire;
+use crate::core::{
+    AcquireLoop, Attempt, Held, Next, Refused, Renewal, Sent, SessionCore, TickPlan, Unhold,
+};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
@@ -131,22 +132,16 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// A successful L2 sent at `send_nanos`.
-    pub(crate) fn heartbeat_ok(&self, send_nanos: u64, ttl_ms: u64) {
-        self.state().core().heartbeat_ok(send_nanos, ttl_ms);
+    /// A successful L2 the core planned as `sent`.
+    pub(crate) fn heartbeat_ok(&self, sent: Sent, ttl_ms: u64) {
+        self.state().core().heartbeat_ok(sent, ttl_ms);
     }
 
-    /// A successful L5 of `key`/`token` sent at `send_nanos`: the handles see the new deadline.
-    pub(crate) fn renew_ok(
-        &self,
-        key: &LockKey,
-        token: FencingToken,
-        send_nanos: u64,
-        lease_ms: u64,
-    ) {
+    /// A successful L5 of `renewal`: the handles see the new deadline.
+    pub(crate) fn renew_ok(&self, renewal: &Renewal, lease_ms: u64) {
         let mut state = self.state();
-        if let Some(deadline) = state.core().renew_ok(key, token, send_nanos, lease_ms) {
-            if let Some(cell) = state.cells.get(key) {
+        if let Some(deadline) = state.core().renew_ok(renewal, lease_ms) {
+            if let Some(cell) = state.cells.get(&renewal.key) {
                 cell.store(deadline, Ordering::Release);
             }
         }
@@ -162,9 +157,19 @@ impl Shared {
         self.state().core().lost()
     }
 
-    /// Marks one grant lost.
-    pub(crate) fn lose_handle(&self, key: &LockKey, token: FencingToken, reason: LossReason) {
-        self.state().core().lose_grant(key, token, reason);
+    /// A failed L2: what the core makes of `code` (a lost session, the next endpoint).
+    pub(crate) fn heartbeat_failed(&self, code: Option<ErrorCode>) {
+        if self.state().core().heartbeat_failed(code) {
+            self.rotate_endpoint();
+        }
+    }
+
+    /// A failed L5 of `renewal`: what the core makes of `code` (a lost grant or session, the
+    /// next endpoint).
+    pub(crate) fn renew_failed(&self, renewal: &Renewal, code: Option<ErrorCode>) {
+        if self.state().core().renew_failed(renewal, code) {
+            self.rotate_endpoint();
+        }
     }
 
     /// A tick at `now_nanos`: deadlines first, then what to send.
@@ -314,35 +319,27 @@ impl LockClientSession {
                 .increment(1);
             return Ok(Some(handle));
         }
-        let budget_nanos = u64::try_from(policy.budget.as_nanos()).unwrap_or(u64::MAX);
-        let mut last_error: Option<LockError>;
-        let mut attempt: u32 = 0;
+        let mut acquiring = AcquireLoop::new(policy, shared.config.request_timeout, started);
         loop {
-            attempt += 1;
-            let send_nanos = shared.clock.now_nanos();
-            let remaining = budget_nanos.saturating_sub(send_nanos.wrapping_sub(started));
+            let attempt = acquiring.attempt(shared.clock.now_nanos());
             let call = Call::Acquire(
                 key.clone(),
                 AcquireRequest {
                     session_id: shared.id,
                     ttl_ms: Some(ttl_ms),
-                    wait_ms: wait_ms_for(remaining, shared.config.request_timeout),
+                    wait_ms: attempt.wait_ms(),
                     lock_delay_ms: None,
                 },
             );
-            match self.transport.send(&shared.endpoint(), call).await {
-                Ok(Reply::Grant(grant)) => match self.register(key, &grant, send_nanos).await? {
+            let failure = match self.transport.send(&shared.endpoint(), call).await {
+                Ok(Reply::Grant(grant)) => match self.register(key, &grant, attempt).await? {
                     Some(handle) => {
                         self.observe(started, "granted");
                         return Ok(Some(handle));
                     }
-                    None => {
-                        last_error = Some(LockError::Contention {
-                            message: format!(
-                                "{key}: re-granted a token whose release is unanswered"
-                            ),
-                        });
-                    }
+                    None => LockError::Contention {
+                        message: format!("{key}: re-granted a token whose release is unanswered"),
+                    },
                 },
                 Ok(other) => {
                     self.observe(started, "error");
@@ -351,44 +348,28 @@ impl LockClientSession {
                         message: format!("acquire answered {other:?}"),
                     });
                 }
-                Err(err) => {
-                    let err = self.classify(err);
-                    match err.retry() {
-                        RetryVerdict::Never => {
-                            self.observe(started, "error");
-                            return Err(err);
-                        }
-                        RetryVerdict::NextTick => shared.rotate_endpoint(),
-                        RetryVerdict::Backoff => {}
-                    }
-                    last_error = Some(err);
-                }
-            }
-            let elapsed = shared.clock.now_nanos().wrapping_sub(started);
-            let remaining = budget_nanos.saturating_sub(elapsed);
-            if attempt >= policy.max_attempts || remaining == 0 {
-                break;
-            }
-            let jitter = {
+                Err(err) => self.classify(err),
+            };
+            let after = {
                 let mut rng = shared
                     .rng
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                backoff::full_jitter(policy.base, policy.cap, attempt - 1, &mut rng)
+                acquiring.failed(shared.clock.now_nanos(), failure.retry(), &mut rng)
             };
-            shared
-                .clock
-                .sleep(jitter.min(Duration::from_nanos(remaining)))
-                .await;
-        }
-        match last_error {
-            None | Some(LockError::Contention { .. }) => {
-                self.observe(started, "contended");
-                Ok(None)
+            if after.rotate {
+                shared.rotate_endpoint();
             }
-            Some(err) => {
-                self.observe(started, "error");
-                Err(err)
+            match after.next {
+                Next::Retry(sleep) => shared.clock.sleep(sleep).await,
+                Next::Contended => {
+                    self.observe(started, "contended");
+                    return Ok(None);
+                }
+                Next::Fail => {
+                    self.observe(started, "error");
+                    return Err(failure);
+                }
             }
         }
     }
@@ -402,19 +383,13 @@ impl LockClientSession {
             .record(waited.as_secs_f64());
     }
 
-    /// Maps a transport error, losing the session on 404/410.
+    /// Maps a transport error, losing the session when the core says the code means it.
     fn classify(&self, err: TransportError) -> LockError {
         match err {
             TransportError::Unreachable(message) => LockError::Unavailable { message },
             TransportError::Status { status, body } => {
-                match body.code {
-                    ErrorCode::SessionUnknown => {
-                        self.shared.lose_session(LossReason::SessionUnknown)
-                    }
-                    ErrorCode::SessionExpired => {
-                        self.shared.lose_session(LossReason::SessionExpired)
-                    }
-                    _ => {}
+                if let Some(reason) = acquire::session_loss(body.code) {
+                    self.shared.lose_session(reason);
                 }
                 LockError::from_wire(status, body, None)
             }
@@ -460,7 +435,7 @@ impl LockClientSession {
         &self,
         key: &LockKey,
         grant: &LockGrant,
-        send_nanos: u64,
+        attempt: Attempt,
     ) -> Result<Option<LockHandle>, LockError> {
         if grant.lock_key != *key || grant.session_id != self.shared.id {
             return Err(LockError::Protocol {
@@ -468,14 +443,17 @@ impl LockClientSession {
                 message: format!("grant for another key or session: {grant:?}"),
             });
         }
-        let basis_nanos =
-            core::grant_basis_nanos(send_nanos, self.shared.clock.now_nanos(), grant.waited_ms);
+        let received_nanos = self.shared.clock.now_nanos();
         let registered = {
             let mut state = self.shared.state();
-            match state
-                .core()
-                .granted(key, grant.fencing_token, grant.lease_ms, basis_nanos)
-            {
+            match state.core().granted(
+                key,
+                grant.fencing_token,
+                grant.lease_ms,
+                attempt,
+                received_nanos,
+                grant.waited_ms,
+            ) {
                 Ok(held) => {
                     let cell = Self::cell(&mut state, key, &held);
                     // A new grant of this key (the last one ended): its own deadline.
@@ -652,19 +630,4 @@ impl Drop for LockClientSession {
             });
         }
     }
-}
-
-/// What a waiting L4 leaves of the request timeout for the server's last store call and the
-/// answer's way back.
-pub const WAIT_REPLY_MARGIN_MS: u64 = 250;
-
-/// The `wait_ms` of an acquire attempt with `remaining_nanos` of its budget left: the
-/// server holds the request (FIFO with the key's other waiters) for at most this, which
-/// leaves the request timeout [`WAIT_REPLY_MARGIN_MS`] to answer. `None` (a try) when
-/// under a millisecond is left.
-pub fn wait_ms_for(remaining_nanos: u64, request_timeout: Duration) -> Option<u64> {
-    let timeout_ms = u64::try_from(request_timeout.as_millis()).unwrap_or(u64::MAX);
-    let wait_ms =
-        (remaining_nanos / 1_000_000).min(timeout_ms.saturating_sub(WAIT_REPLY_MARGIN_MS));
-    (wait_ms > 0).then_some(wait_ms)
 }

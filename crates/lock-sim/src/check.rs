@@ -9,7 +9,9 @@ use crate::sched::{MS, Nanos};
 /// each loss reason, a stale write fenced, a lease-short skip, a NOT_LEADER retry, a
 /// failover. A counter missing from a run of many seeds means the fault model or the
 /// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while
-/// I4 holds the client's own deadline always passes first, so it is not owed.)
+/// I4 holds the client's own deadline always passes first, so it is not owed; nor is
+/// `SESSION_UNKNOWN` while the client still believes in its session, which takes a store that
+/// forgets a live session, outside this fault model.)
 pub const MUST_REACH: &[&str] = &[
     "fault: client pause",
     "fault: pause longer than the TTL",
@@ -22,11 +24,15 @@ pub const MUST_REACH: &[&str] = &[
     "fault: replica crash",
     "fault: store NOT_LEADER window",
     "fault: partition",
+    "fault: a grant revoked",
+    "fault: pause between a guard and its write",
+    "fault: a pause between guard and write outlived the lease",
     "a loss: deadline passed",
-    "a loss: session unknown",
     "a loss: renew refused",
     "a guard stopped a write: deadline passed",
     "a stale write fenced",
+    "a zombie's write fenced after a pause between guard and write",
+    "an acquire gave up contended",
     "a lease-short skip",
     "a NOT_LEADER answer retried",
     "a failover to the other replica",

@@ -1,19 +1,21 @@
 //! Deterministic simulation of the SDK, the lock store and the fenced resource (task T-043).
 //!
 //! Each seed is one single-threaded, discrete-event run in virtual time of: N clients, each
-//! the SDK's real sans-IO core (`lock_client::core::SessionCore`) running the executor's
-//! protocol (acquire → claim → guard → remaining covers the hop → submit → guard → post →
-//! release); two lock-server replicas over lock-server's own `MemoryStore` on virtual time;
-//! the fenced resource with payment-api's `check_fence` (the function payment-resource runs)
-//! and a rail that records every transfer. A nemesis delays, loses, duplicates and reorders
-//! messages, partitions parties, pauses clients (0-3 × TTL), crashes replicas, opens store
-//! `NOT_LEADER` windows, and skews each client's clock rate. Checkers run after every event
-//! (I1-I7 and mutual exclusion in true time). `docs/simulation.md` says what is production
-//! code and what is a model.
+//! the SDK's real sans-IO core (`lock_client::core`: the session core and the acquire loop)
+//! running the executor's protocol (acquire → claim → guard → remaining covers the hop →
+//! submit → guard → post → release, with a scheduling point between every guard and its
+//! write); two lock-server replicas over lock-server's own `MemoryStore` on virtual time; the
+//! fenced resource with payment-api's `check_fence` (the function payment-resource runs) and a
+//! rail that records every transfer. A nemesis delays, loses, duplicates and reorders
+//! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its
+//! write), crashes replicas, opens store `NOT_LEADER` windows, revokes grants and skews each
+//! client's clock rate. Checkers run after every event (I1-I7, an accepted superseded write,
+//! and mutual exclusion in true time). `docs/simulation.md` says what is production code and
+//! what is a model.
 //!
-//! Map: [`sched`] (time, queue), [`config`] (fault model, planted bugs), [`service`] (replicas
-//! over the store), [`bank`] (resource and rail), [`world`] (clients, network, nemesis,
-//! checkers), [`check`] (violations, coverage).
+//! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
+//! [`service`] (replicas over the store), [`bank`] (resource and rail), [`world`] (clients,
+//! network, nemesis, checkers), [`check`] (violations, coverage).
 
 pub mod bank;
 pub mod check;

@@ -27,7 +27,7 @@ struct Cli {
     /// Largest clock-rate drift of a client (default: the bound the safety margin covers).
     #[arg(long, default_value_t = DRIFT_BOUND)]
     drift: f64,
-    /// Plant a bug: deadline-from-response, zero-margin, ignore-fence, renew-once-per-lease.
+    /// Plant a deployment mistake: zero-margin, ignore-fence.
     /// The run then succeeds when a checker catches it.
     #[arg(long)]
     bug: Vec<String>,

@@ -221,6 +221,13 @@ impl LockService {
         }))
     }
 
+    /// An operator's L8 at `now`: the key's live grant, if any, ends (its token is never
+    /// reused). Returns the revoked token.
+    pub fn revoke(&mut self, now: Nanos, key: &LockKey) -> Option<FencingToken> {
+        self.env.set_now(now);
+        now_or_never(self.store.revoke(key)).ok().flatten()
+    }
+
     /// The reaper's pass at `now`.
     pub fn reap(&mut self, now: Nanos) {
         self.env.set_now(now);

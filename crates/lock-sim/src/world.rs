@@ -1,18 +1,24 @@
-//! One seeded run: the clients (each the SDK's real `SessionCore` driven through the
-//! executor's protocol), the lock service, the bank, the network and the nemesis, on one
-//! event queue in virtual time, with the checkers applied after every event.
+//! One seeded run: the clients (each the SDK's real `SessionCore` and `AcquireLoop`, driven
+//! through the executor's protocol: this file sends what the core plans and hands back what
+//! came of it, and decides nothing the SDK decides), the lock service, the bank, the network
+//! and the nemesis, on one event queue in virtual time, with the checkers applied after
+//! every event.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lock_api::{FencingToken, LockKey, LossReason, SessionId};
-use lock_client::core::{SessionCore, TickGrid, Unhold, heartbeat_period};
+use lock_api::{ErrorCode, FencingToken, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_client::AcquirePolicy;
+use lock_client::core::{
+    AcquireLoop, Attempt, Next, Renewal, Sent, SessionCore, TickGrid, Unhold, acquire,
+    heartbeat_period,
+};
 use payment_api::PayoutState;
 
 use crate::bank::{Answer, Bank, RailFault, Write};
 use crate::check::{Coverage, Violation};
-use crate::config::{Bugs, Config};
+use crate::config::Config;
 use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
 
@@ -62,6 +68,8 @@ enum Fault {
     NotLeaderOff,
     Partition(Node, Node),
     Heal(Node, Node),
+    /// An operator revokes the payout's lock (L8).
+    Revoke(usize),
 }
 
 #[derive(Debug)]
@@ -76,6 +84,11 @@ enum Event {
     Step(usize),
     /// A heartbeat tick of the client's session generation.
     Tick(usize, u64),
+    /// The acquire loop's next attempt for the client's job of this id.
+    Retry(usize, u64),
+    /// The job of this id sends its next write: the scheduling point between the guard
+    /// (or the grant) and the write, where a pause makes a zombie.
+    Write(usize, u64, Write),
     Timeout(usize, u64),
     Nemesis(Fault),
     Reap,
@@ -86,20 +99,15 @@ enum Pending {
     Open {
         send_local: u64,
     },
-    Heartbeat {
-        send_local: u64,
-    },
-    Renew {
-        key: LockKey,
-        token: FencingToken,
-        send_local: u64,
-    },
-    Acquire {
-        send_local: u64,
-    },
+    Heartbeat(Sent),
+    Renew(Renewal),
+    /// An attempt of the job of this id.
+    Acquire(u64, Attempt),
     Release {
         key: LockKey,
         token: FencingToken,
+        /// The job whose acquire loop waits for this release (a stale re-grant's), if any.
+        then_retry: Option<u64>,
     },
     Write(Write),
 }
@@ -114,10 +122,15 @@ enum Phase {
 
 #[derive(Debug, Clone)]
 struct Job {
+    id: u64,
     payout: usize,
     key: LockKey,
     token: Option<FencingToken>,
     phase: Phase,
+    /// The SDK's acquire loop for this job's key.
+    acquiring: AcquireLoop,
+    /// A pause landed between a guard (or the grant) and a write of this job.
+    paused_before_write: bool,
 }
 
 #[derive(Debug)]
@@ -130,8 +143,6 @@ struct Session {
     store_expiry: Nanos,
     /// The store's expiry of each grant, as last answered.
     grant_expiry: BTreeMap<(LockKey, FencingToken), Nanos>,
-    /// Planted bug "renew once per lease": when each grant was last really renewed (local).
-    renewed_at: BTreeMap<LockKey, u64>,
 }
 
 #[derive(Debug)]
@@ -146,6 +157,8 @@ struct Client {
     session: Option<Session>,
     opening: bool,
     job: Option<Job>,
+    /// Numbers jobs, so a replaced job's pending events are ignored.
+    jobs: u64,
     pending: BTreeMap<u64, Pending>,
 }
 
@@ -185,7 +198,6 @@ pub struct RunReport {
 #[derive(Debug)]
 pub struct World {
     cfg: Config,
-    bugs: Bugs,
     rng: fastrand::Rng,
     q: Queue<Event>,
     clients: Vec<Client>,
@@ -198,6 +210,11 @@ pub struct World {
     recent: VecDeque<(Nanos, Vec<Node>, String)>,
     trace: Option<String>,
     last_sent_on_link: BTreeMap<(Node, Node), Nanos>,
+    /// The checker's own record of the highest token the resource accepted per payout.
+    accepted_max: Vec<i64>,
+    /// Grants an operator revoked: their holders may believe they hold until their next
+    /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
+    revoked: BTreeSet<(LockKey, FencingToken)>,
     events: u64,
 }
 
@@ -236,6 +253,7 @@ impl World {
                     session: None,
                     opening: false,
                     job: None,
+                    jobs: 0,
                     pending: BTreeMap::new(),
                 }
             })
@@ -252,7 +270,6 @@ impl World {
             .collect();
         let bank = Bank::new(&faults, cfg.bugs.ignore_fence);
         let mut world = Self {
-            bugs: cfg.bugs,
             service: LockService::new(cfg.replicas),
             bank,
             rng,
@@ -265,6 +282,8 @@ impl World {
             recent: VecDeque::new(),
             trace: trace.then(String::new),
             last_sent_on_link: BTreeMap::new(),
+            accepted_max: vec![0; cfg.payouts],
+            revoked: BTreeSet::new(),
             events: 0,
             cfg,
         };
@@ -303,6 +322,11 @@ impl World {
             let len = self.rng.u64(200 * MS..2_000 * MS);
             self.q.at(start, Event::Nemesis(Fault::Partition(a, b)));
             self.q.at(start + len, Event::Nemesis(Fault::Heal(a, b)));
+        }
+        for _ in 0..self.rng.usize(0..=2) {
+            let payout = self.rng.usize(0..self.cfg.payouts);
+            let at = self.rng.u64(0..until);
+            self.q.at(at, Event::Nemesis(Fault::Revoke(payout)));
         }
     }
 
@@ -447,6 +471,8 @@ impl World {
             }
             | Event::Step(c)
             | Event::Tick(c, _)
+            | Event::Retry(c, _)
+            | Event::Write(c, _, _)
             | Event::Timeout(c, _) => Some(*c),
             _ => None,
         }
@@ -487,6 +513,16 @@ impl World {
                     self.tick(c);
                 }
             }
+            Event::Retry(c, job) => {
+                if self.job_is(c, job) {
+                    self.send_acquire(c);
+                }
+            }
+            Event::Write(c, job, write) => {
+                if self.job_is(c, job) {
+                    self.send_write(c, write);
+                }
+            }
             Event::Timeout(c, req) => self.timeout(c, req),
             Event::Nemesis(fault) => self.nemesis(fault),
             Event::Reap => {
@@ -516,6 +552,13 @@ impl World {
             Fault::Heal(a, b) => {
                 if let Some(i) = self.partitions.iter().position(|p| *p == (a, b)) {
                     self.partitions.remove(i);
+                }
+            }
+            Fault::Revoke(payout) => {
+                let key = key_of(payout);
+                if let Some(token) = self.service.revoke(self.q.now(), &key) {
+                    self.coverage.hit("fault: a grant revoked");
+                    self.revoked.insert((key, token));
                 }
             }
         }
@@ -563,6 +606,32 @@ impl World {
         });
         if answer == Answer::FencedOut {
             self.coverage.hit("a stale write fenced");
+            if let Node::Client(c) = from {
+                if self.clients[c]
+                    .job
+                    .as_ref()
+                    .is_some_and(|j| j.payout == payout && j.paused_before_write)
+                {
+                    self.coverage
+                        .hit("a zombie's write fenced after a pause between guard and write");
+                }
+            }
+        }
+        if matches!(answer, Answer::Ok(_)) {
+            // The checker's own witness, not the model's fence: a write accepted with a token
+            // below one the resource already accepted is a superseded holder's, whatever
+            // stops it later (one submission per payout is a second line, not the first).
+            let highest = self.accepted_max[payout];
+            if token < highest {
+                self.violate(
+                    "I2 no superseded write accepted",
+                    &[from, Node::Bank],
+                    format!(
+                        "payout {payout}: {write:?} with token {token} accepted after token {highest}"
+                    ),
+                );
+            }
+            self.accepted_max[payout] = highest.max(token);
         }
         let fence_after = self.bank.payouts[payout].fence;
         if fence_after < fence_before {
@@ -621,24 +690,73 @@ impl World {
             return;
         }
         let payout = claimable[self.rng.usize(0..claimable.len())];
-        let key = key_of(payout);
-        let Some(session) = &self.clients[c].session else {
-            return;
-        };
-        let id = session.id;
-        self.clients[c].job = Some(Job {
+        let now_local = self.now_local(c);
+        let request_timeout = Duration::from_millis(self.cfg.request_timeout_ms);
+        let client = &mut self.clients[c];
+        client.jobs += 1;
+        client.job = Some(Job {
+            id: client.jobs,
             payout,
-            key: key.clone(),
+            key: key_of(payout),
             token: None,
             phase: Phase::Acquiring,
+            // The executor's policy, on the SDK's own loop.
+            acquiring: AcquireLoop::new(&AcquirePolicy::DEFAULT, request_timeout, now_local),
+            paused_before_write: false,
         });
-        let send_local = self.now_local(c);
-        let call = LockCall::Acquire {
-            key,
-            session: id,
-            lease_ms: self.cfg.lease_ms,
+        self.send_acquire(c);
+    }
+
+    fn job_is(&self, c: usize, id: u64) -> bool {
+        self.clients[c].job.as_ref().is_some_and(|j| j.id == id)
+    }
+
+    /// The job's next acquire attempt, as the SDK's loop plans it.
+    fn send_acquire(&mut self, c: usize) {
+        let now_local = self.now_local(c);
+        let lease_ms = self.cfg.lease_ms;
+        let client = &mut self.clients[c];
+        let (Some(session), Some(job)) = (&client.session, &mut client.job) else {
+            return;
         };
-        self.lock_request(c, Pending::Acquire { send_local }, call);
+        let attempt = job.acquiring.attempt(now_local);
+        let call = LockCall::Acquire {
+            key: job.key.clone(),
+            session: session.id,
+            lease_ms,
+        };
+        let pending = Pending::Acquire(job.id, attempt);
+        self.lock_request(c, pending, call);
+    }
+
+    /// An acquire attempt failed with `verdict`: the SDK's loop says what follows.
+    fn acquire_failed(&mut self, c: usize, verdict: RetryVerdict) {
+        let now_local = self.now_local(c);
+        let rate = self.clients[c].rate;
+        let Some(job) = &mut self.clients[c].job else {
+            return;
+        };
+        let after = job.acquiring.failed(now_local, verdict, &mut self.rng);
+        let id = job.id;
+        if after.rotate {
+            self.rotate(c);
+        }
+        match after.next {
+            Next::Retry(sleep) => {
+                let wait = (sleep.as_nanos() as f64 / rate) as Nanos;
+                self.q.after(wait.max(1), Event::Retry(c, id));
+            }
+            Next::Contended => {
+                self.coverage.hit("an acquire gave up contended");
+                self.clients[c].job = None;
+                let think = self.rng.u64(MS..10 * MS);
+                self.schedule_step(c, think);
+            }
+            Next::Fail => {
+                self.clients[c].job = None;
+                self.schedule_step(c, 50 * MS);
+            }
+        }
     }
 
     fn schedule_step(&mut self, c: usize, after: Nanos) {
@@ -669,48 +787,36 @@ impl World {
                 .map_or(s.ttl_ms, |l| l.min(s.ttl_ms));
             heartbeat_period(self.cfg.margin(), basis)
         };
-        let mut plan = session.core.begin_tick(now_local, period);
-        if self.bugs.renew_once_per_lease {
-            let lease_local = self.cfg.lease_ms * MS;
-            let renewed_at = &session.renewed_at;
-            plan.renew.retain(|(key, _)| {
-                renewed_at
-                    .get(key)
-                    .is_none_or(|at| now_local.wrapping_sub(*at) >= lease_local)
-            });
-        }
+        let plan = session.core.begin_tick(now_local, period);
         session.grid.advance(now_local, period);
         let id = session.id;
-        if plan.heartbeat {
-            self.lock_request(
-                c,
-                Pending::Heartbeat {
-                    send_local: now_local,
-                },
-                LockCall::Heartbeat(id),
-            );
+        if let Some(sent) = plan.heartbeat {
+            self.lock_request(c, Pending::Heartbeat(sent), LockCall::Heartbeat(id));
         }
-        for (key, token) in plan.renew {
-            if let Some(s) = &mut self.clients[c].session {
-                s.renewed_at.insert(key.clone(), now_local);
-            }
-            let pending = Pending::Renew {
-                key: key.clone(),
-                token,
-                send_local: now_local,
+        for renewal in plan.renew {
+            let call = LockCall::Renew {
+                key: renewal.key.clone(),
+                session: id,
+                token: renewal.token,
             };
-            self.lock_request(
-                c,
-                pending,
-                LockCall::Renew {
-                    key,
-                    session: id,
-                    token,
-                },
-            );
+            self.lock_request(c, Pending::Renew(renewal), call);
         }
         self.settle(c);
         self.schedule_tick(c);
+    }
+
+    /// What the session's core makes of a failed L2 or L5 (`None`: no answer).
+    fn session_call_failed(&mut self, c: usize, pending: &Pending, code: Option<ErrorCode>) {
+        let Some(s) = &mut self.clients[c].session else {
+            return;
+        };
+        let rotate = match pending {
+            Pending::Renew(renewal) => s.core.renew_failed(renewal, code),
+            _ => s.core.heartbeat_failed(code),
+        };
+        if rotate {
+            self.rotate(c);
+        }
     }
 
     fn timeout(&mut self, c: usize, req: u64) {
@@ -726,14 +832,18 @@ impl World {
                 self.rotate(c);
                 self.schedule_step(c, 50 * MS);
             }
-            Pending::Heartbeat { .. } | Pending::Renew { .. } => self.rotate(c),
-            Pending::Acquire { .. } => {
-                self.rotate(c);
-                self.clients[c].job = None;
-                self.schedule_step(c, 50 * MS);
+            Pending::Heartbeat(_) | Pending::Renew(_) => {
+                self.session_call_failed(c, &pending, None);
             }
-            // The executor's release returned (timed out): it moves on.
-            Pending::Release { .. } => self.schedule_step(c, MS),
+            Pending::Acquire(job, _) => {
+                // An attempt of a job the worker has left (its session was lost) is over.
+                if self.job_is(c, job) {
+                    self.acquire_failed(c, RetryVerdict::NextTick);
+                }
+            }
+            // The release returned (timed out): the executor moves on, or the acquire loop
+            // that sent it goes on.
+            Pending::Release { then_retry, .. } => self.after_release(c, then_retry),
             Pending::Write(_) => self.end_job(c),
         }
         self.settle(c);
@@ -757,42 +867,59 @@ impl World {
         self.settle(c);
     }
 
+    /// The error code a refusal carries on the wire.
+    fn code_of(answer: &LockAnswer) -> Option<ErrorCode> {
+        match answer {
+            LockAnswer::NotLeader => Some(ErrorCode::NotLeader),
+            LockAnswer::SessionUnknown => Some(ErrorCode::SessionUnknown),
+            LockAnswer::SessionExpired => Some(ErrorCode::SessionExpired),
+            LockAnswer::LockLost => Some(ErrorCode::LockLost),
+            LockAnswer::Held => Some(ErrorCode::LockHeld),
+            _ => None,
+        }
+    }
+
     fn lock_reply(&mut self, c: usize, pending: Pending, answer: LockAnswer) {
         let now_local = self.now_local(c);
-        match (&answer, &pending) {
-            (LockAnswer::NotLeader, _) => {
+        if let Some(code) = Self::code_of(&answer) {
+            if code == ErrorCode::NotLeader {
                 self.coverage.hit("a NOT_LEADER answer retried");
-                self.rotate(c);
-                match pending {
-                    Pending::Open { .. } => {
-                        self.clients[c].opening = false;
-                        self.schedule_step(c, 50 * MS);
-                    }
-                    Pending::Acquire { .. } => {
+            }
+            match &pending {
+                Pending::Open { .. } => {
+                    self.clients[c].opening = false;
+                    self.rotate(c);
+                    self.schedule_step(c, 50 * MS);
+                }
+                Pending::Heartbeat(_) | Pending::Renew(_) => {
+                    self.session_call_failed(c, &pending, Some(code));
+                }
+                Pending::Acquire(job, _) if !self.job_is(c, *job) => {}
+                Pending::Acquire(..) => {
+                    if let Some(reason) = acquire::session_loss(code) {
+                        // The SDK answers the acquire with the loss; the executor replaces
+                        // the session.
+                        if let Some(s) = &mut self.clients[c].session {
+                            s.core.lose_session(reason);
+                        }
                         self.clients[c].job = None;
-                        self.schedule_step(c, 50 * MS);
+                    } else {
+                        if code == ErrorCode::LockHeld {
+                            self.coverage.hit("an acquire found the lock held");
+                        }
+                        let verdict = if code == ErrorCode::LockHeld {
+                            RetryVerdict::Backoff
+                        } else {
+                            RetryVerdict::NextTick
+                        };
+                        self.acquire_failed(c, verdict);
                     }
-                    // The executor's release failed: the lease expires on its own.
-                    Pending::Release { .. } => self.schedule_step(c, MS),
-                    _ => {}
                 }
-                return;
+                // The release failed: the lease expires on its own.
+                Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
+                Pending::Write(_) => {}
             }
-            (LockAnswer::SessionUnknown | LockAnswer::SessionExpired, _) => {
-                let reason = if answer == LockAnswer::SessionUnknown {
-                    LossReason::SessionUnknown
-                } else {
-                    LossReason::SessionExpired
-                };
-                if let Some(s) = &mut self.clients[c].session {
-                    s.core.lose_session(reason);
-                }
-                if matches!(pending, Pending::Acquire { .. }) {
-                    self.clients[c].job = None;
-                }
-                return;
-            }
-            _ => {}
+            return;
         }
         if self.clients[c].rotated {
             self.clients[c].rotated = false;
@@ -820,28 +947,17 @@ impl World {
                     ttl_ms,
                     store_expiry: expires,
                     grant_expiry: BTreeMap::new(),
-                    renewed_at: BTreeMap::new(),
                 });
                 self.check_session_deadline(c);
                 self.schedule_tick(c);
                 self.schedule_step(c, MS);
             }
-            (LockAnswer::Extended { ttl_ms, expires }, Pending::Heartbeat { send_local }) => {
-                let renew_once = self.bugs.renew_once_per_lease;
-                let send_local = self.measured_from(send_local, now_local);
+            (LockAnswer::Extended { ttl_ms, expires }, Pending::Heartbeat(sent)) => {
                 let Some(s) = &mut self.clients[c].session else {
                     return;
                 };
-                s.core.heartbeat_ok(send_local, ttl_ms);
+                s.core.heartbeat_ok(sent, ttl_ms);
                 s.store_expiry = expires;
-                if renew_once {
-                    // Planted bug: the session's heartbeat is taken to extend every grant.
-                    let held: Vec<(LockKey, FencingToken)> =
-                        s.grant_expiry.keys().cloned().collect();
-                    for (key, token) in held {
-                        let _ = s.core.renew_ok(&key, token, send_local, self.cfg.lease_ms);
-                    }
-                }
                 self.check_session_deadline(c);
                 self.check_grant_deadlines(c);
             }
@@ -853,21 +969,18 @@ impl World {
                     expires,
                     ..
                 },
-                Pending::Renew { send_local, .. },
+                Pending::Renew(renewal),
             ) => {
-                let send_local = self.measured_from(send_local, now_local);
                 let Some(s) = &mut self.clients[c].session else {
                     return;
                 };
-                if s.core.renew_ok(&key, token, send_local, lease_ms).is_some() {
+                if renewal.key != key || renewal.token != token {
+                    // Renew never changes the token: not our grant.
+                    let _ = s.core.renew_failed(&renewal, Some(ErrorCode::LockLost));
+                } else if s.core.renew_ok(&renewal, lease_ms).is_some() {
                     s.grant_expiry.insert((key, token), expires);
                 }
                 self.check_grant_deadlines(c);
-            }
-            (LockAnswer::LockLost, Pending::Renew { key, token, .. }) => {
-                if let Some(s) = &mut self.clients[c].session {
-                    s.core.lose_grant(&key, token, LossReason::RenewRefused);
-                }
             }
             (
                 LockAnswer::Granted {
@@ -877,58 +990,63 @@ impl World {
                     expires,
                     ..
                 },
-                Pending::Acquire { send_local },
+                Pending::Acquire(job, attempt),
             ) => {
-                let registered_at = self.measured_from(send_local, now_local);
+                if !self.job_is(c, job) {
+                    return;
+                }
                 let Some(s) = &mut self.clients[c].session else {
                     return;
                 };
+                // The simulated store grants at once: the server held the request 0 ms.
                 if s.core
-                    .granted(&key, token, lease_ms, registered_at)
+                    .granted(&key, token, lease_ms, attempt, now_local, 0)
                     .is_err()
                 {
-                    // A re-grant of our own unanswered release's token: release it again and
-                    // acquire anew (the SDK does the same).
+                    // A re-grant of our own unanswered release's token: release it again and,
+                    // once that returns, the loop goes on as after contention (the SDK awaits
+                    // the release the same way).
                     self.coverage.hit("a stale re-grant refused");
-                    let session = s.id;
-                    self.clients[c].job = None;
                     let call = LockCall::Release {
                         key: key.clone(),
-                        session,
+                        session: s.id,
                         token,
                     };
-                    self.lock_request(c, Pending::Release { key, token }, call);
+                    let pending = Pending::Release {
+                        key,
+                        token,
+                        then_retry: Some(job),
+                    };
+                    self.lock_request(c, pending, call);
                     return;
                 }
                 s.grant_expiry.insert((key.clone(), token), expires);
-                s.renewed_at.insert(key.clone(), registered_at);
                 self.check_grant_deadlines(c);
                 let Some(job) = &mut self.clients[c].job else {
                     return;
                 };
                 job.token = Some(token);
                 job.phase = Phase::Claiming;
-                let payout = job.payout;
-                self.write(c, payout, Write::Claim, token);
+                self.write_after_think(c, Write::Claim);
             }
-            (LockAnswer::Held, Pending::Acquire { .. }) => {
-                self.coverage.hit("an acquire found the lock held");
-                self.clients[c].job = None;
-                let backoff = self.rng.u64(20 * MS..200 * MS);
-                self.schedule_step(c, backoff);
-            }
-            (LockAnswer::Released, Pending::Release { key, token }) => {
+            (
+                LockAnswer::Released,
+                Pending::Release {
+                    key,
+                    token,
+                    then_retry,
+                },
+            ) => {
                 if let Some(s) = &mut self.clients[c].session {
                     s.core.release_answered(&key, token);
                 }
-                let think = self.rng.u64(MS..10 * MS);
-                self.schedule_step(c, think);
+                self.after_release(c, then_retry);
             }
             (answer, pending) => {
                 self.log(&[Node::Client(c)], || {
                     format!("c{c}: unexpected {answer:?} for {pending:?}")
                 });
-                if matches!(pending, Pending::Acquire { .. } | Pending::Release { .. }) {
+                if matches!(pending, Pending::Acquire(..) | Pending::Release { .. }) {
                     self.clients[c].job = None;
                     self.schedule_step(c, MS);
                 }
@@ -936,16 +1054,56 @@ impl World {
         }
     }
 
-    /// The instant a deadline is measured from: the send (planted bug: the response).
-    fn measured_from(&self, send_local: u64, recv_local: u64) -> u64 {
-        if self.bugs.deadline_from_response {
-            recv_local
-        } else {
-            send_local
+    /// A release returned (answered or not): the acquire loop that sent it goes on as after
+    /// contention, or the executor looks for its next payout.
+    fn after_release(&mut self, c: usize, then_retry: Option<u64>) {
+        match then_retry {
+            Some(job) if self.job_is(c, job) => self.acquire_failed(c, RetryVerdict::Backoff),
+            Some(_) => {}
+            None => {
+                let think = self.rng.u64(MS..10 * MS);
+                self.schedule_step(c, think);
+            }
         }
     }
 
-    fn write(&mut self, c: usize, payout: usize, write: Write, token: FencingToken) {
+    /// The scheduling point between a guard (or the grant) and the write it allows: the
+    /// executor's think time, in which the nemesis may pause the process, up to 3 × TTL.
+    fn write_after_think(&mut self, c: usize, write: Write) {
+        let Some(id) = self.clients[c].job.as_ref().map(|j| j.id) else {
+            return;
+        };
+        let think = self.rng.u64(0..=2 * MS);
+        if self.in_fault_window() && self.rng.f64() < self.cfg.guard_pause {
+            let now = self.q.now();
+            let len = self.rng.u64(MS..=3 * self.cfg.ttl_ms * MS);
+            self.clients[c].pauses.push((now, now + think + len));
+            if let Some(job) = &mut self.clients[c].job {
+                job.paused_before_write = true;
+            }
+            self.coverage
+                .hit("fault: pause between a guard and its write");
+            if len > self.cfg.lease_ms * MS {
+                self.coverage
+                    .hit("fault: a pause between guard and write outlived the lease");
+            }
+            self.log(&[Node::Client(c)], || {
+                format!(
+                    "nemesis pauses c{c} for {:.3} ms before its {write:?}",
+                    len as f64 / MS as f64
+                )
+            });
+        }
+        self.q.after(think, Event::Write(c, id, write));
+    }
+
+    /// Sends the job's `write` with its token.
+    fn send_write(&mut self, c: usize, write: Write) {
+        let Some(job) = &self.clients[c].job else {
+            return;
+        };
+        let Some(token) = job.token else { return };
+        let payout = job.payout;
         let token = i64::try_from(token.0).unwrap_or(i64::MAX);
         self.request(
             c,
@@ -984,10 +1142,9 @@ impl World {
         let Pending::Write(write) = pending else {
             return;
         };
-        let Some(job) = self.clients[c].job.clone() else {
+        if self.clients[c].job.is_none() {
             return;
-        };
-        let Some(token) = job.token else { return };
+        }
         match (write, answer) {
             (Write::Claim, Answer::Ok(state)) => {
                 let Some(left) = self.guard(c) else {
@@ -995,7 +1152,7 @@ impl World {
                 };
                 if state == PayoutState::Submitted {
                     self.set_phase(c, Phase::Posting);
-                    return self.write(c, job.payout, Write::Post, token);
+                    return self.write_after_think(c, Write::Post);
                 }
                 let needed = (self.cfg.hop_ms as f64 * (1.0 + self.cfg.margin())) as u64 * MS;
                 if (left.as_nanos() as u64) < needed {
@@ -1003,15 +1160,14 @@ impl World {
                     return self.end_job(c);
                 }
                 self.set_phase(c, Phase::Submitting);
-                // Think time between the guard and the write: a pause may land here.
-                self.write(c, job.payout, Write::Submit, token);
+                self.write_after_think(c, Write::Submit);
             }
             (Write::Submit, Answer::Ok(_) | Answer::AlreadySubmitted) => {
                 if self.guard(c).is_none() {
                     return self.end_job(c);
                 }
                 self.set_phase(c, Phase::Posting);
-                self.write(c, job.payout, Write::Post, token);
+                self.write_after_think(c, Write::Post);
             }
             (Write::Post, Answer::Ok(_)) => {
                 self.coverage.hit("a payout posted");
@@ -1046,6 +1202,7 @@ impl World {
                     Pending::Release {
                         key: job.key,
                         token,
+                        then_retry: None,
                     },
                     call,
                 );
@@ -1159,6 +1316,9 @@ impl World {
                 continue;
             };
             let Some(token) = job.token else { continue };
+            if self.revoked.contains(&(job.key.clone(), token)) {
+                continue;
+            }
             if s.core
                 .held_deadline(&job.key, token, client.local(now))
                 .is_some()

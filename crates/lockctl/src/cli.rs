@@ -189,9 +189,11 @@ pub struct RunArgs {
     /// tries once.
     #[arg(long, value_parser = duration, default_value = "30s")]
     pub wait: Duration,
-    /// How long CMD has to exit after SIGTERM on a lost lock before SIGKILL.
-    #[arg(long, value_parser = duration, default_value = "5s")]
-    pub grace: Duration,
+    /// How long CMD has to exit after SIGTERM on a lost lock before SIGKILL; must fit in
+    /// half the safety margin of the lease (1.5s of a 10s TTL at the default margin 0.3), so
+    /// CMD is dead before the server lets anyone else take KEY [default: that half margin].
+    #[arg(long, value_parser = duration)]
+    pub grace: Option<Duration>,
     /// Owner id of the session [default: lockctl@HOST:PID].
     #[arg(long, value_parser = owner_id)]
     pub owner: Option<OwnerId>,

@@ -11,7 +11,7 @@
 //!   --token N`: one-shot L4 and L6 in such a session (`LockClient::acquire_as`,
 //!   `release_as`).
 //! - `inspect KEY` (L7), `revoke KEY` (L8, `LOCK_ADMIN_TOKEN`).
-//! - `run KEY [--ttl 10s] [--wait 30s] [--grace 5s] -- CMD ARGS…` ([`run`]): hold KEY, with
+//! - `run KEY [--ttl 10s] [--wait 30s] [--grace 1.5s] -- CMD ARGS…` ([`run`]): hold KEY, with
 //!   heartbeats, for as long as CMD runs; stop CMD the moment the SDK declares the lock lost.
 
 pub mod cli;

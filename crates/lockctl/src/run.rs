@@ -8,7 +8,8 @@
 //!   the grant was already gone: CMD's work may overlap another holder's);
 //! - the lock is lost: the SDK's `on_lock_lost` listener fires, or the SDK's own guard
 //!   (`remaining`, checked whenever the conservative deadline comes due) refuses the handle.
-//!   CMD's group gets SIGTERM, SIGKILL after `--grace`; exit 70.
+//!   CMD's group gets SIGTERM, SIGKILL after `--grace` (at most half the lease's safety
+//!   margin, so CMD is gone before the server's expiry); exit 70.
 //!
 //! SIGTERM, SIGINT and SIGHUP sent to lockctl are forwarded to CMD's group and supervision
 //! goes on (CMD's exit then releases the lock as usual).
@@ -85,6 +86,9 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     let mut config = commands::config(global)?;
     let ttl = args.ttl.unwrap_or(config.default_ttl);
     config.session_ttl = ttl;
+    // Checked before anything starts against the TTL asked for, and again against the lease
+    // granted (the server may clamp it shorter).
+    fit_grace(args.grace, config.stop_grace_limit(ttl), ttl)?;
     let owner = match args.owner {
         Some(owner) => owner,
         None => default_owner()?,
@@ -114,6 +118,15 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
         Err(err) => {
             finish(session, client).await;
             return Err(err.into());
+        }
+    };
+    let lease = Duration::from_millis(handle.lease_ms());
+    let grace = match fit_grace(args.grace, client.config().stop_grace_limit(lease), lease) {
+        Ok(grace) => grace,
+        Err(err) => {
+            let _ = session.release(handle).await;
+            finish(session, client).await;
+            return Err(err);
         }
     };
     // The listener only passes the loss on: it runs on the heartbeat thread and must not
@@ -210,11 +223,31 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
                 ],
                 json,
             );
-            let what = stop(&mut child, group, args.grace, json).await;
+            let what = stop(&mut child, group, grace, json).await;
             let _ = session.release(handle).await;
             finish(session, client).await;
             Err(CtlError::Lost { lost, what })
         }
+    }
+}
+
+/// The grace CMD gets between SIGTERM and SIGKILL: `asked` if it fits within `limit` (half
+/// the margin of `lease`), else a usage error; `limit` when none was asked for. A longer
+/// grace would let CMD run past the server's expiry, beside the next holder.
+fn fit_grace(
+    asked: Option<Duration>,
+    limit: Duration,
+    lease: Duration,
+) -> Result<Duration, CtlError> {
+    match asked {
+        None => Ok(limit),
+        Some(grace) if grace <= limit => Ok(grace),
+        Some(grace) => Err(CtlError::Usage(format!(
+            "--grace {}: longer than half the safety margin of a {} lease ({}): CMD could outlive the lease",
+            shown(grace),
+            shown(lease),
+            shown(limit)
+        ))),
     }
 }
 

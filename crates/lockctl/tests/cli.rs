@@ -34,3 +34,26 @@ fn an_unknown_flag_is_one_line_on_stderr_and_exit_64() {
     assert!(stderr.starts_with("lockctl: "), "{stderr}");
     assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
 }
+
+#[test]
+fn a_grace_that_outlives_the_lease_margin_is_refused_before_anything_starts() {
+    // 10 s at the default margin 0.3: the SDK stops CMD 3 s before the server's expiry, and
+    // CMD may take at most half of that. Nothing listens on the endpoint: the refusal comes
+    // first, and CMD never runs.
+    let marker = std::env::temp_dir().join(format!("lockctl-grace-{}", std::process::id()));
+    let touch = format!("touch {}", marker.display());
+    let out = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--endpoints", "http://127.0.0.1:9", "run", "job:1"])
+        .args(["--ttl", "10s", "--grace", "5s", "--", "sh", "-c", &touch])
+        .env_remove("LOCK_CLIENT_SAFETY_MARGIN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("--grace 5s") && stderr.contains("1s 500ms"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "CMD must not have run");
+}

@@ -214,7 +214,8 @@ async fn a_frozen_run_has_its_cmd_stopped_once_the_sdk_declares_the_loss() {
     let mut run = fx.spawn(
         "frozen-run",
         &[
-            "--json", "run", "zombie:1", "--ttl", "1s", "--grace", "2s", "--", "sh", "-c", &script,
+            "--json", "run", "zombie:1", "--ttl", "1s", "--grace", "100ms", "--", "sh", "-c",
+            &script,
         ],
     );
     poll_until("CMD to start", Duration::from_secs(20), || async {

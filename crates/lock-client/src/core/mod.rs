@@ -4,8 +4,11 @@
 //! replies the caller received; outputs are decisions (what to send on a tick, how long to
 //! wait) and the losses to deliver. No I/O, no clock reads, no threads, no async, no locks.
 //!
-//! Two drivers run this exact code: `LockClientSession` with the heartbeat thread (over a
-//! `Transport` and a `Clock`), and the deterministic simulation (`crates/lock-sim`).
+//! The acquire loop's decisions live in [`acquire`]. Two drivers run this exact code:
+//! `LockClientSession` with the heartbeat thread (over a `Transport` and a `Clock`), and the
+//! deterministic simulation (`crates/lock-sim`). Every instant a deadline counts from is
+//! stamped here, when the core plans the request ([`Sent`], [`acquire::Attempt`]): a driver
+//! hands the stamp back with the answer and never supplies the time itself.
 //!
 //! Readings are `u64` nanoseconds that may wrap; every comparison goes through
 //! [`deadline_passed`] / [`nanos_until`].
@@ -13,9 +16,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lock_api::{FencingToken, LockKey, LockLost, LossReason};
+use lock_api::{ErrorCode, FencingToken, LockKey, LockLost, LossReason};
 
 use crate::clock::{deadline_passed, nanos_until};
+
+pub mod acquire;
+
+pub use acquire::{AcquireLoop, AfterFailure, Attempt, Next, grant_basis_nanos};
 
 /// Heartbeat divisor (seed T-040 ASSUMPTION): three periods fit in the usable lease, so two
 /// consecutive lost heartbeats are tolerated before the local deadline passes.
@@ -33,13 +40,13 @@ pub fn usable_nanos(safety_margin: f64, lease_ms: u64) -> u64 {
     lease_nanos.saturating_sub(margin_nanos)
 }
 
-/// The instant a grant's deadline counts from: the L4's send, plus the time the server says
-/// it held the request before the store call that granted it (`LockGrant::waited_ms`), but
-/// never more than this client measured between send and receipt (a server that overstates
-/// its wait cannot push a deadline past what physics allows). The grant began after this.
-pub fn grant_basis_nanos(send_nanos: u64, received_nanos: u64, waited_ms: u64) -> u64 {
-    let measured = received_nanos.wrapping_sub(send_nanos);
-    send_nanos.wrapping_add(waited_ms.saturating_mul(1_000_000).min(measured))
+/// The longest a supervisor may give a process between telling it to stop (at the grant's
+/// conservative deadline) and killing it: half of the margin, `(lease − usable) / 2`. The
+/// server keeps the lease at least `lease × margin` past that deadline on a true clock; the
+/// other half is left for clock-rate drift and for delivering the loss.
+pub fn stop_grace_limit(safety_margin: f64, lease_ms: u64) -> Duration {
+    let lease_nanos = lease_ms.saturating_mul(1_000_000);
+    Duration::from_nanos(lease_nanos.saturating_sub(usable_nanos(safety_margin, lease_ms)) / 2)
 }
 
 /// The heartbeat period for a basis (the session TTL, or a shorter live lease):
@@ -134,14 +141,40 @@ pub struct Held {
     pub deadline_nanos: u64,
 }
 
+/// The instant a planned request left, as the core stamped it when it planned the request
+/// (before it was written). Only the core makes one: a driver cannot date an answer from
+/// anything but its send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    nanos: u64,
+}
+
+impl Sent {
+    /// The stamp's reading of the caller's clock.
+    pub fn nanos(self) -> u64 {
+        self.nanos
+    }
+}
+
+/// An L5 a tick sends, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// The key.
+    pub key: LockKey,
+    /// The grant's token.
+    pub token: FencingToken,
+    /// When it left: the renewed deadline counts from here.
+    pub sent: Sent,
+}
+
 /// What a heartbeat tick sends: always L2 (unless the session is lost or closed), and L5 for
 /// every live grant under [`RENEW_BELOW_PERIODS`] periods.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickPlan {
-    /// Send L2.
-    pub heartbeat: bool,
+    /// Send L2, stamped.
+    pub heartbeat: Option<Sent>,
     /// Send L5 for these.
-    pub renew: Vec<(LockKey, FencingToken)>,
+    pub renew: Vec<Renewal>,
 }
 
 /// One session's safety state.
@@ -195,34 +228,48 @@ impl SessionCore {
         self.closed
     }
 
-    /// A successful L2 sent at `send_nanos`: the session lives `ttl × (1 − margin)` past it.
-    /// A lost session stays lost.
-    pub fn heartbeat_ok(&mut self, send_nanos: u64, ttl_ms: u64) {
+    /// A successful L2 planned as `sent`: the session lives `ttl × (1 − margin)` past its
+    /// send. A lost session stays lost.
+    pub fn heartbeat_ok(&mut self, sent: Sent, ttl_ms: u64) {
         if self.lost.is_none() && !self.closed {
-            self.session_deadline_nanos = self.deadline_after(send_nanos, ttl_ms);
+            self.session_deadline_nanos = self.deadline_after(sent.nanos, ttl_ms);
         }
     }
 
-    /// A successful L5 of `key`/`token` sent at `send_nanos`: its new deadline, or `None`
-    /// when the grant is lost or gone (a late answer never revives it).
-    pub fn renew_ok(
-        &mut self,
-        key: &LockKey,
-        token: FencingToken,
-        send_nanos: u64,
-        lease_ms: u64,
-    ) -> Option<u64> {
+    /// A successful L5 of `renewal`: the grant's new deadline (its send plus the usable
+    /// `lease_ms`), or `None` when the grant is lost or gone (a late answer never revives it).
+    pub fn renew_ok(&mut self, renewal: &Renewal, lease_ms: u64) -> Option<u64> {
         if self.lost.is_some() || self.closed {
             return None;
         }
-        let deadline = self.deadline_after(send_nanos, lease_ms);
+        let deadline = self.deadline_after(renewal.sent.nanos, lease_ms);
         let grant = self
             .grants
-            .get_mut(key)
-            .filter(|g| g.token == token && g.lost.is_none())?;
+            .get_mut(&renewal.key)
+            .filter(|g| g.token == renewal.token && g.lost.is_none())?;
         grant.lease_ms = lease_ms;
         grant.deadline_nanos = deadline;
         Some(deadline)
+    }
+
+    /// A failed L2 (`code`: the refusal's, `None` when nothing answered): the session is
+    /// lost when the code says so. Returns whether the next call goes to the next endpoint.
+    pub fn heartbeat_failed(&mut self, code: Option<ErrorCode>) -> bool {
+        if let Some(reason) = code.and_then(acquire::session_loss) {
+            self.lose_session(reason);
+            return false;
+        }
+        acquire::rotates(code)
+    }
+
+    /// A failed L5 of `renewal`: `LOCK_LOST` loses the grant (`RenewRefused`), a session code
+    /// the session. Returns whether the next call goes to the next endpoint.
+    pub fn renew_failed(&mut self, renewal: &Renewal, code: Option<ErrorCode>) -> bool {
+        if code == Some(ErrorCode::LockLost) {
+            self.lose_grant(&renewal.key, renewal.token, LossReason::RenewRefused);
+            return false;
+        }
+        self.heartbeat_failed(code)
     }
 
     /// Marks the whole session lost (terminal): every grant with it.
@@ -264,15 +311,20 @@ impl SessionCore {
         }
         let threshold =
             u64::try_from((period * RENEW_BELOW_PERIODS).as_nanos()).unwrap_or(u64::MAX);
+        let sent = Sent { nanos: now_nanos };
         let renew = self
             .grants
             .iter()
             .filter(|(_, g)| g.lost.is_none())
             .filter(|(_, g)| nanos_until(now_nanos, g.deadline_nanos) < threshold)
-            .map(|(k, g)| (k.clone(), g.token))
+            .map(|(k, g)| Renewal {
+                key: k.clone(),
+                token: g.token,
+                sent,
+            })
             .collect();
         TickPlan {
-            heartbeat: true,
+            heartbeat: Some(sent),
             renew,
         }
     }
@@ -318,16 +370,21 @@ impl SessionCore {
         }))
     }
 
-    /// Registers a grant answered to an acquire sent at `send_nanos`. An idempotent re-grant
-    /// of a live grant this session holds adds one hold to it. A re-grant carrying the token
-    /// of this session's unanswered release is refused: that release may still delete it.
+    /// Registers a grant of `lease_ms` answered at `received_nanos` to `attempt`, the
+    /// server having held the request `waited_ms` before granting: its deadline counts from
+    /// [`Attempt::grant_basis_nanos`]. An idempotent re-grant of a live grant this session
+    /// holds adds one hold to it. A re-grant carrying the token of this session's unanswered
+    /// release is refused: that release may still delete it.
     pub fn granted(
         &mut self,
         key: &LockKey,
         token: FencingToken,
         lease_ms: u64,
-        send_nanos: u64,
+        attempt: Attempt,
+        received_nanos: u64,
+        waited_ms: u64,
     ) -> Result<Held, StaleRegrant> {
+        let send_nanos = attempt.grant_basis_nanos(received_nanos, waited_ms);
         if self.releasing.get(key) == Some(&token) {
             return Err(StaleRegrant {
                 key: key.clone(),
@@ -560,20 +617,6 @@ impl TickGrid {
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn a_wait_credits_at_most_what_the_client_measured() {
-        let send = u64::MAX - 1_000_000; // wraps within the call
-        let received = send.wrapping_add(50_000_000);
-        assert_eq!(grant_basis_nanos(send, received, 0), send);
-        assert_eq!(
-            grant_basis_nanos(send, received, 30),
-            send.wrapping_add(30_000_000)
-        );
-        // Claims beyond the measured round trip are cut to it.
-        assert_eq!(grant_basis_nanos(send, received, 80), received);
-        assert_eq!(grant_basis_nanos(send, received, u64::MAX), received);
-    }
-
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -593,7 +636,14 @@ mod tests {
         let mut c = core();
         assert_eq!(c.session_deadline_nanos(), START.wrapping_add(7_000 * MS));
         let held = c
-            .granted(&key("k"), FencingToken(4), 3_000, START)
+            .granted(
+                &key("k"),
+                FencingToken(4),
+                3_000,
+                Attempt::sent_at(START),
+                START,
+                0,
+            )
             .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(held.deadline_nanos, START.wrapping_add(2_100 * MS));
         let now = START.wrapping_add(2_000 * MS); // past u64::MAX
@@ -622,13 +672,31 @@ mod tests {
     #[test]
     fn a_tick_renews_grants_under_two_periods_and_a_passed_deadline_is_final() {
         let mut c = core();
-        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
-        let _ = c.granted(&key("b"), FencingToken(1), 9_000, START);
+        let _ = c.granted(
+            &key("a"),
+            FencingToken(1),
+            3_000,
+            Attempt::sent_at(START),
+            START,
+            0,
+        );
+        let _ = c.granted(
+            &key("b"),
+            FencingToken(1),
+            9_000,
+            Attempt::sent_at(START),
+            START,
+            0,
+        );
         let period = Duration::from_millis(700);
         let plan = c.begin_tick(START.wrapping_add(800 * MS), period);
-        assert!(plan.heartbeat);
+        assert!(plan.heartbeat.is_some());
+        let renewal = plan.renew[0].clone();
         assert_eq!(
-            plan.renew,
+            plan.renew
+                .iter()
+                .map(|r| (r.key.clone(), r.token))
+                .collect::<Vec<_>>(),
             vec![(key("a"), FencingToken(1))],
             "1.3 s < 1.4 s left"
         );
@@ -637,7 +705,7 @@ mod tests {
         let plan = c.begin_tick(late, period);
         assert!(plan.renew.is_empty());
         assert_eq!(
-            c.renew_ok(&key("a"), FencingToken(1), late, 3_000),
+            c.renew_ok(&renewal, 3_000),
             None,
             "a late answer never revives a lost grant"
         );
@@ -654,9 +722,16 @@ mod tests {
     #[test]
     fn session_loss_takes_every_grant_and_a_heartbeat_cannot_undo_it() {
         let mut c = core();
-        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
+        let _ = c.granted(
+            &key("a"),
+            FencingToken(1),
+            3_000,
+            Attempt::sent_at(START),
+            START,
+            0,
+        );
         c.lose_session(LossReason::SessionExpired);
-        c.heartbeat_ok(START, 10_000);
+        c.heartbeat_ok(Sent { nanos: START }, 10_000);
         assert_eq!(c.lost(), Some(LossReason::SessionExpired));
         assert_eq!(
             c.remaining(&key("a"), FencingToken(1), START),
@@ -677,7 +752,14 @@ mod tests {
     #[test]
     fn holds_count_and_a_loss_released_before_delivery_is_still_delivered() {
         let mut c = core();
-        let _ = c.granted(&key("a"), FencingToken(2), 3_000, START);
+        let _ = c.granted(
+            &key("a"),
+            FencingToken(2),
+            3_000,
+            Attempt::sent_at(START),
+            START,
+            0,
+        );
         assert!(c.reenter(&key("a"), START).is_ok_and(|h| h.is_some()));
         assert_eq!(
             c.unhold(&key("a"), FencingToken(2)),
@@ -697,11 +779,25 @@ mod tests {
     #[test]
     fn a_regrant_with_the_token_of_an_unanswered_release_is_refused() {
         let mut c = core();
-        let _ = c.granted(&key("a"), FencingToken(1), 3_000, START);
+        let _ = c.granted(
+            &key("a"),
+            FencingToken(1),
+            3_000,
+            Attempt::sent_at(START),
+            START,
+            0,
+        );
         assert_eq!(c.unhold(&key("a"), FencingToken(1)), Unhold::Last(None));
         // The release is in flight; the store re-grants token 1 to this session first.
         assert_eq!(
-            c.granted(&key("a"), FencingToken(1), 3_000, START),
+            c.granted(
+                &key("a"),
+                FencingToken(1),
+                3_000,
+                Attempt::sent_at(START),
+                START,
+                0
+            ),
             Err(StaleRegrant {
                 key: key("a"),
                 token: FencingToken(1)
@@ -712,7 +808,24 @@ mod tests {
             "not registered"
         );
         c.release_answered(&key("a"), FencingToken(1));
-        assert!(c.granted(&key("a"), FencingToken(2), 3_000, START).is_ok());
+        assert!(
+            c.granted(
+                &key("a"),
+                FencingToken(2),
+                3_000,
+                Attempt::sent_at(START),
+                START,
+                0
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_stop_grace_fits_in_half_the_margin() {
+        assert_eq!(stop_grace_limit(0.3, 10_000), Duration::from_millis(1_500));
+        assert_eq!(stop_grace_limit(0.25, 1_000), Duration::from_millis(125));
+        assert_eq!(stop_grace_limit(0.3, 0), Duration::ZERO);
     }
 
     #[test]
