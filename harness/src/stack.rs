@@ -428,6 +428,9 @@ pub struct Stack {
     /// paydb's URL (local processes only): attack tests write to it directly, as a store
     /// compromised or restored from elsewhere would.
     pub paydb_url: Option<String>,
+    /// lockdb's URL (local processes on PostgreSQL only): a test restores it from a backup,
+    /// as an operator recovering the lock store would.
+    pub lockdb_url: Option<String>,
     /// Every role's secret.
     pub secrets: Secrets,
     signer: FenceSigner,
@@ -634,6 +637,7 @@ impl Stack {
             proxy_url,
             rail_url,
             paydb_url: Some(paydb.url.clone()),
+            lockdb_url: matches!(lock_store, LockStoreAt::Postgres(_)).then(|| lockdb.url.clone()),
             secrets,
             signer,
             services,
@@ -695,6 +699,7 @@ impl Stack {
             proxy_url,
             rail_url,
             paydb_url: None,
+            lockdb_url: None,
             secrets,
             signer,
             services,
@@ -1034,12 +1039,25 @@ impl Stack {
         &self.secrets.rail_admin
     }
 
-    /// The proof the stack's lock-servers give a grant of `payout:{payout_id}` with `token`.
+    /// The proof the stack's lock-servers gave the grant of `payout:{payout_id}` with `token`
+    /// (its session read from their audit trail), or would give one to a fixed session when
+    /// they never granted that token (a forged or future token).
     pub fn proof(&self, payout_id: i64, token: i64) -> String {
-        self.signer.sign(
-            &payment_api::payout_lock_key(payout_id),
-            lock_api::FencingToken(u64::try_from(token).unwrap_or_default()),
-        )
+        let key = payment_api::payout_lock_key(payout_id);
+        let granted_to = self.audit().ok().and_then(|audit| {
+            audit
+                .grants
+                .iter()
+                .rev()
+                .find(|g| g.key == key.as_str() && g.token == token)
+                .and_then(|g| g.session.parse::<uuid::Uuid>().ok())
+        });
+        let token = lock_api::FencingToken(u64::try_from(token).unwrap_or_default());
+        let grant = match granted_to {
+            Some(session) => lock_api::GrantId::derive(lock_api::SessionId(session), &key, token),
+            None => test_support::test_grant(1, &key, token),
+        };
+        self.signer.sign(&key, token, &grant)
     }
 
     /// A lock-client configuration for this stack's lock-servers and credential.

@@ -21,8 +21,8 @@ pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
 pub use limits::*;
 pub use proof::{
-    FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, KEY_ID_MAX_BYTES, PROOF_VERSION, ProofError,
-    signed_message,
+    FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, KEY_ID_MAX_BYTES,
+    PROOF_VERSION, ProofError, signed_message,
 };
 pub use throttle::Throttle;
 pub use wire::*;

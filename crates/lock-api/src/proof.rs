@@ -3,12 +3,18 @@
 //!
 //! A fencing token alone is a number anyone can make up; a resource that takes the highest
 //! number it has seen can be jammed for good by one forged `i64::MAX`. So every grant
-//! carries a proof: `v1.{key_id}.{signature}`, the signature (base64url, no padding) over
-//! [`signed_message`] — the proof version, the key id, the lock key and the token. A
-//! resource holding the lock service's public keys ([`FenceVerifier`]) checks the signature,
-//! that the key id is one it trusts, and that the signed lock key is the one guarding what
-//! is written (`payout:{id}`), before any fence logic. The signing side ([`FenceSigner`])
-//! lives only in lock-server replicas, which share one secret key per key id.
+//! carries a proof: `v2.{key_id}.{grant}.{signature}`, the signature (base64url, no padding)
+//! over [`signed_message`] — the proof version, the key id, the lock key, the token and the
+//! grant. A resource holding the lock service's public keys ([`FenceVerifier`]) checks the
+//! signature, that the key id is one it trusts, and that the signed lock key is the one
+//! guarding what is written (`payout:{id}`), before any fence logic. The signing side
+//! ([`FenceSigner`]) lives only in lock-server replicas, which share one secret key per key id.
+//!
+//! The proof names its grant, not only its token: a token issued twice (a store restored from
+//! a backup, a backend migration) is two grants with two [`GrantId`]s, so a resource that
+//! keeps the grant beside its fence lets only the one that claimed write. A grant id is a
+//! digest of the session, key and token (the same grant re-answered to its session keeps its
+//! id); it reveals nothing of the session id, which is a capability.
 //!
 //! This module is the only place that knows the proof's format.
 
@@ -17,16 +23,19 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use sha2::{Digest, Sha256};
 
-use crate::ids::{FencingToken, LockKey};
+use crate::ids::{FencingToken, LockKey, SessionId};
 
 /// The header a fenced write carries its proof in, next to `X-Fencing-Token`.
 pub const FENCING_PROOF_HEADER: &str = "x-fencing-proof";
 /// The proof format's version, first in both the proof and the signed message.
-pub const PROOF_VERSION: &str = "v1";
+pub const PROOF_VERSION: &str = "v2";
+/// Bytes of a grant id (128 bits: two grants of one key never collide by chance).
+pub const GRANT_ID_BYTES: usize = 16;
 /// Longest key id: short enough to log, long enough for a date and a counter.
 pub const KEY_ID_MAX_BYTES: usize = 32;
-/// Longest proof text accepted before any decoding (a v1 proof is under 130 bytes).
+/// Longest proof text accepted before any decoding (a v2 proof is under 160 bytes).
 pub const PROOF_MAX_BYTES: usize = 256;
 /// Bytes of an Ed25519 secret seed and of a public key.
 const KEY_BYTES: usize = 32;
@@ -34,7 +43,7 @@ const KEY_BYTES: usize = 32;
 /// Why a proof or a key configuration is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError {
-    /// The proof is not `v1.{key_id}.{base64url signature}`.
+    /// The proof is not `v2.{key_id}.{grant}.{base64url signature}`.
     #[error("malformed proof: {0}")]
     Malformed(&'static str),
     /// The key id is not one this resource trusts.
@@ -53,11 +62,57 @@ pub enum ProofError {
     Config(String),
 }
 
-/// The bytes a proof signs: version, key id, lock key and token, one per line. The key id is
-/// inside the signature so a proof cannot be relabelled to another key's id.
-pub fn signed_message(key_id: &str, lock_key: &LockKey, token: FencingToken) -> Vec<u8> {
+/// One grant's identity: which session was granted which key with which token. Two grants
+/// that share a token (a token issued twice) have different ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GrantId([u8; GRANT_ID_BYTES]);
+
+impl GrantId {
+    /// The id of `session`'s grant of `lock_key` with `token`: the first bytes of a SHA-256
+    /// digest, so the proof that carries it reveals nothing of the session id.
+    pub fn derive(session: SessionId, lock_key: &LockKey, token: FencingToken) -> Self {
+        let digest = Sha256::new()
+            .chain_update(b"lock-grant/v2\n")
+            .chain_update(session.0.as_bytes())
+            .chain_update(b"\n")
+            .chain_update(lock_key.as_str().as_bytes())
+            .chain_update(b"\n")
+            .chain_update(token.0.to_be_bytes())
+            .finalize();
+        let mut id = [0; GRANT_ID_BYTES];
+        id.copy_from_slice(&digest[..GRANT_ID_BYTES]);
+        Self(id)
+    }
+
+    /// Its text form (base64url, no padding: 22 characters), as proofs and resources carry it.
+    pub fn as_text(&self) -> String {
+        URL_SAFE_NO_PAD.encode(self.0)
+    }
+
+    /// Parses [`as_text`](Self::as_text)'s form.
+    pub fn parse(text: &str) -> Option<Self> {
+        let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
+        Some(Self(bytes.try_into().ok()?))
+    }
+}
+
+impl std::fmt::Display for GrantId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_text())
+    }
+}
+
+/// The bytes a proof signs: version, key id, lock key, token and grant, one per line. The key
+/// id is inside the signature so a proof cannot be relabelled to another key's id; the grant,
+/// so it cannot be relabelled to another grant of the same token.
+pub fn signed_message(
+    key_id: &str,
+    lock_key: &LockKey,
+    token: FencingToken,
+    grant: &GrantId,
+) -> Vec<u8> {
     format!(
-        "lock-fence/{PROOF_VERSION}\n{key_id}\n{}\n{}",
+        "lock-fence/{PROOF_VERSION}\n{key_id}\n{}\n{}\n{grant}",
         lock_key.as_str(),
         token.0
     )
@@ -133,13 +188,13 @@ impl FenceSigner {
         format!("{}={}", self.key_id, self.public_key_base64())
     }
 
-    /// The proof of a grant of `lock_key` with `token`.
-    pub fn sign(&self, lock_key: &LockKey, token: FencingToken) -> String {
+    /// The proof of `grant`, a grant of `lock_key` with `token`.
+    pub fn sign(&self, lock_key: &LockKey, token: FencingToken, grant: &GrantId) -> String {
         let signature = self
             .key
-            .sign(&signed_message(&self.key_id, lock_key, token));
+            .sign(&signed_message(&self.key_id, lock_key, token, grant));
         format!(
-            "{PROOF_VERSION}.{}.{}",
+            "{PROOF_VERSION}.{}.{grant}.{}",
             self.key_id,
             URL_SAFE_NO_PAD.encode(signature.to_bytes())
         )
@@ -191,25 +246,34 @@ impl FenceVerifier {
         self.keys.keys().map(String::as_str)
     }
 
-    /// Whether `proof` is a trusted key's signature of `lock_key` with `token`.
+    /// Whether `proof` is a trusted key's signature of a grant of `lock_key` with `token`:
+    /// that grant's id when it is.
     pub fn verify(
         &self,
         lock_key: &LockKey,
         token: FencingToken,
         proof: &str,
-    ) -> Result<(), ProofError> {
+    ) -> Result<GrantId, ProofError> {
         if proof.len() > PROOF_MAX_BYTES {
             return Err(ProofError::Malformed("longer than any proof"));
         }
         let mut parts = proof.split('.');
-        let (Some(version), Some(key_id), Some(signature), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(ProofError::Malformed("expected v1.{key_id}.{signature}"));
+        let (Some(version), Some(key_id), Some(grant), Some(signature), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(ProofError::Malformed(
+                "expected v2.{key_id}.{grant}.{signature}",
+            ));
         };
         if version != PROOF_VERSION {
             return Err(ProofError::Malformed("unknown proof version"));
         }
+        let grant =
+            GrantId::parse(grant).ok_or(ProofError::Malformed("the grant id is not 16 bytes"))?;
         let key = self.keys.get(key_id).ok_or_else(|| {
             ProofError::UnknownKey(key_id.chars().take(KEY_ID_MAX_BYTES).collect())
         })?;
@@ -218,11 +282,12 @@ impl FenceVerifier {
             .map_err(|_| ProofError::Malformed("the signature is not base64url"))?;
         let signature = Signature::from_slice(&bytes)
             .map_err(|_| ProofError::Malformed("the signature is not 64 bytes"))?;
-        key.verify(&signed_message(key_id, lock_key, token), &signature)
+        key.verify(&signed_message(key_id, lock_key, token, &grant), &signature)
             .map_err(|_| ProofError::BadSignature {
                 lock_key: lock_key.as_str().to_owned(),
                 token: token.0,
-            })
+            })?;
+        Ok(grant)
     }
 }
 
@@ -243,9 +308,10 @@ mod tests {
         let k1 = signer("k1", 1);
         let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
         let (payout, token) = (key("payout:7"), FencingToken(42));
-        let proof = k1.sign(&payout, token);
-        assert!(proof.starts_with("v1.k1."), "{proof}");
-        assert_eq!(verifier.verify(&payout, token, &proof), Ok(()));
+        let grant = GrantId::derive(SessionId(uuid::Uuid::from_u128(1)), &payout, token);
+        let proof = k1.sign(&payout, token, &grant);
+        assert!(proof.starts_with(&format!("v2.k1.{grant}.")), "{proof}");
+        assert_eq!(verifier.verify(&payout, token, &proof), Ok(grant));
         // Another token, another key, a forged signature: refused.
         assert!(matches!(
             verifier.verify(&payout, FencingToken(43), &proof),
@@ -255,13 +321,13 @@ mod tests {
             verifier.verify(&key("payout:8"), token, &proof),
             Err(ProofError::BadSignature { .. })
         ));
-        let attacker = signer("k1", 9).sign(&payout, token);
+        let attacker = signer("k1", 9).sign(&payout, token, &grant);
         assert!(matches!(
             verifier.verify(&payout, token, &attacker),
             Err(ProofError::BadSignature { .. })
         ));
         // A key id nobody configured, and a genuine signature relabelled to another id.
-        let other = signer("k2", 2).sign(&payout, token);
+        let other = signer("k2", 2).sign(&payout, token, &grant);
         assert_eq!(
             verifier.verify(&payout, token, &other),
             Err(ProofError::UnknownKey("k2".into()))
@@ -272,16 +338,41 @@ mod tests {
             signer("k2", 2).verifier_entry()
         ))
         .expect("parses");
-        let relabelled = proof.replacen("v1.k1.", "v1.k2.", 1);
+        let relabelled = proof.replacen("v2.k1.", "v2.k2.", 1);
         assert!(matches!(
             both.verify(&payout, token, &relabelled),
             Err(ProofError::BadSignature { .. })
         ));
         assert_eq!(
             both.verify(&payout, token, &other),
-            Ok(()),
+            Ok(grant),
             "rotation: both trusted"
         );
+    }
+
+    #[test]
+    fn a_proof_names_its_grant_and_cannot_be_relabelled_to_another_grant_of_its_token() {
+        let k1 = signer("k1", 1);
+        let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
+        let (payout, token) = (key("payout:7"), FencingToken(5));
+        // The same token issued twice (a restored store): two sessions, two grants.
+        let first = GrantId::derive(SessionId(uuid::Uuid::from_u128(1)), &payout, token);
+        let second = GrantId::derive(SessionId(uuid::Uuid::from_u128(2)), &payout, token);
+        assert_ne!(first, second);
+        assert_eq!(
+            first,
+            GrantId::derive(SessionId(uuid::Uuid::from_u128(1)), &payout, token),
+            "a grant re-answered to its session keeps its id"
+        );
+        let proof = k1.sign(&payout, token, &first);
+        assert_eq!(verifier.verify(&payout, token, &proof), Ok(first));
+        let relabelled = proof.replacen(&first.as_text(), &second.as_text(), 1);
+        assert!(matches!(
+            verifier.verify(&payout, token, &relabelled),
+            Err(ProofError::BadSignature { .. })
+        ));
+        assert_eq!(GrantId::parse(&first.as_text()), Some(first));
+        assert_eq!(GrantId::parse("short"), None);
     }
 
     #[test]
@@ -289,14 +380,27 @@ mod tests {
         let k1 = signer("k1", 1);
         let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
         let payout = key("payout:1");
+        let grant = GrantId::derive(
+            SessionId(uuid::Uuid::from_u128(1)),
+            &payout,
+            FencingToken(1),
+        );
+        let v1 = k1.sign(&payout, FencingToken(1), &grant).replacen(
+            &format!("v2.k1.{grant}."),
+            "v1.k1.",
+            1,
+        );
         for bad in [
             "",
-            "v1",
-            "v1.k1",
+            "v2",
+            "v2.k1",
             "v2.k1.AAAA",
-            "v1.k1.not base64!",
-            "v1.k1.AAAA",
-            "v1.k1.a.b",
+            &v1,
+            &format!("v3.k1.{grant}.AAAA"),
+            &format!("v2.k1.{grant}.not base64!"),
+            &format!("v2.k1.{grant}.AAAA"),
+            "v2.k1.short.AAAA",
+            &format!("v2.k1.{grant}.a.b"),
         ] {
             assert!(
                 matches!(
@@ -325,8 +429,8 @@ mod tests {
         let from_text =
             FenceSigner::from_secret("k1", &STANDARD.encode([1_u8; 32])).expect("valid");
         assert_eq!(
-            from_text.sign(&payout, FencingToken(5)),
-            k1.sign(&payout, FencingToken(5))
+            from_text.sign(&payout, FencingToken(5), &grant),
+            k1.sign(&payout, FencingToken(5), &grant)
         );
         assert!(
             !format!("{from_text:?}").contains("AQEB"),

@@ -136,7 +136,7 @@ pub struct LockGrant {
     pub expires_at: DateTime<Utc>,
     /// The holding session.
     pub session_id: SessionId,
-    /// The lock-server's signed proof of this grant (`v1.{key_id}.{signature}`, see
+    /// The lock-server's signed proof of this grant (`v2.{key_id}.{grant}.{signature}`, see
     /// [`crate::FenceVerifier`]); absent when the server has no signing key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,

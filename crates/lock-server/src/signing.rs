@@ -36,10 +36,15 @@ mod tests {
                 .expect("a usable secret");
         let verifier = lock_api::FenceVerifier::parse(&value("FENCE_PUBLIC_KEYS")).expect("parses");
         let key = lock_api::LockKey::parse("payout:1").expect("key");
-        let proof = signer.sign(&key, lock_api::FencingToken(3));
+        let grant = lock_api::GrantId::derive(
+            lock_api::SessionId(uuid::Uuid::from_u128(1)),
+            &key,
+            lock_api::FencingToken(3),
+        );
+        let proof = signer.sign(&key, lock_api::FencingToken(3), &grant);
         assert_eq!(
             verifier.verify(&key, lock_api::FencingToken(3), &proof),
-            Ok(())
+            Ok(grant)
         );
         assert_ne!(
             generate_signing_key("k7").expect("again"),

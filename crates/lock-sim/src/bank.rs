@@ -5,7 +5,7 @@
 //! step (payment-resource + rail-proxy + rail-stub collapsed; their messages are not what the
 //! fence protects).
 
-use payment_api::{FenceRefusal, FenceRule, PayoutState, check_fence};
+use payment_api::{FenceRefusal, FenceRule, GrantFence, PayoutState, check_fence};
 
 use crate::sched::Nanos;
 
@@ -57,6 +57,8 @@ enum Outcome {
 pub struct Payout {
     /// Its fence.
     pub fence: i64,
+    /// The grant that set the fence (its proof's grant id).
+    pub fence_grant: String,
     /// Its state.
     pub state: PayoutState,
     submission: Option<(i64, Outcome)>,
@@ -97,6 +99,7 @@ impl Bank {
                 .iter()
                 .map(|f| Payout {
                     fence: 0,
+                    fence_grant: String::new(),
                     state: PayoutState::Pending,
                     submission: None,
                     rail_fault: *f,
@@ -121,20 +124,33 @@ impl Bank {
         self.payouts.iter().all(|p| p.state.is_terminal())
     }
 
-    fn set_fence(&mut self, payout: usize, token: i64) {
+    fn set_fence(&mut self, payout: usize, token: i64, grant: &str) {
         self.payouts[payout].fence = token;
+        self.payouts[payout].fence_grant = grant.to_owned();
         self.fence_history[payout].push(token);
     }
 
-    /// Applies one write at `now`.
-    pub fn write(&mut self, now: Nanos, payout: usize, write: Write, token: i64) -> Answer {
+    /// Applies one write at `now`, by the grant `grant` (its id's text) with `token`.
+    pub fn write(
+        &mut self,
+        now: Nanos,
+        payout: usize,
+        write: Write,
+        token: i64,
+        grant: &str,
+    ) -> Answer {
         let rule = match write {
             Write::Claim => FenceRule::Claim,
             Write::Submit | Write::Post => FenceRule::Holder,
         };
         let current = &self.payouts[payout];
         if !self.ignore_fence {
-            match check_fence(rule, token, current.fence, current.state) {
+            let presented = GrantFence { token, grant };
+            let fence = GrantFence {
+                token: current.fence,
+                grant: &current.fence_grant,
+            };
+            match check_fence(rule, presented, fence, current.state) {
                 Ok(()) => {}
                 Err(FenceRefusal::FencedOut { .. }) => return Answer::FencedOut,
                 // P3 of a terminal payout by the fence holder answers it unchanged.
@@ -146,7 +162,7 @@ impl Bank {
         }
         match write {
             Write::Claim => {
-                self.set_fence(payout, token);
+                self.set_fence(payout, token, grant);
                 let p = &mut self.payouts[payout];
                 if p.state == PayoutState::Pending {
                     p.state = PayoutState::Claimed;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lock_api::{ErrorCode, FencingToken, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_api::{ErrorCode, FencingToken, GrantId, LockKey, LossReason, RetryVerdict, SessionId};
 use lock_client::AcquirePolicy;
 use lock_client::core::{
     AcquireLoop, Attempt, Next, Renewal, Sent, SessionCore, TickGrid, Unhold, acquire,
@@ -56,6 +56,8 @@ enum Body {
         payout: usize,
         write: Write,
         token: i64,
+        /// The grant id of the proof the write carries.
+        grant: String,
     },
     WriteReply(Answer),
 }
@@ -592,6 +594,7 @@ impl World {
             payout,
             write,
             token,
+            grant,
         } = body
         else {
             return;
@@ -600,7 +603,7 @@ impl World {
         let rail_before = self.bank.rail.len();
         let fence_before = self.bank.payouts[payout].fence;
         let state_before = self.bank.payouts[payout].state;
-        let answer = self.bank.write(now, payout, write, token);
+        let answer = self.bank.write(now, payout, write, token, &grant);
         self.log(&[from, Node::Bank], || {
             format!("bank {write:?} payout {payout} token {token} -> {answer:?}")
         });
@@ -1103,6 +1106,11 @@ impl World {
             return;
         };
         let Some(token) = job.token else { return };
+        let Some(session) = &self.clients[c].session else {
+            return;
+        };
+        // The proof the lock-server signed names this grant: its session, key and token.
+        let grant = GrantId::derive(session.id, &job.key, token).as_text();
         let payout = job.payout;
         let token = i64::try_from(token.0).unwrap_or(i64::MAX);
         self.request(
@@ -1113,6 +1121,7 @@ impl World {
                 payout,
                 write,
                 token,
+                grant,
             },
         );
     }

@@ -10,7 +10,7 @@ mod codes;
 mod fence;
 
 pub use codes::{AnyCode, AnyErrorBody, PaymentCode};
-pub use fence::{FenceRefusal, FenceRule, check_fence};
+pub use fence::{FenceRefusal, FenceRule, GrantFence, check_fence};
 
 /// The lock guarding payout `payout_id`: `payout:{id}` (C1). Its fencing proofs sign this key.
 pub fn payout_lock_key(payout_id: i64) -> lock_api::LockKey {

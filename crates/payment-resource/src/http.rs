@@ -12,14 +12,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_api::{ErrorBody, ErrorCode, FenceVerifier, FencingToken, WireCode};
+use lock_api::{ErrorBody, ErrorCode, FenceVerifier, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, PaymentCode, Payout, RecordOutcome, Reservation,
     Submission,
 };
 use serde::Deserialize;
-use service_kit::{ApiError, ApiJson, RequestMetrics, common_layers};
+use service_kit::{ApiError, ApiJson, ProvenFence, RequestMetrics, common_layers};
 
 use crate::store::{LIST_LIMIT_MAX, PayError, PayStore};
 
@@ -146,18 +146,18 @@ impl Role {
 
 /// A fenced write's checks, in order: the role's credential, the payout id of the path, the
 /// token and the lock service's signature of it for `payout:{id}`. The payout id and the
-/// proven token.
+/// proven token with its grant.
 fn fenced_write(
     state: &AppState,
     headers: &HeaderMap,
     raw_id: &str,
     role: Role,
-) -> ApiResult<(i64, FencingToken)> {
+) -> ApiResult<(i64, ProvenFence)> {
     role.check(state, headers)?;
     let id = payout_id(raw_id)?;
     let key = payment_api::payout_lock_key(id);
-    let (token, _) = service_kit::proven_fencing_token(headers, &state.verifier, &key)?;
-    Ok((id, token))
+    let fence = service_kit::proven_fencing_token(headers, &state.verifier, &key)?;
+    Ok((id, fence))
 }
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
@@ -319,8 +319,8 @@ async fn claim(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    let (id, token) = fenced_write(&state, &headers, &id, Role::Executor)?;
-    Ok(Json(state.store.claim(id, token).await?))
+    let (id, fence) = fenced_write(&state, &headers, &id, Role::Executor)?;
+    Ok(Json(state.store.claim(id, &fence).await?))
 }
 
 #[utoipa::path(post, path = "/v1/payouts/{payout_id}/submissions", tag = "submissions", operation_id = "reserve",
@@ -336,10 +336,10 @@ async fn reserve(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Reservation>)> {
-    let (id, token) = fenced_write(&state, &headers, &id, Role::Proxy)?;
+    let (id, fence) = fenced_write(&state, &headers, &id, Role::Proxy)?;
     Ok((
         StatusCode::CREATED,
-        Json(state.store.reserve(id, token).await?),
+        Json(state.store.reserve(id, &fence).await?),
     ))
 }
 
@@ -368,8 +368,10 @@ async fn record_outcome(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RecordOutcome>,
 ) -> ApiResult<Json<Submission>> {
-    let (id, token) = fenced_write(&state, &headers, &id, Role::Proxy)?;
-    Ok(Json(state.store.record_outcome(id, token, &req).await?))
+    let (id, fence) = fenced_write(&state, &headers, &id, Role::Proxy)?;
+    Ok(Json(
+        state.store.record_outcome(id, fence.token, &req).await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/v1/payouts/{payout_id}/post", tag = "payouts", operation_id = "P3_post",
@@ -385,8 +387,8 @@ async fn post_result(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    let (id, token) = fenced_write(&state, &headers, &id, Role::Executor)?;
-    let (payout, posted) = state.store.post(id, token, state.hop_budget).await?;
+    let (id, fence) = fenced_write(&state, &headers, &id, Role::Executor)?;
+    let (payout, posted) = state.store.post(id, &fence, state.hop_budget).await?;
     if posted {
         metrics::counter!("payouts_posted_total", "state" => payout.state.as_str()).increment(1);
     }
@@ -395,23 +397,23 @@ async fn post_result(
 
 #[utoipa::path(post, path = "/v1/payouts/{payout_id}/refence", tag = "admin", operation_id = "refence",
     params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)"), ("X-Fencing-Token" = i64, Header, minimum = 0, description = "the lock grant's fencing token for payout:{payout_id}"), ("X-Fencing-Proof" = String, Header, description = "the lock service's proof of that token (ADR 0004)")), security(("payment_admin" = [])),
-    responses((status = 200, description = "fence = the token, even when lower; state unchanged", body = Payout),
+    responses((status = 200, description = "fence = the token (above the old fence) and its grant; state unchanged", body = Payout),
         (status = 400, description = "INVALID_ARGUMENT: payout_id, X-Fencing-Token, Authorization or X-Fencing-Proof sent twice", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED: not this role's credential", body = ErrorBody),
         (status = 403, description = "FORBIDDEN (the role's credential is not configured) or PROOF_INVALID", body = ErrorBody),
         (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody),
-        (status = 409, description = "ALREADY_TERMINAL", body = ErrorBody)))]
-/// Operator repair of a payout no genuine token can move (a fence raised by a forged or
-/// foreign token): the operator acquires `payout:{id}` from the lock service and presents
-/// that grant's token and proof; the fence is set to it, even downwards. Audited: a WARN
-/// line and `payouts_refenced_total`.
+        (status = 409, description = "FENCED_OUT (the token is not above the fence: a re-fence only raises) or ALREADY_TERMINAL", body = ErrorBody)))]
+/// Operator repair: the operator acquires `payout:{id}` from the lock service and presents
+/// that grant's token and proof; the fence moves to that grant. Only upwards: a lower or
+/// equal token is refused `FENCED_OUT`, so an old genuine proof can never re-arm a paused
+/// holder it once fenced out. Audited: a WARN line and `payouts_refenced_total`.
 async fn refence(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    let (id, token) = fenced_write(&state, &headers, &id, Role::Admin)?;
-    let (payout, old_fence) = state.store.refence(id, token).await?;
+    let (id, fence) = fenced_write(&state, &headers, &id, Role::Admin)?;
+    let (payout, old_fence) = state.store.refence(id, &fence).await?;
     metrics::counter!("payouts_refenced_total").increment(1);
     tracing::warn!(
         event = "payout_refenced",
@@ -419,7 +421,7 @@ async fn refence(
         old_fence,
         new_fence = payout.fence,
         state = payout.state.as_str(),
-        "an operator re-fenced a payout to a token the lock service granted"
+        "an operator raised a payout's fence to a grant the lock service made"
     );
     Ok(Json(payout))
 }

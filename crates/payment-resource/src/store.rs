@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use lock_api::FencingToken;
 use payment_api::{
-    CreatePayout, FenceRefusal, LedgerSummary, Payout, PayoutState, RecordOutcome, Reservation,
-    Submission, SubmissionOutcome, check_fence,
+    CreatePayout, FenceRefusal, GrantFence, LedgerSummary, Payout, PayoutState, RecordOutcome,
+    Reservation, Submission, SubmissionOutcome, check_fence,
 };
+use service_kit::ProvenFence;
 use sqlx::postgres::{PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -117,36 +118,46 @@ fn token_i64(token: FencingToken) -> i64 {
     i64::try_from(token.0).unwrap_or(i64::MAX)
 }
 
-/// Locks `payout_id`'s row and applies `rule` to `token`. Stale tokens are refused before
-/// terminality is reported, so a zombie always learns it was fenced.
+/// Locks `payout_id`'s row and applies `rule` to the presented grant. Stale tokens (and a
+/// token issued twice, from the grant that did not claim) are refused before terminality is
+/// reported, so a zombie always learns it was fenced.
 pub async fn fenced(
     tx: &mut PgConnection,
     payout_id: i64,
-    token: FencingToken,
+    presented: &ProvenFence,
     rule: FenceRule,
 ) -> Result<Payout, PayError> {
-    let current = locked(tx, payout_id).await?;
-    match check_fence(rule, token_i64(token), current.fence, current.state) {
+    let (current, fence_grant) = locked(tx, payout_id).await?;
+    let grant = presented.grant.as_text();
+    let presented_fence = GrantFence {
+        token: token_i64(presented.token),
+        grant: &grant,
+    };
+    let fence = GrantFence {
+        token: current.fence,
+        grant: &fence_grant,
+    };
+    match check_fence(rule, presented_fence, fence, current.state) {
         Ok(()) => Ok(current),
         Err(FenceRefusal::FencedOut { fence }) => Err(PayError::FencedOut {
             payout_id,
-            token: token.0,
+            token: presented.token.0,
             fence,
         }),
         Err(FenceRefusal::Terminal(state)) => Err(PayError::AlreadyTerminal { payout_id, state }),
     }
 }
 
-/// The payout row, locked (`FOR UPDATE`) until `tx` ends.
-async fn locked(tx: &mut PgConnection, payout_id: i64) -> Result<Payout, PayError> {
+/// The payout row and the grant that set its fence, locked (`FOR UPDATE`) until `tx` ends.
+async fn locked(tx: &mut PgConnection, payout_id: i64) -> Result<(Payout, String), PayError> {
     let row = sqlx::query(&format!(
-        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1 FOR UPDATE"
+        "SELECT {PAYOUT_COLUMNS}, fence_grant FROM payouts WHERE payout_id = $1 FOR UPDATE"
     ))
     .bind(payout_id)
     .fetch_optional(&mut *tx)
     .await?
     .ok_or(PayError::PayoutUnknown(payout_id))?;
-    payout(&row)
+    Ok((payout(&row)?, row.try_get("fence_grant")?))
 }
 
 /// paydb.
@@ -241,17 +252,18 @@ impl PayStore {
         rows.iter().map(payout).collect()
     }
 
-    /// P2: claim with `token`, raising the fence to it.
-    pub async fn claim(&self, payout_id: i64, token: FencingToken) -> Result<Payout, PayError> {
+    /// P2: claim with `fence`'s grant, raising the fence to it.
+    pub async fn claim(&self, payout_id: i64, fence: &ProvenFence) -> Result<Payout, PayError> {
         let mut tx = self.pool.begin().await?;
-        fenced(&mut tx, payout_id, token, FenceRule::Claim).await?;
+        fenced(&mut tx, payout_id, fence, FenceRule::Claim).await?;
         let row = sqlx::query(&format!(
-            "UPDATE payouts SET fence = $2, updated_at = now(),
+            "UPDATE payouts SET fence = $2, fence_grant = $3, updated_at = now(),
                     state = CASE WHEN state = 'PENDING' THEN 'CLAIMED' ELSE state END
               WHERE payout_id = $1 RETURNING {PAYOUT_COLUMNS}"
         ))
         .bind(payout_id)
-        .bind(token_i64(token))
+        .bind(token_i64(fence.token))
+        .bind(fence.grant.as_text())
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -262,10 +274,11 @@ impl PayStore {
     pub async fn reserve(
         &self,
         payout_id: i64,
-        token: FencingToken,
+        fence: &ProvenFence,
     ) -> Result<Reservation, PayError> {
+        let token = fence.token;
         let mut tx = self.pool.begin().await?;
-        fenced(&mut tx, payout_id, token, FenceRule::Holder).await?;
+        fenced(&mut tx, payout_id, fence, FenceRule::Holder).await?;
         let inserted = sqlx::query(
             "INSERT INTO rail_submission (payout_id, presented_token, outcome) VALUES ($1, $2, 'IN_FLIGHT')
              ON CONFLICT (payout_id) DO NOTHING
@@ -362,11 +375,11 @@ impl PayStore {
     pub async fn post(
         &self,
         payout_id: i64,
-        token: FencingToken,
+        fence: &ProvenFence,
         hop_budget: Duration,
     ) -> Result<(Payout, bool), PayError> {
         let mut tx = self.pool.begin().await?;
-        let current = match fenced(&mut tx, payout_id, token, FenceRule::Holder).await {
+        let current = match fenced(&mut tx, payout_id, fence, FenceRule::Holder).await {
             Err(PayError::AlreadyTerminal { .. }) => {
                 // Give the row lock and the pooled connection back before reading with
                 // another: holding one while waiting for a second starves the pool when many
@@ -434,17 +447,24 @@ impl PayStore {
         Ok((stuck, oldest))
     }
 
-    /// Operator repair: sets the fence of non-terminal `payout_id` to `token` (a token the
-    /// lock service just granted, proven by the caller), even when that is lower than the
-    /// fence. Safe because every token issued before `token` is below it: they stay fenced
-    /// out; only a fence no genuine grant can reach is lowered. Returns the old fence.
+    /// Operator repair: raises the fence of non-terminal `payout_id` to `fence`'s grant (one
+    /// the lock service just made, proven by the caller). Only upwards: a token at or below
+    /// the fence is `FENCED_OUT`, so an old genuine proof can never lower a fence and re-arm
+    /// a holder it fenced out. Returns the old fence.
     pub async fn refence(
         &self,
         payout_id: i64,
-        token: FencingToken,
+        fence: &ProvenFence,
     ) -> Result<(Payout, i64), PayError> {
         let mut tx = self.pool.begin().await?;
-        let current = locked(&mut tx, payout_id).await?;
+        let (current, _) = locked(&mut tx, payout_id).await?;
+        if token_i64(fence.token) <= current.fence {
+            return Err(PayError::FencedOut {
+                payout_id,
+                token: fence.token.0,
+                fence: current.fence,
+            });
+        }
         if current.state.is_terminal() {
             return Err(PayError::AlreadyTerminal {
                 payout_id,
@@ -452,11 +472,12 @@ impl PayStore {
             });
         }
         let row = sqlx::query(&format!(
-            "UPDATE payouts SET fence = $2, updated_at = now() WHERE payout_id = $1
-             RETURNING {PAYOUT_COLUMNS}"
+            "UPDATE payouts SET fence = $2, fence_grant = $3, updated_at = now()
+              WHERE payout_id = $1 RETURNING {PAYOUT_COLUMNS}"
         ))
         .bind(payout_id)
-        .bind(token_i64(token))
+        .bind(token_i64(fence.token))
+        .bind(fence.grant.as_text())
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -264,7 +264,7 @@ async fn submit(
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))?;
     // Verified here, offline, before anything is reserved or sent; payment-resource
     // verifies the forwarded proof again.
-    let (token, proof) = service_kit::proven_fencing_token(
+    let service_kit::ProvenFence { token, proof, .. } = service_kit::proven_fencing_token(
         &headers,
         &proxy.verifier,
         &payment_api::payout_lock_key(payout_id),

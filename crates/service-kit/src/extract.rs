@@ -5,7 +5,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use lock_api::{
-    ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FenceVerifier, FencingToken, LockKey,
+    ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FenceVerifier, FencingToken, GrantId,
+    LockKey,
 };
 
 use crate::error::ApiError;
@@ -63,6 +64,17 @@ pub fn fencing_token(headers: &HeaderMap) -> Result<FencingToken, ApiError> {
     Ok(token)
 }
 
+/// A fenced write's token and the grant it was issued to, proven.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenFence {
+    /// `X-Fencing-Token`.
+    pub token: FencingToken,
+    /// The grant the proof names.
+    pub grant: GrantId,
+    /// `X-Fencing-Proof`, as sent.
+    pub proof: String,
+}
+
 /// A fenced write's token, proven: `X-Fencing-Token` as [`fencing_token`] reads it, and
 /// `X-Fencing-Proof` verified offline against the lock service's public keys for
 /// `lock_key`, before any fence logic. A missing, malformed, foreign-key or forged proof is
@@ -71,7 +83,7 @@ pub fn proven_fencing_token(
     headers: &HeaderMap,
     verifier: &FenceVerifier,
     lock_key: &LockKey,
-) -> Result<(FencingToken, String), ApiError> {
+) -> Result<ProvenFence, ApiError> {
     let token = fencing_token(headers)?;
     let proof = single_header(headers, FENCING_PROOF_HEADER, "X-Fencing-Proof")?
         .ok_or_else(|| {
@@ -84,9 +96,13 @@ pub fn proven_fencing_token(
         .map_err(|_| ApiError::new(ErrorCode::ProofInvalid, "X-Fencing-Proof: not ASCII"))?
         .trim()
         .to_owned();
-    verifier.verify(lock_key, token, &proof).map_err(|err| {
+    let grant = verifier.verify(lock_key, token, &proof).map_err(|err| {
         tracing::warn!(event = "proof_refused", lock_key = %lock_key, token = token.0, error = %err, "a fenced write without a valid proof");
         ApiError::new(ErrorCode::ProofInvalid, format!("X-Fencing-Proof: {err}"))
     })?;
-    Ok((token, proof))
+    Ok(ProvenFence {
+        token,
+        grant,
+        proof,
+    })
 }

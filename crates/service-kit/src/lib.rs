@@ -20,7 +20,9 @@ mod telemetry;
 pub use auth::require_bearer;
 pub use cli::parse_or_exit;
 pub use error::{ApiError, code_for_status, not_found, tag};
-pub use extract::{FencingTokenHeader, fencing_token, proven_fencing_token, single_header};
+pub use extract::{
+    FencingTokenHeader, ProvenFence, fencing_token, proven_fencing_token, single_header,
+};
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use logging::LogFormat;

@@ -18,6 +18,25 @@ pub fn test_signer() -> FenceSigner {
     FenceSigner::from_secret(SIGNING_KEY_ID, SIGNING_KEY_BASE64).expect("the test key is valid")
 }
 
+/// The grant a test signs for: the grant of `lock_key` with `token` to session `n` (tests
+/// that need two grants of one token, as a restored store would make, pass two `n`s).
+pub fn test_grant(
+    n: u128,
+    lock_key: &lock_api::LockKey,
+    token: lock_api::FencingToken,
+) -> lock_api::GrantId {
+    lock_api::GrantId::derive(
+        lock_api::SessionId(uuid::Uuid::from_u128(n)),
+        lock_key,
+        token,
+    )
+}
+
+/// The test key's proof of session 1's grant of `lock_key` with `token`.
+pub fn test_proof(lock_key: &lock_api::LockKey, token: lock_api::FencingToken) -> String {
+    test_signer().sign(lock_key, token, &test_grant(1, lock_key, token))
+}
+
 /// `FENCE_PUBLIC_KEYS` for resources that trust the test key.
 pub fn public_keys() -> String {
     test_signer().verifier_entry()

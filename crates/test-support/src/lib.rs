@@ -24,7 +24,7 @@ pub mod poll;
 pub mod process;
 
 pub use binaries::{cargo_bin, cargo_bins};
-pub use keys::{public_keys, signing_key_base64, test_signer};
+pub use keys::{public_keys, signing_key_base64, test_grant, test_proof, test_signer};
 pub use net::free_port;
 pub use pg::{
     PgContainer, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database, fresh_database_on,

@@ -105,8 +105,8 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
         },
     )
     .await;
-    // ...and an operator repairs one: a genuine grant of its lock, presented with the
-    // operators' credential, re-fences it; the executor then settles it.
+    // ...and an operator repairs one with a genuine grant of its lock; the executor then
+    // settles it.
     let repaired = poisoned[0];
     let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
     let session = client.open_session("operator").await.unwrap();
@@ -137,6 +137,20 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
     };
     let refused = refence(stack.secrets.executor.clone()).await.unwrap();
     assert_eq!(refused.status(), 401, "an executor cannot re-fence");
+    // A re-fence only raises: a genuine grant below the poisoned fence cannot lower it (an
+    // old proof captured on the wire could otherwise re-arm a holder the fence stopped).
+    let lower = refence(stack.secrets.payment_admin.clone()).await.unwrap();
+    assert_eq!(lower.status(), 409);
+    let body: Value = lower.json().await.unwrap();
+    assert_eq!(body["code"], "FENCED_OUT", "{body}");
+    assert_eq!(stack.payout(repaired).await.unwrap().fence, i64::MAX);
+    // A fence poisoned in the database is repaired there (SECURITY.md runbook), and the
+    // operator's grant then raises it, fencing out every token issued before.
+    sqlx::query("UPDATE payouts SET fence = 0, fence_grant = '' WHERE payout_id = $1")
+        .bind(repaired)
+        .execute(&mut db)
+        .await
+        .unwrap();
     let answer = refence(stack.secrets.payment_admin.clone()).await.unwrap();
     assert_eq!(answer.status(), 200);
     let body: Value = answer.json().await.unwrap();
@@ -168,16 +182,17 @@ async fn a1_a2_forged_tokens_are_refused_with_the_fence_unchanged() {
     let key = payment_api::payout_lock_key(id);
     let max = lock_api::FencingToken(forged as u64);
     let foreign = lock_api::FenceSigner::from_seed("not-trusted", [3; 32]);
+    let grant = test_support::test_grant(1, &key, max);
     let cases: Vec<(&str, Option<String>, &str)> = vec![
         ("no proof", None, "X-Fencing-Proof"),
         (
             "an attacker's key under the trusted id",
-            Some(test_support::keys::rogue_signer().sign(&key, max)),
+            Some(test_support::keys::rogue_signer().sign(&key, max, &grant)),
             "does not sign",
         ),
         (
             "a key id nobody trusts",
-            Some(foreign.sign(&key, max)),
+            Some(foreign.sign(&key, max, &grant)),
             "unknown key id",
         ),
         (
@@ -806,4 +821,101 @@ async fn a9_bad_input_is_refused_by_name() {
     );
     // Nothing was written by any refused request.
     assert_eq!(stack.payout(id).await.unwrap().state, PayoutState::Pending);
+}
+
+/// A fenced write with an explicit token and proof, as the executor's credential sends it:
+/// the status and the error code, if any.
+async fn fenced_write(stack: &Stack, url: &str, token: u64, proof: &str) -> (u16, Option<String>) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(&stack.secrets.executor)
+        .header(lock_api::FENCING_TOKEN_HEADER, token.to_string())
+        .header(lock_api::FENCING_PROOF_HEADER, proof)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or_default();
+    (status, body["code"].as_str().map(str::to_owned))
+}
+
+/// Runs one of PostgreSQL's client tools against `url`.
+fn pg_tool(tool: &str, args: &[&str], url: &str) {
+    let bin = test_support::pg::postgres_bin_dir().unwrap().join(tool);
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .arg(format!("--dbname={url}"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
+    assert!(out.status.success(), "{tool}: {out:?}");
+}
+
+/// A10: a lock store restored from a backup issues again the tokens it issued after the
+/// backup. The proof names its grant, so the second holder of a token is fenced out at the
+/// resource and the proxy, while the grant that claimed still writes; the rail sees the payout
+/// once. Restored under running lock-servers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a10_a_token_issued_twice_by_a_restored_lock_store_is_fenced_out() {
+    let stack = stack().await;
+    let lockdb = stack
+        .lockdb_url
+        .clone()
+        .expect("the attack suite runs the lock store on PostgreSQL");
+    let id = stack.create_payouts("restore", 1).await.unwrap()[0];
+    let key = payment_api::payout_lock_key(id);
+    let backup = tempfile::Builder::new()
+        .prefix("lockdb-")
+        .tempfile()
+        .unwrap();
+    let backup_path = backup.path().to_str().unwrap().to_owned();
+    pg_tool(
+        "pg_dump",
+        &["--format=custom", "--file", &backup_path],
+        &lockdb,
+    );
+
+    let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
+    let policy = lock_client::AcquirePolicy::DEFAULT;
+    let ttl = Duration::from_secs(30);
+    let a = client.open_session("holder-a").await.unwrap();
+    let first = a.acquire(&key, ttl, &policy).await.unwrap().unwrap();
+    let (token, proof_a) = (
+        first.fencing_token().0,
+        first.fence_proof().unwrap().to_owned(),
+    );
+    let claim = format!("{}/v1/payouts/{id}/claim", stack.payment_url);
+    assert_eq!(
+        fenced_write(&stack, &claim, token, &proof_a).await,
+        (200, None)
+    );
+
+    // The lock store goes back to before that grant, under the running replicas.
+    pg_tool(
+        "pg_restore",
+        &["--clean", "--if-exists", &backup_path],
+        &lockdb,
+    );
+    let b = client.open_session("holder-b").await.unwrap();
+    let second = b.acquire(&key, ttl, &policy).await.unwrap().unwrap();
+    assert_eq!(
+        second.fencing_token().0,
+        token,
+        "the restored store issued the same token again"
+    );
+    let proof_b = second.fence_proof().unwrap().to_owned();
+    assert_ne!(proof_b, proof_a, "two grants of one token: two proofs");
+
+    let fenced = (409, Some("FENCED_OUT".to_owned()));
+    assert_eq!(fenced_write(&stack, &claim, token, &proof_b).await, fenced);
+    let submit = format!("{}/v1/payouts/{id}/submit", stack.proxy_url);
+    assert_eq!(fenced_write(&stack, &submit, token, &proof_b).await, fenced);
+    // The grant that claimed is the holder: its submit goes through, once.
+    assert_eq!(fenced_write(&stack, &submit, token, &proof_a).await.0, 200);
+    let received = stack.rail_received(id).await.unwrap();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].transfer.presented_token, token as i64);
+    drop((first, second));
+    b.close().await;
+    a.close().await;
+    client.close();
 }

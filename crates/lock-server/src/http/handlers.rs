@@ -5,8 +5,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
-    FencingToken, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest,
-    ReleaseResponse, RenewRequest, SessionId, validate_requested_duration, validate_requested_ttl,
+    FencingToken, GrantId, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome,
+    ReleaseRequest, ReleaseResponse, RenewRequest, SessionId, validate_requested_duration,
+    validate_requested_ttl,
 };
 
 use crate::metrics as m;
@@ -319,11 +320,13 @@ pub async fn revoke(
     }))
 }
 
-/// The proof of `grant`, when this replica signs grants.
+/// The proof of `grant`, when this replica signs grants: it names the grant (its session,
+/// key and token, digested), so a token issued twice is two proofs for two grants.
 fn sign(state: &AppState, grant: &LockGrant) -> Option<String> {
-    state
-        .signer()
-        .map(|signer| signer.sign(&grant.lock_key, grant.fencing_token))
+    state.signer().map(|signer| {
+        let id = GrantId::derive(grant.session_id, &grant.lock_key, grant.fencing_token);
+        signer.sign(&grant.lock_key, grant.fencing_token, &id)
+    })
 }
 
 /// Middleware of L1-L7: `Authorization: Bearer <LOCK_CLIENT_TOKEN>`.

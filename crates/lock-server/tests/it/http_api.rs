@@ -349,7 +349,12 @@ async fn grants_carry_a_proof_a_resource_verifies_offline(at: StoreAt) {
     let key = lock_api::LockKey::parse("payout:41").unwrap();
     let t = lock_api::FencingToken(token(&grant));
     let proof = grant["proof"].as_str().expect("a proof");
-    assert_eq!(verifier.verify(&key, t, proof), Ok(()));
+    let session_id = lock_api::SessionId(session.parse().unwrap());
+    assert_eq!(
+        verifier.verify(&key, t, proof),
+        Ok(lock_api::GrantId::derive(session_id, &key, t)),
+        "it names the grant: this session's, of this key and token"
+    );
     let other = lock_api::LockKey::parse("payout:42").unwrap();
     assert!(
         verifier.verify(&other, t, proof).is_err(),

@@ -10,7 +10,7 @@ pub const ADMIN_TOKEN: &str = "admin-secret";
 
 /// The test lock service's proof of `payout:{payout_id}` with `token`.
 pub fn proof(payout_id: i64, token: u64) -> String {
-    test_support::test_signer().sign(
+    test_support::test_proof(
         &payment_api::payout_lock_key(payout_id),
         lock_api::FencingToken(token),
     )

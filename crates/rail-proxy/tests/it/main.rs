@@ -31,7 +31,7 @@ async fn bad_requests_are_refused_before_any_call() {
     tokio::spawn(server.run_until(std::future::pending()));
     let post = Method::POST;
     let proof = |id: i64, token: u64| {
-        test_support::test_signer().sign(
+        test_support::test_proof(
             &payment_api::payout_lock_key(id),
             lock_api::FencingToken(token),
         )
@@ -88,11 +88,14 @@ async fn bad_requests_are_refused_before_any_call() {
             .header("x-fencing-proof", proof(2, 3))
             .expect(403, "PROOF_INVALID", "does not sign"),
         submit("/v1/payouts/1/submit")
-            .header(
-                "x-fencing-proof",
-                test_support::keys::rogue_signer()
-                    .sign(&payment_api::payout_lock_key(1), lock_api::FencingToken(3)),
-            )
+            .header("x-fencing-proof", {
+                let (key, token) = (payment_api::payout_lock_key(1), lock_api::FencingToken(3));
+                test_support::keys::rogue_signer().sign(
+                    &key,
+                    token,
+                    &test_support::test_grant(1, &key, token),
+                )
+            })
             .expect(403, "PROOF_INVALID", "does not sign"),
         submit("/v1/payouts/+1/submit").expect(400, invalid, "payout_id"),
         submit("/v1/payouts/1/submit").expect(503, "STORE_UNAVAILABLE", "payment-resource"),
