@@ -75,6 +75,9 @@ pub struct Config {
     /// Probability that the nemesis pauses a worker between a guard (or its grant) and the
     /// write it allows (during faults), for up to 3 × TTL: the zombie's window.
     pub guard_pause: f64,
+    /// Probability that a wake-up of a parked request is lost, and (again) that one is late
+    /// (during faults): the recheck timer bounds what a lost one costs.
+    pub wake_loss: f64,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -92,7 +95,9 @@ impl Config {
             ttl_ms: 1_000,
             lease_ms: 1_000,
             hop_ms: 200,
-            request_timeout_ms: 300,
+            // Room for the SDK's loop to ask for waits of up to 350 ms (timeout − the 250 ms
+            // reply margin).
+            request_timeout_ms: 600,
             drift,
             fault_until_ms: rng.u64(3_000..=8_000),
             liveness_ms: 15_000,
@@ -102,6 +107,7 @@ impl Config {
             delay_spike: [0.0, 0.02, 0.05][rng.usize(0..3)],
             max_delay_ms: 600,
             guard_pause: [0.0, 0.02, 0.05][rng.usize(0..3)],
+            wake_loss: [0.0, 0.1, 0.5][rng.usize(0..3)],
             bugs,
         }
     }

@@ -6,13 +6,15 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
-use lock_server::store::{AcquireOutcome, LockStore, MemoryStore, StoreEnv, StoreError};
+use lock_server::store::{
+    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, StoreEnv, StoreError, Wake,
+};
 
 use crate::sched::Nanos;
 
@@ -69,11 +71,12 @@ pub enum LockCall {
     Open { owner: String, ttl_ms: u64 },
     /// L2.
     Heartbeat(SessionId),
-    /// L4.
+    /// L4, with the wait the SDK's loop asked for (`None`: a try).
     Acquire {
         key: LockKey,
         session: SessionId,
         lease_ms: u64,
+        wait_ms: Option<u64>,
     },
     /// L5.
     Renew {
@@ -107,6 +110,8 @@ pub enum LockAnswer {
         lease_ms: u64,
         expires: Nanos,
         session: SessionId,
+        /// How long the replica held the request before the store call that granted it.
+        waited_ms: u64,
     },
     /// L4: another session holds it.
     Held,
@@ -122,11 +127,24 @@ pub enum LockAnswer {
     LockLost,
 }
 
+/// A store refusal as the lock surface answers it.
+fn refusal(err: StoreError) -> LockAnswer {
+    match err {
+        StoreError::SessionUnknown(_) => LockAnswer::SessionUnknown,
+        StoreError::SessionExpired(_) => LockAnswer::SessionExpired,
+        StoreError::LockLost { .. } => LockAnswer::LockLost,
+        StoreError::NotLeader(_) | StoreError::Unavailable(_) => LockAnswer::NotLeader,
+        StoreError::Internal(e) => panic!("memory store failed: {e}"),
+    }
+}
+
 /// The replicas and the store.
 #[derive(Debug)]
 pub struct LockService {
     env: Arc<SimEnv>,
     store: MemoryStore,
+    /// The store's wake-ups not yet taken.
+    wakes: Arc<Mutex<Vec<Wake>>>,
     /// Per replica: whether it is up.
     pub up: Vec<bool>,
     /// The store refuses writes.
@@ -140,9 +158,17 @@ impl LockService {
     pub fn new(replicas: usize) -> Self {
         let env = Arc::new(SimEnv::default());
         let store = MemoryStore::with_env(env.clone());
+        let wakes: Arc<Mutex<Vec<Wake>>> = Arc::default();
+        let sink = wakes.clone();
+        let _ = now_or_never(store.watch_wakes(Arc::new(move |wake| {
+            sink.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(wake);
+        })));
         Self {
             env,
             store,
+            wakes,
             up: vec![true; replicas],
             not_leader: false,
             grants: Vec::new(),
@@ -179,22 +205,9 @@ impl LockService {
                 key,
                 session,
                 lease_ms,
-            } => now_or_never(store.acquire(key, *session, *lease_ms)).map(|o| match o {
-                AcquireOutcome::Granted { grant, .. } => {
-                    self.grants
-                        .push((now, key.clone(), grant.fencing_token, grant.session_id));
-                    LockAnswer::Granted {
-                        key: grant.lock_key,
-                        token: grant.fencing_token,
-                        lease_ms: grant.lease_ms,
-                        expires: store_nanos(grant.expires_at),
-                        session: grant.session_id,
-                    }
-                }
-                AcquireOutcome::Held { .. }
-                | AcquireOutcome::Delayed { .. }
-                | AcquireOutcome::Queued { .. } => LockAnswer::Held,
-            }),
+                ..
+            } => now_or_never(store.acquire(key, *session, *lease_ms))
+                .map(|o| self.answer_acquire(now, key, &o, 0)),
             LockCall::Renew {
                 key,
                 session,
@@ -205,6 +218,7 @@ impl LockService {
                 lease_ms: g.lease_ms,
                 expires: store_nanos(g.expires_at),
                 session: g.session_id,
+                waited_ms: 0,
             }),
             LockCall::Release {
                 key,
@@ -212,13 +226,72 @@ impl LockService {
                 token,
             } => now_or_never(store.release(key, *session, *token)).map(|_| LockAnswer::Released),
         };
-        Some(answer.unwrap_or_else(|err| match err {
-            StoreError::SessionUnknown(_) => LockAnswer::SessionUnknown,
-            StoreError::SessionExpired(_) => LockAnswer::SessionExpired,
-            StoreError::LockLost { .. } => LockAnswer::LockLost,
-            StoreError::NotLeader(_) | StoreError::Unavailable(_) => LockAnswer::NotLeader,
-            StoreError::Internal(e) => panic!("memory store failed: {e}"),
-        }))
+        Some(answer.unwrap_or_else(refusal))
+    }
+
+    /// The L4 answer for a store outcome at `now`, after the request waited `waited_ms` (a
+    /// grant is recorded as I3's witness).
+    pub fn answer_acquire(
+        &mut self,
+        now: Nanos,
+        key: &LockKey,
+        outcome: &AcquireOutcome,
+        waited_ms: u64,
+    ) -> LockAnswer {
+        match outcome {
+            AcquireOutcome::Granted { grant, .. } => {
+                self.grants
+                    .push((now, key.clone(), grant.fencing_token, grant.session_id));
+                LockAnswer::Granted {
+                    key: grant.lock_key.clone(),
+                    token: grant.fencing_token,
+                    lease_ms: grant.lease_ms,
+                    expires: store_nanos(grant.expires_at),
+                    session: grant.session_id,
+                    waited_ms,
+                }
+            }
+            AcquireOutcome::Held { .. }
+            | AcquireOutcome::Delayed { .. }
+            | AcquireOutcome::Queued { .. } => LockAnswer::Held,
+        }
+    }
+
+    /// A waiting L4's store call on replica `replica` at `now` (its queue place kept for
+    /// `spec.queue_ms`): the outcome, a refusal, or `None` when the replica is down.
+    pub fn acquire_queued(
+        &mut self,
+        now: Nanos,
+        replica: usize,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Option<Result<AcquireOutcome, LockAnswer>> {
+        if !self.up[replica] {
+            return None;
+        }
+        if self.not_leader {
+            return Some(Err(LockAnswer::NotLeader));
+        }
+        self.env.set_now(now);
+        Some(now_or_never(self.store.acquire_with(key, session, spec)).map_err(refusal))
+    }
+
+    /// A waiting L4 gave up: its queue place goes now.
+    pub fn leave_queue(&mut self, now: Nanos, key: &LockKey, session: SessionId) {
+        self.env.set_now(now);
+        let _ = now_or_never(self.store.leave_queue(key, session));
+    }
+
+    /// The store's wake-ups since the last call (every replica hears them, as every replica
+    /// listens on PostgreSQL).
+    pub fn take_wakes(&mut self) -> Vec<Wake> {
+        std::mem::take(
+            &mut *self
+                .wakes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// An operator's L8 at `now`: the key's live grant, if any, ends (its token is never

@@ -21,6 +21,8 @@ use crate::check::{Coverage, Violation};
 use crate::config::Config;
 use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
+use lock_server::store::{AcquireSpec, Wake};
+use lock_server::waiting::{WaitPlan, WaitStep};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
@@ -91,6 +93,8 @@ enum Event {
     /// The job of this id sends its next write: the scheduling point between the guard
     /// (or the grant) and the write, where a pause makes a zombie.
     Write(usize, u64, Write),
+    /// A parked L4 asks the store again (woken, or its nap ended).
+    WaitRetry(u64),
     Timeout(usize, u64),
     Nemesis(Fault),
     Reap,
@@ -183,6 +187,18 @@ impl Client {
     }
 }
 
+/// An L4 parked on a replica (`waiting::acquire_waiting`'s state).
+#[derive(Debug)]
+struct Parked {
+    replica: usize,
+    from: Node,
+    req: u64,
+    key: LockKey,
+    session: SessionId,
+    lease_ms: u64,
+    plan: WaitPlan,
+}
+
 /// The outcome of one run.
 #[derive(Debug)]
 pub struct RunReport {
@@ -217,6 +233,10 @@ pub struct World {
     /// Grants an operator revoked: their holders may believe they hold until their next
     /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
     revoked: BTreeSet<(LockKey, FencingToken)>,
+    /// L4 requests parked on a replica, by id.
+    parked: BTreeMap<u64, Parked>,
+    /// Numbers parked requests.
+    parks: u64,
     events: u64,
 }
 
@@ -286,6 +306,8 @@ impl World {
             last_sent_on_link: BTreeMap::new(),
             accepted_max: vec![0; cfg.payouts],
             revoked: BTreeSet::new(),
+            parked: BTreeMap::new(),
+            parks: 0,
             events: 0,
             cfg,
         };
@@ -449,6 +471,7 @@ impl World {
             }
             self.events += 1;
             self.dispatch(event);
+            self.deliver_wakes();
             self.check_exclusion();
             if now >= fault_until && self.bank.all_terminal() {
                 break;
@@ -525,6 +548,7 @@ impl World {
                     self.send_write(c, write);
                 }
             }
+            Event::WaitRetry(id) => self.wait_call(id),
             Event::Timeout(c, req) => self.timeout(c, req),
             Event::Nemesis(fault) => self.nemesis(fault),
             Event::Reap => {
@@ -540,6 +564,12 @@ impl World {
             Fault::ReplicaDown(r) => {
                 self.coverage.hit("fault: replica crash");
                 self.service.up[r] = false;
+                let before = self.parked.len();
+                self.parked.retain(|_, p| p.replica != r);
+                if self.parked.len() < before {
+                    self.coverage
+                        .hit("fault: a replica crashed with requests parked");
+                }
             }
             Fault::ReplicaUp(r) => self.service.up[r] = true,
             Fault::NotLeaderOn => {
@@ -586,7 +616,115 @@ impl World {
                 self.check_grant(key, *token, *session);
             }
         }
+        // A refused L4 that may wait is parked on the replica, as `waiting::acquire_waiting`
+        // parks it, and driven by the same plan.
+        if let (
+            LockAnswer::Held,
+            LockCall::Acquire {
+                key,
+                session,
+                lease_ms,
+                wait_ms: Some(wait_ms),
+            },
+        ) = (&answer, &call)
+        {
+            self.parks += 1;
+            let id = self.parks;
+            self.parked.insert(
+                id,
+                Parked {
+                    replica: r,
+                    from,
+                    req,
+                    key: key.clone(),
+                    session: *session,
+                    lease_ms: *lease_ms,
+                    plan: WaitPlan::new(now, *wait_ms),
+                },
+            );
+            return self.wait_call(id);
+        }
         self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+    }
+
+    /// A parked L4 asks the store again (its queue place renewed), then answers or naps as
+    /// its plan says.
+    fn wait_call(&mut self, id: u64) {
+        let now = self.q.now();
+        let Some(p) = self.parked.get(&id) else {
+            return;
+        };
+        let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
+        let spec = AcquireSpec {
+            lease_ms: p.lease_ms,
+            queue_ms: p.plan.queue_ms(now),
+            lock_delay_ms: 0,
+        };
+        let plan = p.plan;
+        let answer = match self.service.acquire_queued(now, r, &key, session, spec) {
+            // The replica crashed with the request parked: nothing answers.
+            None => {
+                self.parked.remove(&id);
+                return;
+            }
+            Some(Err(refusal)) => refusal,
+            Some(Ok(outcome)) => match plan.after(now, &outcome) {
+                WaitStep::Nap(nap) => {
+                    self.q.after(
+                        u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX).max(1),
+                        Event::WaitRetry(id),
+                    );
+                    return;
+                }
+                WaitStep::Answer { waited_ms, leave } => {
+                    if leave {
+                        self.coverage
+                            .hit("a waiting acquire gave up at its deadline");
+                        self.service.leave_queue(now, &key, session);
+                    } else {
+                        self.coverage.hit("a parked acquire granted");
+                    }
+                    self.service.answer_acquire(now, &key, &outcome, waited_ms)
+                }
+            },
+        };
+        self.parked.remove(&id);
+        if let LockAnswer::Granted { token, .. } = &answer {
+            self.check_grant(&key, *token, session);
+        }
+        self.log(&[from, Node::Replica(r)], || {
+            format!("r{r} answers parked #{req}: {answer:?}")
+        });
+        self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+    }
+
+    /// Delivers the store's wake-ups to the parked requests they name, on every replica; the
+    /// nemesis loses some (the recheck timer then bounds the cost) and delays others.
+    fn deliver_wakes(&mut self) {
+        for wake in self.service.take_wakes() {
+            let woken: Vec<u64> = self
+                .parked
+                .iter()
+                .filter(|(_, p)| match &wake {
+                    Wake::Head { key, session } => p.key == *key && p.session == *session,
+                    Wake::Everyone => true,
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in woken {
+                if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
+                    self.coverage.hit("fault: a wake-up lost");
+                    continue;
+                }
+                let late = if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
+                    self.coverage.hit("fault: a wake-up late");
+                    self.rng.u64(MS..=200 * MS)
+                } else {
+                    1
+                };
+                self.q.after(late, Event::WaitRetry(id));
+            }
+        }
     }
 
     fn at_bank(&mut self, from: Node, req: u64, body: Body) {
@@ -727,6 +865,7 @@ impl World {
             key: job.key.clone(),
             session: session.id,
             lease_ms,
+            wait_ms: attempt.wait_ms(),
         };
         let pending = Pending::Acquire(job.id, attempt);
         self.lock_request(c, pending, call);
@@ -991,6 +1130,7 @@ impl World {
                     token,
                     lease_ms,
                     expires,
+                    waited_ms,
                     ..
                 },
                 Pending::Acquire(job, attempt),
@@ -1001,9 +1141,8 @@ impl World {
                 let Some(s) = &mut self.clients[c].session else {
                     return;
                 };
-                // The simulated store grants at once: the server held the request 0 ms.
                 if s.core
-                    .granted(&key, token, lease_ms, attempt, now_local, 0)
+                    .granted(&key, token, lease_ms, attempt, now_local, waited_ms)
                     .is_err()
                 {
                     // A re-grant of our own unanswered release's token: release it again and,

@@ -78,18 +78,27 @@ impl Attempt {
 
     /// The instant a grant answered to this attempt counts from: the send, plus the time the
     /// server says it held the request before the store call that granted it
-    /// (`LockGrant::waited_ms`), but never more than this client measured between send and
-    /// `received_nanos` (a server that overstates its wait cannot push a deadline past what
-    /// physics allows). The grant began after this.
-    pub fn grant_basis_nanos(self, received_nanos: u64, waited_ms: u64) -> u64 {
-        grant_basis_nanos(self.send_nanos, received_nanos, waited_ms)
+    /// (`LockGrant::waited_ms`), shrunk by the safety margin, and never more than this client
+    /// measured between send and `received_nanos` (a server that overstates its wait cannot
+    /// push a deadline past what physics allows). The grant began after this.
+    pub fn grant_basis_nanos(self, received_nanos: u64, waited_ms: u64, safety_margin: f64) -> u64 {
+        grant_basis_nanos(self.send_nanos, received_nanos, waited_ms, safety_margin)
     }
 }
 
-/// See [`Attempt::grant_basis_nanos`].
-pub fn grant_basis_nanos(send_nanos: u64, received_nanos: u64, waited_ms: u64) -> u64 {
+/// See [`Attempt::grant_basis_nanos`]. The server's `waited_ms` are its clock's; on this
+/// client's clock, running slow by up to the margin the SDK allows for drift, they may have
+/// lasted only `waited × (1 − margin)`, so that is all the credit a wait earns (crediting it
+/// whole let a slow client's deadline pass the server's expiry: I4, found by the simulation).
+pub fn grant_basis_nanos(
+    send_nanos: u64,
+    received_nanos: u64,
+    waited_ms: u64,
+    safety_margin: f64,
+) -> u64 {
     let measured = received_nanos.wrapping_sub(send_nanos);
-    send_nanos.wrapping_add(waited_ms.saturating_mul(1_000_000).min(measured))
+    let credit = super::usable_nanos(safety_margin, waited_ms);
+    send_nanos.wrapping_add(credit.min(measured))
 }
 
 /// What comes after a failed attempt.
@@ -212,18 +221,19 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_credits_at_most_what_the_client_measured() {
+    fn a_wait_credits_its_usable_part_and_at_most_what_the_client_measured() {
         let mut lp = AcquireLoop::new(&policy(2_000, 32), Duration::from_secs(5), START);
         let attempt = lp.attempt(START);
         let received = START.wrapping_add(50 * MS);
-        assert_eq!(attempt.grant_basis_nanos(received, 0), START);
+        assert_eq!(attempt.grant_basis_nanos(received, 0, 0.3), START);
+        // 30 ms of the server's clock are at least 21 ms of a clock slow by under the margin.
         assert_eq!(
-            attempt.grant_basis_nanos(received, 30),
-            START.wrapping_add(30 * MS)
+            attempt.grant_basis_nanos(received, 30, 0.3),
+            START.wrapping_add(21 * MS)
         );
         // Claims beyond the measured round trip are cut to it.
-        assert_eq!(attempt.grant_basis_nanos(received, 80), received);
-        assert_eq!(attempt.grant_basis_nanos(received, u64::MAX), received);
+        assert_eq!(attempt.grant_basis_nanos(received, 80, 0.3), received);
+        assert_eq!(attempt.grant_basis_nanos(received, u64::MAX, 0.3), received);
     }
 
     #[test]

@@ -372,7 +372,7 @@ impl SessionCore {
 
     /// Registers a grant of `lease_ms` answered at `received_nanos` to `attempt`, the
     /// server having held the request `waited_ms` before granting: its deadline counts from
-    /// [`Attempt::grant_basis_nanos`]. An idempotent re-grant of a live grant this session
+    /// [`Attempt::grant_basis_nanos`] (the wait credited less the margin). An idempotent re-grant of a live grant this session
     /// holds adds one hold to it. A re-grant carrying the token of this session's unanswered
     /// release is refused: that release may still delete it.
     pub fn granted(
@@ -384,7 +384,7 @@ impl SessionCore {
         received_nanos: u64,
         waited_ms: u64,
     ) -> Result<Held, StaleRegrant> {
-        let send_nanos = attempt.grant_basis_nanos(received_nanos, waited_ms);
+        let send_nanos = attempt.grant_basis_nanos(received_nanos, waited_ms, self.safety_margin);
         if self.releasing.get(key) == Some(&token) {
             return Err(StaleRegrant {
                 key: key.clone(),
