@@ -11,16 +11,21 @@ pub const SAFETY_MARGIN: f64 = 0.30;
 /// under the store's `lease` while `d < margin`. 0.25 keeps a fifth of the margin for luck.
 pub const DRIFT_BOUND: f64 = 0.25;
 
-/// Simulation-only switches for the two mistakes a deployment, not the code, can make:
-/// running the SDK with no safety margin, and a resource that never calls the fence. A bug
-/// in the code itself is planted in the product's code (the SDK's core and drivers, the
-/// store, `check_fence`), never in this model: the simulation runs that code.
+/// Simulation-only switches for what the code cannot be blamed for: the two mistakes a
+/// deployment can make (running the SDK with no safety margin, a resource that never calls
+/// the fence), and a hazard the product does not guard against yet (the store host's wall
+/// clock stepping). A bug in the code itself is planted in the product's code (the SDK's
+/// core and drivers, the store, `check_fence`), never in this model: the simulation runs
+/// that code.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Bugs {
     /// The SDK's safety margin is 0.
     pub zero_margin: bool,
     /// The resource ignores the fence.
     pub ignore_fence: bool,
+    /// The store host's wall clock steps, forward and back, by up to 3 × TTL. The store
+    /// times leases by that clock (PostgreSQL's `now()`); nothing checks it yet.
+    pub store_clock_steps: bool,
 }
 
 impl Bugs {
@@ -29,8 +34,11 @@ impl Bugs {
         match name {
             "zero-margin" => self.zero_margin = true,
             "ignore-fence" => self.ignore_fence = true,
+            "store-clock-steps" => self.store_clock_steps = true,
             other => {
-                return Err(format!("unknown bug {other:?}: zero-margin, ignore-fence"));
+                return Err(format!(
+                    "unknown bug {other:?}: zero-margin, ignore-fence, store-clock-steps"
+                ));
             }
         }
         Ok(self)

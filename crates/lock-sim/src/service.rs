@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -18,10 +18,13 @@ use lock_server::store::{
 
 use crate::sched::Nanos;
 
-/// The store's environment on virtual time: the true clock, session ids from a counter.
+/// The store's environment on virtual time: the store host's wall clock (the true time, plus
+/// whatever steps it took), session ids from a counter.
 #[derive(Debug, Default)]
 pub struct SimEnv {
     now: AtomicU64,
+    /// How far the store host's wall clock has been stepped from the true time.
+    offset: AtomicI64,
     next_session: AtomicU64,
 }
 
@@ -30,11 +33,23 @@ impl SimEnv {
     pub fn set_now(&self, now: Nanos) {
         self.now.store(now, Ordering::SeqCst);
     }
+
+    /// Steps the store host's wall clock by `by_nanos` (NTP, an operator, a VM resumed).
+    pub fn step(&self, by_nanos: i64) {
+        self.offset.fetch_add(by_nanos, Ordering::SeqCst);
+    }
+
+    /// The true time of a store clock reading, as the clock stands now.
+    pub fn true_time(&self, store_nanos: Nanos) -> Nanos {
+        store_nanos.saturating_add_signed(-self.offset.load(Ordering::SeqCst))
+    }
 }
 
 impl StoreEnv for SimEnv {
     fn now_nanos(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
+        self.now
+            .load(Ordering::SeqCst)
+            .saturating_add_signed(self.offset.load(Ordering::SeqCst))
     }
 
     fn session_id(&self) -> SessionId {
@@ -92,7 +107,8 @@ pub enum LockCall {
     },
 }
 
-/// A lock-surface answer (`expires` in true nanoseconds).
+/// A lock-surface answer (`expires` in true nanoseconds: the store's expiry read through its
+/// clock's offset at the answer; a later step of that clock moves the real expiry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockAnswer {
     /// L1.
@@ -192,13 +208,13 @@ impl LockService {
                 now_or_never(store.create_session(&owner, *ttl_ms)).map(|r| LockAnswer::Opened {
                     session: r.session_id,
                     ttl_ms: r.ttl_ms,
-                    expires: store_nanos(r.expires_at),
+                    expires: self.env.true_time(store_nanos(r.expires_at)),
                 })
             }
             LockCall::Heartbeat(session) => {
                 now_or_never(store.heartbeat(*session)).map(|r| LockAnswer::Extended {
                     ttl_ms: r.ttl_ms,
-                    expires: store_nanos(r.expires_at),
+                    expires: self.env.true_time(store_nanos(r.expires_at)),
                 })
             }
             LockCall::Acquire {
@@ -216,7 +232,7 @@ impl LockService {
                 key: g.lock_key,
                 token: g.fencing_token,
                 lease_ms: g.lease_ms,
-                expires: store_nanos(g.expires_at),
+                expires: self.env.true_time(store_nanos(g.expires_at)),
                 session: g.session_id,
                 waited_ms: 0,
             }),
@@ -246,7 +262,7 @@ impl LockService {
                     key: grant.lock_key.clone(),
                     token: grant.fencing_token,
                     lease_ms: grant.lease_ms,
-                    expires: store_nanos(grant.expires_at),
+                    expires: self.env.true_time(store_nanos(grant.expires_at)),
                     session: grant.session_id,
                     waited_ms,
                 }
@@ -299,6 +315,11 @@ impl LockService {
     pub fn revoke(&mut self, now: Nanos, key: &LockKey) -> Option<FencingToken> {
         self.env.set_now(now);
         now_or_never(self.store.revoke(key)).ok().flatten()
+    }
+
+    /// Steps the store host's wall clock by `by_nanos`.
+    pub fn step_store_clock(&self, by_nanos: i64) {
+        self.env.step(by_nanos);
     }
 
     /// The reaper's pass at `now`.

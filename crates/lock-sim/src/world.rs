@@ -74,6 +74,8 @@ enum Fault {
     Heal(Node, Node),
     /// An operator revokes the payout's lock (L8).
     Revoke(usize),
+    /// The store host's wall clock steps by this many nanoseconds.
+    StoreClockStep(i64),
 }
 
 #[derive(Debug)]
@@ -352,6 +354,16 @@ impl World {
             let at = self.rng.u64(0..until);
             self.q.at(at, Event::Nemesis(Fault::Revoke(payout)));
         }
+        if self.cfg.bugs.store_clock_steps {
+            let ttl = i64::try_from(self.cfg.ttl_ms * MS).unwrap_or(i64::MAX);
+            // Two steps forward (the kind that can cost exclusion), and up to two either way.
+            for n in 0..self.rng.usize(2..=4) {
+                let by = self.rng.i64(ttl / 2..=3 * ttl);
+                let by = if n < 2 || self.rng.bool() { by } else { -by };
+                let at = self.rng.u64(0..until);
+                self.q.at(at, Event::Nemesis(Fault::StoreClockStep(by)));
+            }
+        }
     }
 
     fn log(&mut self, parties: &[Node], text: impl FnOnce() -> String) {
@@ -585,6 +597,14 @@ impl World {
                 if let Some(i) = self.partitions.iter().position(|p| *p == (a, b)) {
                     self.partitions.remove(i);
                 }
+            }
+            Fault::StoreClockStep(by) => {
+                self.coverage.hit(if by > 0 {
+                    "fault: store clock stepped forward"
+                } else {
+                    "fault: store clock stepped back"
+                });
+                self.service.step_store_clock(by);
             }
             Fault::Revoke(payout) => {
                 let key = key_of(payout);
