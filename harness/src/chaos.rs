@@ -43,9 +43,6 @@ const NEMESIS_TICKS_PER_RAIL_FAULT: u32 = 60;
 /// Probability an executor stops itself at a step of a payout (before its claim, and between
 /// a guard and its submit or its post).
 const SELF_STOP_RATE: f64 = 0.05;
-/// The same in compose mode, higher: with its 10 s leases each self-stop after a claim needs
-/// 11-15 s to become a zombie, so a short run sees few of them otherwise.
-const COMPOSE_SELF_STOP_RATE: f64 = 0.12;
 /// A self-stopped executor is continued after 1.5 to 3 × the lease: it stopped between a
 /// guard and its write, so it wakes a zombie whose grant expired and, most often, whose key
 /// another executor took over meanwhile. Its write must be fenced.
@@ -256,12 +253,7 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
     for i in 0..options.executors {
         // Executors also stop themselves at random steps of a payout (between a guard and
         // its write, too): the nemesis continues them after a pause of its choosing.
-        let rate = if compose {
-            COMPOSE_SELF_STOP_RATE
-        } else {
-            SELF_STOP_RATE
-        };
-        let armed = [("EXECUTOR_FAULT_SIGSTOP_RATE", rate.to_string())];
+        let armed = [("EXECUTOR_FAULT_SIGSTOP_RATE", SELF_STOP_RATE.to_string())];
         stack
             .start_executor(&format!("executor-{i}"), &armed)
             .await?;
