@@ -631,20 +631,29 @@ mod tests {
         SessionCore::new(0.3, 10_000, START)
     }
 
+    /// A grant of `k` with `token` and `lease_ms`, answered at once to an acquire sent at
+    /// `START` (no wait).
+    fn grant(
+        c: &mut SessionCore,
+        k: &str,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<Held, StaleRegrant> {
+        c.granted(
+            &key(k),
+            FencingToken(token),
+            lease_ms,
+            Attempt::sent_at(START),
+            START,
+            0,
+        )
+    }
+
     #[test]
     fn deadlines_are_send_time_plus_the_usable_lease_across_the_wrap() {
         let mut c = core();
         assert_eq!(c.session_deadline_nanos(), START.wrapping_add(7_000 * MS));
-        let held = c
-            .granted(
-                &key("k"),
-                FencingToken(4),
-                3_000,
-                Attempt::sent_at(START),
-                START,
-                0,
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        let held = grant(&mut c, "k", 4, 3_000).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(held.deadline_nanos, START.wrapping_add(2_100 * MS));
         let now = START.wrapping_add(2_000 * MS); // past u64::MAX
         assert!(now < START, "the reading wrapped");
@@ -672,22 +681,8 @@ mod tests {
     #[test]
     fn a_tick_renews_grants_under_two_periods_and_a_passed_deadline_is_final() {
         let mut c = core();
-        let _ = c.granted(
-            &key("a"),
-            FencingToken(1),
-            3_000,
-            Attempt::sent_at(START),
-            START,
-            0,
-        );
-        let _ = c.granted(
-            &key("b"),
-            FencingToken(1),
-            9_000,
-            Attempt::sent_at(START),
-            START,
-            0,
-        );
+        let _ = grant(&mut c, "a", 1, 3_000);
+        let _ = grant(&mut c, "b", 1, 9_000);
         let period = Duration::from_millis(700);
         let plan = c.begin_tick(START.wrapping_add(800 * MS), period);
         assert!(plan.heartbeat.is_some());
@@ -722,14 +717,7 @@ mod tests {
     #[test]
     fn session_loss_takes_every_grant_and_a_heartbeat_cannot_undo_it() {
         let mut c = core();
-        let _ = c.granted(
-            &key("a"),
-            FencingToken(1),
-            3_000,
-            Attempt::sent_at(START),
-            START,
-            0,
-        );
+        let _ = grant(&mut c, "a", 1, 3_000);
         c.lose_session(LossReason::SessionExpired);
         c.heartbeat_ok(Sent { nanos: START }, 10_000);
         assert_eq!(c.lost(), Some(LossReason::SessionExpired));
@@ -752,14 +740,7 @@ mod tests {
     #[test]
     fn holds_count_and_a_loss_released_before_delivery_is_still_delivered() {
         let mut c = core();
-        let _ = c.granted(
-            &key("a"),
-            FencingToken(2),
-            3_000,
-            Attempt::sent_at(START),
-            START,
-            0,
-        );
+        let _ = grant(&mut c, "a", 2, 3_000);
         assert!(c.reenter(&key("a"), START).is_ok_and(|h| h.is_some()));
         assert_eq!(
             c.unhold(&key("a"), FencingToken(2)),
@@ -779,25 +760,11 @@ mod tests {
     #[test]
     fn a_regrant_with_the_token_of_an_unanswered_release_is_refused() {
         let mut c = core();
-        let _ = c.granted(
-            &key("a"),
-            FencingToken(1),
-            3_000,
-            Attempt::sent_at(START),
-            START,
-            0,
-        );
+        let _ = grant(&mut c, "a", 1, 3_000);
         assert_eq!(c.unhold(&key("a"), FencingToken(1)), Unhold::Last(None));
         // The release is in flight; the store re-grants token 1 to this session first.
         assert_eq!(
-            c.granted(
-                &key("a"),
-                FencingToken(1),
-                3_000,
-                Attempt::sent_at(START),
-                START,
-                0
-            ),
+            grant(&mut c, "a", 1, 3_000),
             Err(StaleRegrant {
                 key: key("a"),
                 token: FencingToken(1)
@@ -808,17 +775,7 @@ mod tests {
             "not registered"
         );
         c.release_answered(&key("a"), FencingToken(1));
-        assert!(
-            c.granted(
-                &key("a"),
-                FencingToken(2),
-                3_000,
-                Attempt::sent_at(START),
-                START,
-                0
-            )
-            .is_ok()
-        );
+        assert!(grant(&mut c, "a", 2, 3_000).is_ok());
     }
 
     #[test]
