@@ -348,11 +348,13 @@ pub async fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
                 let longest = Duration::from_millis(pause_max_ms);
                 *until = Instant::now() + longest + Duration::from_millis(200);
                 let (pid, faults) = (executor_pids[e], faults.clone());
-                let frozen = last_self_stop(&executor_logs[e].read());
-                let api = payouts_api.clone();
+                let (log, api) = (executor_logs[e].clone(), payouts_api.clone());
                 tasks.push(tokio::spawn(async move {
                     let start = Utc::now();
                     let began = Instant::now();
+                    // Reading a log (a file, or `docker logs`) blocks: not on the nemesis loop.
+                    let frozen =
+                        tokio::task::spawn_blocking(move || last_self_stop(&log.read())).await?;
                     // A self-stop after its claim froze a holder between its guard and its
                     // write: wake it once another executor has claimed the payout over it (its
                     // write is then a zombie's, and must be fenced), or at the longest pause.
