@@ -28,11 +28,15 @@ pub const WRITE_STEPS: [&str; 3] = ["claim", "submit", "post"];
 pub const WRITE_RESULTS: [&str; 5] = ["ok", "fenced", "terminal", "submitted", "error"];
 
 /// Every line of a service's log, each a JSON object: anything else is an error, so a log
-/// format that drifted makes the campaign fail instead of silently emptying its checks.
-fn strict_lines(log: &str, whose: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+/// format that drifted makes the campaign fail instead of silently emptying its checks. The
+/// one exception is the binary's own fatal line, `{binary}: {why}` (a process that could not
+/// start, e.g. a replica restarted while its store restarts too), which says nothing the
+/// checks read.
+fn strict_lines(log: &str, whose: &str, binary: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let fatal = format!("{binary}: ");
     log.lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with(&fatal))
         .map(|(n, l)| {
             serde_json::from_str::<serde_json::Value>(l)
                 .ok()
@@ -172,7 +176,7 @@ impl History {
         let mut released: BTreeMap<(String, i64), DateTime<Utc>> = BTreeMap::new();
         let mut closed: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
         for log in lock_logs {
-            for line in strict_lines(log, "a lock-server")? {
+            for line in strict_lines(log, "a lock-server", "lock-server")? {
                 match line["event"].as_str() {
                     Some("lock_released") if line["released"] == true => {
                         let key = required_str(&line, "key")?.to_owned();
@@ -229,7 +233,7 @@ impl History {
         let mut losses = Vec::new();
         let mut failovers = 0;
         for (executor, log) in executor_logs {
-            for line in strict_lines(log, executor)? {
+            for line in strict_lines(log, executor, "payout-executor")? {
                 match line["event"].as_str() {
                     Some("write") => writes.push(write_op(executor, &line)?),
                     Some("endpoint_rotated") => failovers += 1,
@@ -450,6 +454,17 @@ mod tests {
             }],
         );
         assert!(h.check().is_ok(), "{:?}", h.check());
+    }
+
+    #[test]
+    fn a_replica_that_could_not_start_leaves_its_fatal_line_and_nothing_else_passes() {
+        let mut lock = good_lock_log();
+        lock.push("lock-server: cannot open the store: terminating connection".to_owned());
+        let read = |lock: &[String]| History::read(&[lock.join("\n")], &[], Vec::new(), Vec::new());
+        assert!(read(&lock).is_ok(), "the binary's own fatal line");
+        lock.push("payout-executor: another binary's line".to_owned());
+        let err = read(&lock).map(|_| ()).expect_err("strict").to_string();
+        assert!(err.contains("not a JSON object"), "{err}");
     }
 
     #[test]
