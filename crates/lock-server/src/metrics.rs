@@ -25,6 +25,10 @@ pub const WAITS_TOTAL: &str = "lock_waits_total";
 /// Acquires refused because the key was in a lock-delay.
 pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
 
+/// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
+pub const STORE_CLOCK_STEPS_TOTAL: &str = "lock_store_clock_steps_total";
+/// Grants refused or withheld while a replica's store-clock guard held grants.
+pub const GRANTS_WITHHELD_TOTAL: &str = "lock_grants_withheld_total";
 /// Values of `lock_waits_total`'s `outcome` label.
 pub const WAIT_OUTCOMES: [&str; 4] = ["granted", "timed_out", "draining", "too_many_waiters"];
 
@@ -43,7 +47,15 @@ pub fn describe(backend: &'static str) {
         "L4 requests with wait_ms parked on this replica, waiting for their key."
     );
     gauge!(WAITERS).set(0.0);
-    let families: [(&'static str, &'static str); 11] = [
+    let families: [(&'static str, &'static str); 13] = [
+        (
+            STORE_CLOCK_STEPS_TOTAL,
+            "Forward steps of the store's clock seen by this replica (each holds grants for the longest lease).",
+        ),
+        (
+            GRANTS_WITHHELD_TOTAL,
+            "Acquires answered 503 STORE_UNAVAILABLE because the store's clock stepped forward.",
+        ),
         (
             WAITS_TOTAL,
             "Waiting L4 requests (wait_ms) by outcome: granted, timed_out, draining, too_many_waiters.",
@@ -92,6 +104,8 @@ pub fn describe(backend: &'static str) {
         REVOKED_TOTAL,
         NOT_LEADER_TOTAL,
         LOCK_DELAYED_TOTAL,
+        STORE_CLOCK_STEPS_TOTAL,
+        GRANTS_WITHHELD_TOTAL,
     ] {
         counter!(name, "backend" => backend).increment(0);
     }

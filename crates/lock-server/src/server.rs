@@ -1,5 +1,5 @@
-//! Starting, running and draining one replica: store connection, listener, reaper,
-//! graceful shutdown.
+//! Starting, running and draining one replica: store connection, listener, reaper, the
+//! store-clock sampler, graceful shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -121,6 +121,9 @@ impl Server {
             },
         );
         state.watch_wakes().await?;
+        // The store-clock guard's first reading, before any grant: a step after this start
+        // is then measured against this replica's own clock, not only its host's wall clock.
+        state.clock_checked().sample().await?;
         service_kit::install_metrics();
         crate::metrics::describe(state.backend().as_str());
         Ok(Self {
@@ -165,6 +168,10 @@ impl Server {
             reaper_interval,
             reaper_stop,
         ));
+        let clock_watch = tokio::spawn(crate::store::watch_clock(
+            state.clock_checked(),
+            stop_reaper.subscribe(),
+        ));
         let drain_state = state.clone();
         let drain = async move {
             shutdown.await;
@@ -181,6 +188,7 @@ impl Server {
         let served = service_kit::serve(listener, app, &http_limits, drain).await;
         let _ = stop_reaper.send(true);
         let _ = reaper.await;
+        let _ = clock_watch.await;
         tracing::info!(event = "stopped", "lock-server stopped");
         served
     }

@@ -6,7 +6,7 @@ use lock_api::{Backend, FenceSigner};
 use tokio::sync::watch;
 
 use crate::config::{TtlPolicy, WaitPolicy};
-use crate::store::{LockStore, StoreError};
+use crate::store::{ClockCheckedStore, LockStore, StoreError};
 use crate::waiting::Waiters;
 
 /// The secrets a replica is configured with.
@@ -28,7 +28,9 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
+    /// `clock`, as every handler sees it.
     store: Arc<dyn LockStore>,
+    clock: Arc<ClockCheckedStore>,
     ttl: TtlPolicy,
     admin_token: Option<String>,
     client_token: Option<String>,
@@ -39,7 +41,9 @@ struct Inner {
 }
 
 impl AppState {
-    /// State over `store` with the given TTL and waiting policies and credentials.
+    /// State over `store` with the given TTL and waiting policies and credentials. Every
+    /// grant passes this replica's store-clock guard, which holds grants for the longest
+    /// lease after a step.
     pub fn new(
         store: Arc<dyn LockStore>,
         ttl: TtlPolicy,
@@ -47,9 +51,14 @@ impl AppState {
         credentials: Credentials,
     ) -> Self {
         let nonempty = |t: Option<String>| t.filter(|t| !t.is_empty());
+        let clock = Arc::new(ClockCheckedStore::new(
+            store,
+            std::time::Duration::from_millis(ttl.max_ms),
+        ));
         Self {
             inner: Arc::new(Inner {
-                store,
+                store: clock.clone(),
+                clock,
                 ttl,
                 admin_token: nonempty(credentials.admin_token),
                 client_token: nonempty(credentials.client_token),
@@ -73,6 +82,11 @@ impl AppState {
     /// The store, shared (for work that outlives a request, such as leaving a queue).
     pub fn store_arc(&self) -> Arc<dyn LockStore> {
         self.inner.store.clone()
+    }
+
+    /// The store with this replica's store-clock guard (for its sampler).
+    pub fn clock_checked(&self) -> Arc<ClockCheckedStore> {
+        self.inner.clock.clone()
     }
 
     /// Waiting and lock-delay limits.

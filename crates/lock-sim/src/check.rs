@@ -29,6 +29,8 @@ pub const MUST_REACH: &[&str] = &[
     "fault: a wake-up late",
     "fault: a replica crashed with requests parked",
     "fault: pause between a guard and its write",
+    "fault: store clock stepped forward",
+    "a grant withheld: the store's clock stepped",
     "fault: a pause between guard and write outlived the lease",
     "a loss: deadline passed",
     "a loss: renew refused",

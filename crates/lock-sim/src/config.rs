@@ -13,8 +13,7 @@ pub const DRIFT_BOUND: f64 = 0.25;
 
 /// Simulation-only switches for what the code cannot be blamed for: the two mistakes a
 /// deployment can make (running the SDK with no safety margin, a resource that never calls
-/// the fence), and a hazard the product does not guard against yet (the store host's wall
-/// clock stepping). A bug in the code itself is planted in the product's code (the SDK's
+/// the fence). A bug in the code itself is planted in the product's code (the SDK's
 /// core and drivers, the store, `check_fence`), never in this model: the simulation runs
 /// that code.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,9 +22,6 @@ pub struct Bugs {
     pub zero_margin: bool,
     /// The resource ignores the fence.
     pub ignore_fence: bool,
-    /// The store host's wall clock steps, forward and back, by up to 3 × TTL. The store
-    /// times leases by that clock (PostgreSQL's `now()`); nothing checks it yet.
-    pub store_clock_steps: bool,
 }
 
 impl Bugs {
@@ -34,11 +30,8 @@ impl Bugs {
         match name {
             "zero-margin" => self.zero_margin = true,
             "ignore-fence" => self.ignore_fence = true,
-            "store-clock-steps" => self.store_clock_steps = true,
             other => {
-                return Err(format!(
-                    "unknown bug {other:?}: zero-margin, ignore-fence, store-clock-steps"
-                ));
+                return Err(format!("unknown bug {other:?}: zero-margin, ignore-fence"));
             }
         }
         Ok(self)
@@ -86,6 +79,9 @@ pub struct Config {
     /// Probability that a wake-up of a parked request is lost, and (again) that one is late
     /// (during faults): the recheck timer bounds what a lost one costs.
     pub wake_loss: f64,
+    /// Steps of the store host's wall clock (the first two forward, the rest either way),
+    /// each 0.5 to 3 × TTL: the store times leases by that clock (PostgreSQL's `now()`).
+    pub clock_steps: usize,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -116,6 +112,7 @@ impl Config {
             max_delay_ms: 600,
             guard_pause: [0.0, 0.02, 0.05][rng.usize(0..3)],
             wake_loss: [0.0, 0.1, 0.5][rng.usize(0..3)],
+            clock_steps: [0, 0, 2, 4][rng.usize(0..4)],
             bugs,
         }
     }

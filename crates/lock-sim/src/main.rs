@@ -27,9 +27,8 @@ struct Cli {
     /// Largest clock-rate drift of a client (default: the bound the safety margin covers).
     #[arg(long, default_value_t = DRIFT_BOUND)]
     drift: f64,
-    /// Plant a deployment mistake or an unguarded hazard: zero-margin, ignore-fence,
-    /// store-clock-steps.
-    /// The run then succeeds when a checker catches it.
+    /// Plant a deployment mistake: zero-margin, ignore-fence. The run then succeeds when a
+    /// checker catches it.
     #[arg(long)]
     bug: Vec<String>,
 }

@@ -1,6 +1,7 @@
 //! The lock service: two stateless replicas over one store, the store being lock-server's
 //! own `MemoryStore` (the implementation that passes the conformance suite PostgreSQL
-//! passes) on virtual time. A replica can be down (requests to it vanish: the client's
+//! passes) on virtual time, each replica serving through lock-server's own
+//! `ClockCheckedStore` (the guard against steps of the store's clock) on its virtual clocks. A replica can be down (requests to it vanish: the client's
 //! request times out) and the store can refuse writes for a window (`NOT_LEADER`, as a
 //! read-only or leaderless database makes the real replicas answer).
 
@@ -13,7 +14,8 @@ use std::task::{Context, Poll, Waker};
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
 use lock_server::store::{
-    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, StoreEnv, StoreError, Wake,
+    AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, ReplicaClock, StoreEnv,
+    StoreError, Wake,
 };
 
 use crate::sched::Nanos;
@@ -39,6 +41,11 @@ impl SimEnv {
         self.offset.fetch_add(by_nanos, Ordering::SeqCst);
     }
 
+    /// The true time (what a replica's monotonic clock and its host's wall clock read).
+    pub fn true_now(&self) -> Nanos {
+        self.now.load(Ordering::SeqCst)
+    }
+
     /// The true time of a store clock reading, as the clock stands now.
     pub fn true_time(&self, store_nanos: Nanos) -> Nanos {
         store_nanos.saturating_add_signed(-self.offset.load(Ordering::SeqCst))
@@ -62,11 +69,38 @@ impl StoreEnv for SimEnv {
     }
 }
 
+/// A replica's clocks: true time (replicas do not drift in this model; clients do).
+#[derive(Debug)]
+struct ReplicaClocks(Arc<SimEnv>);
+
+impl ReplicaClock for ReplicaClocks {
+    fn mono_nanos(&self) -> u64 {
+        self.0.true_now()
+    }
+
+    fn wall(&self) -> DateTime<Utc> {
+        self.0.display(self.0.true_now())
+    }
+}
+
 /// Reads back a store instant rendered by [`SimEnv::display`].
 pub fn store_nanos(at: DateTime<Utc>) -> Nanos {
     (at - DateTime::<Utc>::UNIX_EPOCH)
         .num_nanoseconds()
         .map_or(0, |n| u64::try_from(n).unwrap_or(0))
+}
+
+/// A replica's view of the store: through its own store-clock guard.
+fn replica_over(
+    store: &Arc<MemoryStore>,
+    env: &Arc<SimEnv>,
+    longest_lease: std::time::Duration,
+) -> ClockCheckedStore {
+    ClockCheckedStore::with_clock(
+        store.clone(),
+        longest_lease,
+        Arc::new(ReplicaClocks(env.clone())),
+    )
 }
 
 /// Runs a store call to completion: the memory store never waits, so one poll finishes it.
@@ -158,7 +192,11 @@ fn refusal(err: StoreError) -> LockAnswer {
 #[derive(Debug)]
 pub struct LockService {
     env: Arc<SimEnv>,
-    store: MemoryStore,
+    store: Arc<MemoryStore>,
+    /// Per replica: the store as it serves from it (with its own store-clock guard).
+    replicas: Vec<ClockCheckedStore>,
+    /// The longest lease: the guard's hold after a step.
+    longest_lease: std::time::Duration,
     /// The store's wake-ups not yet taken.
     wakes: Arc<Mutex<Vec<Wake>>>,
     /// Per replica: whether it is up.
@@ -167,13 +205,17 @@ pub struct LockService {
     pub not_leader: bool,
     /// Every grant the store made: (true time, key, token, session). I3's witness.
     pub grants: Vec<(Nanos, LockKey, FencingToken, SessionId)>,
+    /// Acquires a replica's store-clock guard refused or withheld (the memory store itself
+    /// is never unavailable).
+    pub withheld: u64,
 }
 
 impl LockService {
-    /// Two replicas up, an empty store.
-    pub fn new(replicas: usize) -> Self {
+    /// `replicas` replicas up, an empty store, leases up to `longest_lease_ms`.
+    pub fn new(replicas: usize, longest_lease_ms: u64) -> Self {
         let env = Arc::new(SimEnv::default());
-        let store = MemoryStore::with_env(env.clone());
+        let store = Arc::new(MemoryStore::with_env(env.clone()));
+        let longest_lease = std::time::Duration::from_millis(longest_lease_ms);
         let wakes: Arc<Mutex<Vec<Wake>>> = Arc::default();
         let sink = wakes.clone();
         let _ = now_or_never(store.watch_wakes(Arc::new(move |wake| {
@@ -181,13 +223,22 @@ impl LockService {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(wake);
         })));
+        let replica = |_| {
+            let replica = replica_over(&store, &env, longest_lease);
+            // As lock-server's start: one reading before serving.
+            let _ = now_or_never(replica.sample());
+            replica
+        };
         Self {
+            replicas: (0..replicas).map(replica).collect(),
+            longest_lease,
             env,
             store,
             wakes,
             up: vec![true; replicas],
             not_leader: false,
             grants: Vec::new(),
+            withheld: 0,
         }
     }
 
@@ -201,7 +252,7 @@ impl LockService {
             return Some(LockAnswer::NotLeader);
         }
         self.env.set_now(now);
-        let store = &self.store;
+        let store = &self.replicas[replica];
         let answer = match call {
             LockCall::Open { owner, ttl_ms } => {
                 let owner = OwnerId::parse(owner.clone()).unwrap_or_else(|e| panic!("{e}"));
@@ -242,6 +293,9 @@ impl LockService {
                 token,
             } => now_or_never(store.release(key, *session, *token)).map(|_| LockAnswer::Released),
         };
+        if let Err(StoreError::Unavailable(_)) = &answer {
+            self.withheld += 1;
+        }
         Some(answer.unwrap_or_else(refusal))
     }
 
@@ -290,7 +344,11 @@ impl LockService {
             return Some(Err(LockAnswer::NotLeader));
         }
         self.env.set_now(now);
-        Some(now_or_never(self.store.acquire_with(key, session, spec)).map_err(refusal))
+        let outcome = now_or_never(self.replicas[replica].acquire_with(key, session, spec));
+        if let Err(StoreError::Unavailable(_)) = &outcome {
+            self.withheld += 1;
+        }
+        Some(outcome.map_err(refusal))
     }
 
     /// A waiting L4 gave up: its queue place goes now.
@@ -315,6 +373,34 @@ impl LockService {
     pub fn revoke(&mut self, now: Nanos, key: &LockKey) -> Option<FencingToken> {
         self.env.set_now(now);
         now_or_never(self.store.revoke(key)).ok().flatten()
+    }
+
+    /// Replica `replica` comes back up: a new process, with a new guard and no reading of
+    /// the store's clock yet.
+    pub fn restart(&mut self, now: Nanos, replica: usize) {
+        self.env.set_now(now);
+        self.replicas[replica] = replica_over(&self.store, &self.env, self.longest_lease);
+        // As lock-server's start: one reading before serving.
+        let _ = now_or_never(self.replicas[replica].sample());
+        self.up[replica] = true;
+    }
+
+    /// Each replica's sampler reads the store's clock (lock-server's
+    /// `CLOCK_SAMPLE_INTERVAL` tick). Returns how many saw a step.
+    pub fn sample_clocks(&mut self, now: Nanos) -> usize {
+        self.env.set_now(now);
+        let up = self.up.clone();
+        self.replicas
+            .iter()
+            .zip(up)
+            .filter(|(_, up)| *up)
+            .filter(|(replica, _)| {
+                matches!(
+                    now_or_never(replica.sample()),
+                    Ok(Some(lock_server::store::Verdict::Stepped { .. }))
+                )
+            })
+            .count()
     }
 
     /// Steps the store host's wall clock by `by_nanos`.

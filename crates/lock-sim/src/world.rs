@@ -26,6 +26,9 @@ use lock_server::waiting::{WaitPlan, WaitStep};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
+/// Each replica's sampler reads the store's clock this often, as lock-server's does.
+#[allow(clippy::cast_possible_truncation)] // one second fits
+const CLOCK_SAMPLE_NANOS: Nanos = lock_server::store::CLOCK_SAMPLE_INTERVAL.as_nanos() as Nanos;
 /// Events of the involved parties a failure report prints.
 const REPORT_EVENTS: usize = 25;
 
@@ -100,6 +103,8 @@ enum Event {
     Timeout(usize, u64),
     Nemesis(Fault),
     Reap,
+    /// Each replica's sampler reads the store's clock.
+    ClockSample,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,7 +299,7 @@ impl World {
             .collect();
         let bank = Bank::new(&faults, cfg.bugs.ignore_fence);
         let mut world = Self {
-            service: LockService::new(cfg.replicas),
+            service: LockService::new(cfg.replicas, cfg.lease_ms.max(cfg.ttl_ms)),
             bank,
             rng,
             q: Queue::new(),
@@ -319,6 +324,7 @@ impl World {
             world.q.after(think, Event::Step(c));
         }
         world.q.after(100 * MS, Event::Reap);
+        world.q.after(CLOCK_SAMPLE_NANOS, Event::ClockSample);
         world
     }
 
@@ -354,10 +360,10 @@ impl World {
             let at = self.rng.u64(0..until);
             self.q.at(at, Event::Nemesis(Fault::Revoke(payout)));
         }
-        if self.cfg.bugs.store_clock_steps {
+        {
             let ttl = i64::try_from(self.cfg.ttl_ms * MS).unwrap_or(i64::MAX);
-            // Two steps forward (the kind that can cost exclusion), and up to two either way.
-            for n in 0..self.rng.usize(2..=4) {
+            // Two steps forward (the kind that can cost exclusion), the rest either way.
+            for n in 0..self.cfg.clock_steps {
                 let by = self.rng.i64(ttl / 2..=3 * ttl);
                 let by = if n < 2 || self.rng.bool() { by } else { -by };
                 let at = self.rng.u64(0..until);
@@ -492,6 +498,10 @@ impl World {
         if self.violation.is_none() {
             self.check_end();
         }
+        for _ in 0..self.service.withheld {
+            self.coverage
+                .hit("a grant withheld: the store's clock stepped");
+        }
         RunReport {
             violation: self.violation,
             coverage: self.coverage,
@@ -567,6 +577,13 @@ impl World {
                 self.service.reap(now);
                 self.q.after(100 * MS, Event::Reap);
             }
+            Event::ClockSample => {
+                if self.service.sample_clocks(now) > 0 {
+                    self.coverage
+                        .hit("a replica's sampler saw the store's clock step");
+                }
+                self.q.after(CLOCK_SAMPLE_NANOS, Event::ClockSample);
+            }
         }
     }
 
@@ -583,7 +600,7 @@ impl World {
                         .hit("fault: a replica crashed with requests parked");
                 }
             }
-            Fault::ReplicaUp(r) => self.service.up[r] = true,
+            Fault::ReplicaUp(r) => self.service.restart(self.q.now(), r),
             Fault::NotLeaderOn => {
                 self.coverage.hit("fault: store NOT_LEADER window");
                 self.service.not_leader = true;

@@ -5,6 +5,7 @@
 //!   started from the machine's own binaries; a fresh database per test.
 //! - [`etcd`]: etcd for tests: one member per test process with a fresh key prefix per test,
 //!   and three-member clusters for leader kills and pauses.
+//! - [`faketime`]: a wall clock a test steps under a server (libfaketime).
 //! - [`poll`]: wait for a condition with a deadline (never a bare sleep).
 //! - [`process`]: child processes with per-test logs that never outlive the test.
 //! - [`net`]: free loopback ports.
@@ -16,6 +17,7 @@
 pub mod bad_input;
 pub mod binaries;
 pub mod etcd;
+pub mod faketime;
 pub mod keys;
 pub mod net;
 pub mod openapi;

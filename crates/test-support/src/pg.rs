@@ -113,11 +113,21 @@ pub struct ThrowawayCluster {
     port: u16,
     as_postgres_user: bool,
     watchdog: Option<std::process::Child>,
+    env: Vec<(&'static str, String)>,
 }
 
 impl ThrowawayCluster {
     /// Initialises and starts a cluster with `settings` (`-c name=value` each).
     pub fn start(settings: &[(&str, &str)]) -> Result<Self, String> {
+        Self::start_with_env(settings, Vec::new())
+    }
+
+    /// [`ThrowawayCluster::start`] with `env` in the server's environment (e.g. a
+    /// [`crate::faketime::FakeClock`]'s).
+    pub fn start_with_env(
+        settings: &[(&str, &str)],
+        env: Vec<(&'static str, String)>,
+    ) -> Result<Self, String> {
         let bin = postgres_bin_dir()?;
         let as_postgres_user = nix::unistd::geteuid().is_root();
         let dir = tempfile::Builder::new()
@@ -135,6 +145,7 @@ impl ThrowawayCluster {
             port: 0,
             as_postgres_user,
             watchdog: None,
+            env,
         };
         let data = cluster.data_dir();
         cluster.run_pg(
@@ -248,13 +259,15 @@ impl ThrowawayCluster {
 
     fn pg_command(&self, tool: &str) -> Command {
         let program = self.bin.join(tool);
-        if self.as_postgres_user {
+        let mut command = if self.as_postgres_user {
             let mut command = Command::new("runuser");
             command.args(["-u", "postgres", "--"]).arg(program);
             command
         } else {
             Command::new(program)
-        }
+        };
+        command.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+        command
     }
 
     fn run_pg(&self, tool: &str, args: &[&str]) -> Result<(), String> {

@@ -181,6 +181,7 @@ pub async fn acquire(
         AcquireOutcome::Granted {
             mut grant,
             took_over_expired,
+            ..
         } => {
             grant.proof = sign(&state, &grant);
             grant.waited_ms = waited_ms;

@@ -673,6 +673,7 @@ impl EtcdStore {
                         .map(|grant| AcquireOutcome::Granted {
                             grant,
                             took_over_expired: false,
+                            store_now: None,
                         }));
                 }
                 self.hold_place(key, session, spec.queue_ms, mine.as_ref())
@@ -834,6 +835,7 @@ impl EtcdStore {
         Ok(Some(AcquireOutcome::Granted {
             grant: grant_of(key, &value, lease_ms),
             took_over_expired,
+            store_now: None,
         }))
     }
 

@@ -384,6 +384,7 @@ impl LockStore for MemoryStore {
                     waited_ms: 0,
                 },
                 took_over_expired: false,
+                store_now: Some(self.display(now)),
             });
         }
         let delay_nanos = state.delay_left(key, session, now);
@@ -427,6 +428,7 @@ impl LockStore for MemoryStore {
                 waited_ms: 0,
             },
             took_over_expired: replaced,
+            store_now: Some(self.display(now)),
         })
     }
 
@@ -589,6 +591,10 @@ impl LockStore for MemoryStore {
         }
         state.queues.retain(|_, q| !q.is_empty());
         Ok(report)
+    }
+
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(Some(self.display(self.env.now_nanos())))
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

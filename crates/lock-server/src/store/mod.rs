@@ -1,9 +1,12 @@
 //! The `LockStore` trait: the single source of truth and the single clock for expiry.
+//! `ClockCheckedStore` wraps a backend with the replica's guard against steps of that clock.
 //!
 //! Every implementation passes the one conformance suite in `tests/it/conformance.rs`.
 //! Handlers clamp TTLs before calling a store; a store never sees a TTL outside the
 //! configured range.
 
+mod checked;
+mod clock_guard;
 mod etcd;
 mod memory;
 mod postgres;
@@ -12,6 +15,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
+pub use checked::{
+    CLOCK_SAMPLE_INTERVAL, ClockCheckedStore, ReplicaClock, SystemClock, watch_clock,
+};
+pub use clock_guard::{ClockGuard, ClockReading, Verdict};
 pub use etcd::EtcdStore;
 pub use memory::{MemoryStore, StoreEnv, SystemEnv};
 pub use postgres::PostgresStore;
@@ -62,6 +69,10 @@ pub enum AcquireOutcome {
         grant: LockGrant,
         /// Whether an expired grant of another session was replaced.
         took_over_expired: bool,
+        /// The store's clock when it decided, for the replica's [`ClockGuard`]; `None` where
+        /// expiry does not follow a wall clock (etcd times leases on its leader's monotonic
+        /// clock).
+        store_now: Option<DateTime<Utc>>,
     },
     /// Another live session holds the key.
     Held {
@@ -274,6 +285,12 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes expired grants, sessions and queue places; each expired grant's lock-delay
     /// runs from when it expired.
     async fn reap_expired(&self) -> Result<ReapReport, StoreError>;
+
+    /// The store's clock now, for the replica's [`ClockGuard`]; `None` where expiry does not
+    /// follow a wall clock.
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(None)
+    }
 
     /// Whether the store answers and takes writes.
     async fn ready(&self) -> Result<(), StoreError>;

@@ -205,9 +205,11 @@ impl LockStore for PostgresStore {
             Option<bool>,
             Option<i64>,
             Option<i64>,
+            DateTime<Utc>,
         );
-        let (outcome, token, lease, expires_at, took_over, wait_ms, ahead): Row =
-            sqlx::query_as("SELECT * FROM lock_acquire($1, $2, $3, $4, $5)")
+        // now() is the transaction's start, the same instant the function decided by.
+        let (outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now): Row =
+            sqlx::query_as("SELECT *, now() FROM lock_acquire($1, $2, $3, $4, $5)")
                 .bind(key.as_str())
                 .bind(session.0)
                 .bind(to_i64(spec.lease_ms)?)
@@ -236,6 +238,7 @@ impl LockStore for PostgresStore {
                     waited_ms: 0,
                 },
                 took_over_expired: took_over.unwrap_or(false),
+                store_now: Some(store_now),
             }),
             "LOCK_HELD" => Ok(AcquireOutcome::Held {
                 holder_token: token()?,
@@ -439,6 +442,14 @@ impl LockStore for PostgresStore {
             }
         }
         Ok(report)
+    }
+
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
+            .map(Some)
+            .map_err(map_err)
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

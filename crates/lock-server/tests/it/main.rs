@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod clock_step;
 mod conformance;
 mod failover;
 mod http_api;

@@ -10,12 +10,12 @@ use test_support::{ServiceProcess, free_port, poll_until, wait_until_ok};
 
 use crate::support::{Api, StoreAt, on_both_backends, token};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lock-server");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_lock-server");
 const START_DEADLINE: Duration = Duration::from_secs(15);
 
 /// The test stores are throwaway (PostgreSQL with fsync off): the durability guard is
 /// overridden, except where a test checks the guard itself.
-const UNSAFE_OVERRIDE: (&str, &str) = ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true");
+pub(crate) const UNSAFE_OVERRIDE: (&str, &str) = ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true");
 
 fn spawn(name: &str, at: &StoreAt, port: u16, logs: &std::path::Path) -> ServiceProcess {
     let mut env = at.env();
@@ -24,7 +24,7 @@ fn spawn(name: &str, at: &StoreAt, port: u16, logs: &std::path::Path) -> Service
     ServiceProcess::spawn(name, BIN, &[], &env, logs)
 }
 
-fn base_env(port: u16) -> Vec<(&'static str, String)> {
+pub(crate) fn base_env(port: u16) -> Vec<(&'static str, String)> {
     vec![
         ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
         ("LOCK_TTL_MIN", "50ms".into()),
@@ -43,7 +43,7 @@ fn base_env(port: u16) -> Vec<(&'static str, String)> {
     ]
 }
 
-async fn ready(api: &Api) {
+pub(crate) async fn ready(api: &Api) {
     let url = format!("{}/health/ready", api.base);
     wait_until_ok("the lock-server to become ready", &url, START_DEADLINE).await;
 }

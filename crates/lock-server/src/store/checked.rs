@@ -1,0 +1,267 @@
+//! `ClockCheckedStore`: the store a replica serves from. It passes every call through to the
+//! backend and every grant through this replica's [`ClockGuard`]: a grant whose store clock
+//! ran ahead of the replica's monotonic expectation is withheld (503 `STORE_UNAVAILABLE`)
+//! and no grant is answered for the longest lease after it. Owning the check here, not in
+//! the handlers, means no path to a grant (try, wait, a later hand-over) can skip it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use tokio::sync::watch;
+
+use super::clock_guard::{ClockGuard, ClockReading, Verdict};
+use super::{
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
+};
+use crate::metrics as m;
+
+/// How often a replica reads the store's clock between grants: keeps the guard's bound
+/// tight and sees a step while no grant is asked for.
+pub const CLOCK_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The replica's own clocks as the guard reads them. The simulation gives virtual ones.
+pub trait ReplicaClock: Send + Sync + std::fmt::Debug + 'static {
+    /// The replica's monotonic clock (never steps).
+    fn mono_nanos(&self) -> u64;
+    /// The replica host's wall clock.
+    fn wall(&self) -> DateTime<Utc>;
+}
+
+/// This process's monotonic clock and its host's wall clock.
+#[derive(Debug)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl ReplicaClock for SystemClock {
+    fn mono_nanos(&self) -> u64 {
+        duration_nanos(self.origin.elapsed())
+    }
+
+    fn wall(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A store whose grants pass the replica's store-clock guard.
+#[derive(Debug)]
+pub struct ClockCheckedStore {
+    inner: Arc<dyn LockStore>,
+    guard: Mutex<ClockGuard>,
+    clock: Arc<dyn ReplicaClock>,
+}
+
+impl ClockCheckedStore {
+    /// Wraps `inner`; after a step no grant is answered for `hold` (the longest lease).
+    pub fn new(inner: Arc<dyn LockStore>, hold: Duration) -> Self {
+        Self::with_clock(inner, hold, Arc::new(SystemClock::default()))
+    }
+
+    /// [`ClockCheckedStore::new`] on the given replica clocks.
+    pub fn with_clock(
+        inner: Arc<dyn LockStore>,
+        hold: Duration,
+        clock: Arc<dyn ReplicaClock>,
+    ) -> Self {
+        Self {
+            inner,
+            guard: Mutex::new(ClockGuard::new(duration_nanos(hold))),
+            clock,
+        }
+    }
+
+    fn mono_nanos(&self) -> u64 {
+        self.clock.mono_nanos()
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ClockGuard> {
+        self.guard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the store's clock once (the sampler's tick). `None` for a store without one.
+    pub async fn sample(&self) -> Result<Option<Verdict>, StoreError> {
+        let sent = self.mono_nanos();
+        let Some(store_now) = self.inner.clock_now().await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.observe(store_now, sent, "sample")))
+    }
+
+    /// Feeds one reading to the guard; a step is logged and counted here, once.
+    fn observe(&self, store_now: DateTime<Utc>, sent_nanos: u64, source: &'static str) -> Verdict {
+        let reading = ClockReading {
+            store_nanos: epoch_nanos(store_now),
+            sent_nanos,
+            received_nanos: self.mono_nanos(),
+            wall_nanos: epoch_nanos(self.clock.wall()),
+        };
+        let verdict = self.guard().observe(reading);
+        if let Verdict::Stepped {
+            ahead_nanos,
+            at_start,
+        } = verdict
+        {
+            let backend = self.inner.backend().as_str();
+            tracing::error!(
+                event = "store_clock_stepped",
+                backend,
+                ahead_ms = ahead_nanos / 1_000_000,
+                at_start,
+                source,
+                store_now = %store_now.to_rfc3339(),
+                "the store's clock ran ahead of this replica's: leases granted before it may have ended early by the store's judgement; this replica answers no grant for the longest lease"
+            );
+            metrics::counter!(m::STORE_CLOCK_STEPS_TOTAL, "backend" => backend).increment(1);
+        }
+        verdict
+    }
+
+    /// The refusal while grants are held, if they are.
+    fn held(&self) -> Option<StoreError> {
+        let left_nanos = self.guard().held_for(self.mono_nanos())?;
+        metrics::counter!(m::GRANTS_WITHHELD_TOTAL, "backend" => self.inner.backend().as_str())
+            .increment(1);
+        Some(StoreError::Unavailable(format!(
+            "the store's clock stepped forward; this replica answers no grant for {} ms more",
+            left_nanos.div_ceil(1_000_000)
+        )))
+    }
+}
+
+/// Reads the store's clock every [`CLOCK_SAMPLE_INTERVAL`] until `stop` turns true.
+pub async fn watch_clock(store: Arc<ClockCheckedStore>, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(CLOCK_SAMPLE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => match store.sample().await {
+                Ok(Some(_)) => {}
+                // A store without a wall clock has nothing to watch.
+                Ok(None) => return,
+                Err(err) => tracing::debug!(event = "clock_sample_failed", error = %err),
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn epoch_nanos(at: DateTime<Utc>) -> i128 {
+    i128::from(at.timestamp()) * 1_000_000_000 + i128::from(at.timestamp_subsec_nanos())
+}
+
+#[async_trait]
+impl LockStore for ClockCheckedStore {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError> {
+        self.inner.create_session(owner, ttl_ms).await
+    }
+
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
+        self.inner.heartbeat(session).await
+    }
+
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
+        self.inner.delete_session(session).await
+    }
+
+    async fn acquire_with(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<AcquireOutcome, StoreError> {
+        if let Some(refusal) = self.held() {
+            return Err(refusal);
+        }
+        let sent = self.mono_nanos();
+        let outcome = self.inner.acquire_with(key, session, spec).await?;
+        if let AcquireOutcome::Granted {
+            store_now: Some(store_now),
+            ..
+        } = &outcome
+            && matches!(
+                self.observe(*store_now, sent, "grant"),
+                Verdict::Stepped { .. }
+            )
+        {
+            // Withheld: the session never learns it holds the key, so no second belief
+            // arises; the grant lapses at its lease.
+            return Err(self.held().unwrap_or_else(|| {
+                StoreError::Unavailable("the store's clock stepped forward".into())
+            }));
+        }
+        Ok(outcome)
+    }
+
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
+        self.inner.leave_queue(key, session).await
+    }
+
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        self.inner.watch_wakes(sink).await
+    }
+
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError> {
+        self.inner.renew(key, session, token).await
+    }
+
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
+        self.inner.release(key, session, token).await
+    }
+
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        self.inner.revoke(key).await
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
+        self.inner.reap_expired().await
+    }
+
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.clock_now().await
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready().await
+    }
+
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.durability_risks().await
+    }
+}

@@ -1,0 +1,249 @@
+//! The store-clock guard: decides, from readings of the store's clock against this
+//! replica's monotonic clock, whether the store's clock stepped forward, and so whether a
+//! grant may be answered.
+//!
+//! Why: PostgreSQL's `now()` is the database host's wall clock. A forward step of S ends
+//! every lease and session S early by the store's judgement while each holder still holds by
+//! its own monotonic deadline; the store then grants the key again and two clients believe
+//! they hold it (ADR 0001). A backward step only lengthens leases. Rates are covered by the
+//! SDK's margin; steps are what this catches.
+//!
+//! How: each reading brackets the store's clock between the replica's monotonic instants
+//! `sent` and `received`, so `store − sent` is an upper bound of the clock offset. The guard
+//! keeps the tightest such bound, aged by [`DRIFT_PPM`] for rate differences; a reading more
+//! than [`STEP_TOLERANCE_NANOS`] ahead of `bound + received` is a forward step. A replica
+//! with no reading yet compares the store's clock with its own host's wall clock instead
+//! ([`START_TOLERANCE_NANOS`]): a step before it started is otherwise invisible to it.
+//!
+//! After a step the replica answers no grant for `hold_nanos` (the longest lease): a grant
+//! made before the step has ended by its holder's own clock by then, and renewals are safe
+//! throughout (a renewal after the step counts its lease from the stepped clock). The grant
+//! that revealed the step is withheld: its session never learns it holds the key.
+//!
+//! Pure: time comes in as numbers, so lock-server's store wrapper and the simulation's
+//! replicas drive the same decisions.
+
+/// A reading may run this far ahead of the bound before it counts as a step. The bound
+/// already allows the call's whole round trip; this covers rounding (PostgreSQL's clock has
+/// microseconds) and stays well inside the smallest lease's margin.
+pub const STEP_TOLERANCE_NANOS: u64 = 20_000_000;
+
+/// The rate difference allowed between the store's clock and the replica's monotonic clock
+/// (parts per million). NTP slews at most 500 ppm; a disciplined clock is within 100.
+pub const DRIFT_PPM: u64 = 1_000;
+
+/// A replica's first reading may run this far ahead of its own host's wall clock (hosts on
+/// NTP agree within milliseconds). Further ahead, the store's clock may have stepped before
+/// this replica started, and it holds grants as after a step.
+pub const START_TOLERANCE_NANOS: u64 = 1_000_000_000;
+
+/// One reading of the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReading {
+    /// The store's clock, nanoseconds since the Unix epoch.
+    pub store_nanos: i128,
+    /// The replica's monotonic clock when the call that read it was sent.
+    pub sent_nanos: u64,
+    /// The replica's monotonic clock when its answer arrived.
+    pub received_nanos: u64,
+    /// The replica host's wall clock at `received_nanos`, nanoseconds since the Unix epoch.
+    pub wall_nanos: i128,
+}
+
+/// What a reading showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The store's clock is where this replica expects it (or behind: harmless).
+    Agrees,
+    /// The store's clock ran ahead of every expectation by `ahead_nanos`: grants are held
+    /// for the guard's hold from now.
+    Stepped {
+        /// How far ahead of the bound the reading was.
+        ahead_nanos: u64,
+        /// Whether this was the replica's first reading (compared with its host's wall clock).
+        at_start: bool,
+    },
+}
+
+/// The upper bound of (store clock − monotonic clock) and the monotonic instant it holds at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bound {
+    offset_nanos: i128,
+    at_nanos: u64,
+}
+
+impl Bound {
+    /// The bound at a later instant: it may have grown by the allowed drift meanwhile.
+    fn at(self, nanos: u64) -> i128 {
+        let elapsed = nanos.saturating_sub(self.at_nanos);
+        self.offset_nanos + i128::from(elapsed) * i128::from(DRIFT_PPM) / 1_000_000
+    }
+}
+
+/// One replica's guard. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct ClockGuard {
+    hold_nanos: u64,
+    bound: Option<Bound>,
+    held_until_nanos: Option<u64>,
+    steps: u64,
+}
+
+impl ClockGuard {
+    /// A guard that holds grants for `hold_nanos` after a step (the longest lease).
+    pub fn new(hold_nanos: u64) -> Self {
+        Self {
+            hold_nanos,
+            bound: None,
+            held_until_nanos: None,
+            steps: 0,
+        }
+    }
+
+    /// Nanoseconds until grants may be answered again, if they are held at `now_nanos`.
+    pub fn held_for(&self, now_nanos: u64) -> Option<u64> {
+        self.held_until_nanos
+            .filter(|&until| until > now_nanos)
+            .map(|until| until - now_nanos)
+    }
+
+    /// Steps seen so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Takes one reading: updates the bound and, on a step, holds grants.
+    pub fn observe(&mut self, reading: ClockReading) -> Verdict {
+        assert!(
+            reading.sent_nanos <= reading.received_nanos,
+            "a call is answered after it is sent"
+        );
+        let candidate = Bound {
+            offset_nanos: reading.store_nanos - i128::from(reading.sent_nanos),
+            at_nanos: reading.sent_nanos,
+        };
+        let (ahead, at_start) = match self.bound {
+            None => (reading.store_nanos - reading.wall_nanos, true),
+            Some(bound) => (
+                reading.store_nanos
+                    - (bound.at(reading.received_nanos) + i128::from(reading.received_nanos)),
+                false,
+            ),
+        };
+        let tolerance = if at_start {
+            START_TOLERANCE_NANOS
+        } else {
+            STEP_TOLERANCE_NANOS
+        };
+        let stepped = ahead > i128::from(tolerance);
+        self.bound = match self.bound {
+            // A step resets the bound: the stepped clock is the one to watch from now on.
+            Some(bound) if !stepped && bound.at(candidate.at_nanos) <= candidate.offset_nanos => {
+                Some(bound)
+            }
+            _ => Some(candidate),
+        };
+        if !stepped {
+            return Verdict::Agrees;
+        }
+        self.steps += 1;
+        let until = reading.received_nanos.saturating_add(self.hold_nanos);
+        self.held_until_nanos = Some(self.held_until_nanos.map_or(until, |u| u.max(until)));
+        Verdict::Stepped {
+            ahead_nanos: u64::try_from(ahead).unwrap_or(u64::MAX),
+            at_start,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000 * MS;
+    /// The store's clock at the replica's monotonic zero.
+    const EPOCH: i128 = 1_800_000_000 * S as i128;
+
+    /// A reading taken `rtt_ms` after `sent`, the store's clock `offset_ms` from true time
+    /// (read halfway), the replica host's wall clock true.
+    fn reading(sent: u64, rtt_ms: u64, offset_ms: i64) -> ClockReading {
+        let read_at = sent + rtt_ms * MS / 2;
+        ClockReading {
+            store_nanos: EPOCH + i128::from(read_at) + i128::from(offset_ms) * i128::from(MS),
+            sent_nanos: sent,
+            received_nanos: sent + rtt_ms * MS,
+            wall_nanos: EPOCH + i128::from(sent + rtt_ms * MS),
+        }
+    }
+
+    #[test]
+    fn a_forward_step_past_the_tolerance_holds_grants_for_the_hold_and_backward_steps_do_not() {
+        let mut guard = ClockGuard::new(60 * S);
+        assert_eq!(guard.observe(reading(0, 2, 0)), Verdict::Agrees);
+        // Slow answers, readings anywhere inside them, drift within the allowance: agree.
+        assert_eq!(guard.observe(reading(S, 900, 0)), Verdict::Agrees);
+        assert_eq!(guard.observe(reading(10 * S, 1, 5)), Verdict::Agrees);
+        // A backward step is harmless and becomes the new bound...
+        assert_eq!(guard.observe(reading(11 * S, 1, -30_000)), Verdict::Agrees);
+        assert_eq!(guard.held_for(11 * S), None);
+        // ...so stepping back to true time is a forward step of 30 s.
+        let verdict = guard.observe(reading(12 * S, 1, 0));
+        assert!(
+            matches!(verdict, Verdict::Stepped { ahead_nanos, at_start: false } if ahead_nanos > 29 * S),
+            "{verdict:?}"
+        );
+        assert_eq!(guard.held_for(12 * S + MS), Some(60 * S));
+        assert_eq!(guard.held_for(72 * S + MS), None, "the hold ends");
+        assert_eq!(guard.steps(), 1);
+        // After the step, the stepped clock is the one watched: no second alarm.
+        assert_eq!(guard.observe(reading(13 * S, 1, 0)), Verdict::Agrees);
+    }
+
+    #[test]
+    fn a_step_just_past_the_tolerance_is_seen_and_one_just_inside_is_not() {
+        let tolerance_ms = i64::try_from(STEP_TOLERANCE_NANOS / MS).unwrap();
+        let mut guard = ClockGuard::new(S);
+        guard.observe(reading(0, 0, 0));
+        assert_eq!(
+            guard.observe(reading(MS, 0, tolerance_ms - 1)),
+            Verdict::Agrees
+        );
+        let mut guard = ClockGuard::new(S);
+        guard.observe(reading(0, 0, 0));
+        assert!(matches!(
+            guard.observe(reading(MS, 0, tolerance_ms + 1)),
+            Verdict::Stepped { .. }
+        ));
+    }
+
+    #[test]
+    fn the_bound_keeps_the_tightest_reading_and_allows_only_the_drift_over_time() {
+        let mut guard = ClockGuard::new(S);
+        guard.observe(reading(0, 1, 0));
+        // A loose reading (a 2 s round trip) must not loosen the bound: a 1 s step right
+        // after it is still seen.
+        assert_eq!(guard.observe(reading(S, 2_000, 0)), Verdict::Agrees);
+        assert!(matches!(
+            guard.observe(reading(4 * S, 1, 1_000)),
+            Verdict::Stepped { .. }
+        ));
+        // A clock gaining 500 ppm over an hour stays within the allowance.
+        let mut guard = ClockGuard::new(S);
+        guard.observe(reading(0, 1, 0));
+        assert_eq!(guard.observe(reading(3_600 * S, 1, 1_800)), Verdict::Agrees);
+    }
+
+    #[test]
+    fn a_first_reading_ahead_of_the_hosts_wall_clock_holds_and_a_close_one_does_not() {
+        let mut guard = ClockGuard::new(10 * S);
+        assert_eq!(guard.observe(reading(0, 1, 300)), Verdict::Agrees);
+        let mut guard = ClockGuard::new(10 * S);
+        let verdict = guard.observe(reading(0, 1, 5_000));
+        assert!(
+            matches!(verdict, Verdict::Stepped { at_start: true, .. }),
+            "{verdict:?}"
+        );
+        assert_eq!(guard.held_for(S), Some(9 * S + MS));
+    }
+}
