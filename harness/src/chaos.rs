@@ -789,7 +789,9 @@ fn print_report(report: &ChaosReport, payouts: usize, seed: u64, elapsed: Durati
         "  payouts the rail saw twice     {} (must be 0)",
         report.duplicates
     );
-    println!("  invariants I1-I7, no superseded write accepted, mutual exclusion per key: hold");
+    println!(
+        "  invariants I1-I7 (I4 at every write's guard and every declared loss), no superseded write accepted, mutual exclusion per key: hold"
+    );
     println!("  timeline: {}", report.timeline.display());
     for path in &report.episodes {
         println!("  zombie episode: {}", path.display());

@@ -73,6 +73,7 @@ fn write_op(executor: &str, line: &serde_json::Value) -> anyhow::Result<WriteOp>
         step: step.to_owned(),
         token: required_i64(line, "token")?,
         result: result.to_owned(),
+        deadline_at: time(line, "deadline_at")?,
     })
 }
 
@@ -93,6 +94,8 @@ pub struct WriteOp {
     pub token: i64,
     /// `ok`, `fenced`, `terminal`, `submitted` or `error`.
     pub result: String,
+    /// The grant's conservative deadline as the guard before the write saw it.
+    pub deadline_at: DateTime<Utc>,
 }
 
 /// A grant's life as the lock-servers logged it.
@@ -295,7 +298,30 @@ impl History {
                 );
             }
         }
-        // I4.
+        // I4 for every grant a write was made under: the deadline the guard before the
+        // write believed never lies after the lock-server's last expiry of that grant. (A
+        // write sent after the expiry is a zombie the fence must stop; a deadline after it
+        // is a client that believed too long.)
+        for w in &self.writes {
+            let key = format!("payout:{}", w.payout_id);
+            let expiry = self.audit.server_expiry(&key, w.token).with_context(|| {
+                format!(
+                    "I4: {} wrote payout {} with token {}, never granted for its key",
+                    w.executor, w.payout_id, w.token
+                )
+            })?;
+            if w.deadline_at > expiry {
+                bail!(
+                    "I4: {}'s guard before its {} of payout {} believed token {} held until {}, after the lock-server's expiry ({expiry})",
+                    w.executor,
+                    w.step,
+                    w.payout_id,
+                    w.token,
+                    w.deadline_at
+                );
+            }
+        }
+        // ...and for every declared loss by a deadline or an expiry.
         let losses: Vec<_> = self.losses.iter().map(|(_, l)| l.clone()).collect();
         self.audit.check_conservative(&losses)?;
         // Mutual exclusion per key.
@@ -412,7 +438,8 @@ mod tests {
         (
             executor.to_owned(),
             format!(
-                r#"{{"timestamp":"{at}","event":"write","payout_id":1,"step":"{step}","token":{token},"result":"{result}","invoked_at":"{at}"}}"#
+                r#"{{"timestamp":"{at}","event":"write","payout_id":1,"step":"{step}","token":{token},"result":"{result}","invoked_at":"{at}","deadline_at":"{}"}}"#,
+                T[0]
             ),
         )
     }
@@ -566,8 +593,8 @@ mod tests {
         let late = (
             "a".to_owned(),
             format!(
-                r#"{{"timestamp":"{}","event":"write","payout_id":1,"step":"claim","token":2,"result":"ok","invoked_at":"{}"}}"#,
-                T[3], T[0]
+                r#"{{"timestamp":"{}","event":"write","payout_id":1,"step":"claim","token":2,"result":"ok","invoked_at":"{}","deadline_at":"{}"}}"#,
+                T[3], T[0], T[0]
             ),
         );
         let h = history(
@@ -576,6 +603,25 @@ mod tests {
             Vec::new(),
         );
         assert!(h.check().is_ok(), "{:?}", h.check());
+    }
+
+    #[test]
+    fn a_guard_that_believed_past_the_servers_expiry_fails_i4() {
+        // Grant 1 expires at T[2]; the guard before executor a's submit believed it held
+        // until T[3].
+        let believed_too_long = (
+            "a".to_owned(),
+            format!(
+                r#"{{"timestamp":"{}","event":"write","payout_id":1,"step":"submit","token":1,"result":"ok","invoked_at":"{}","deadline_at":"{}"}}"#,
+                T[1], T[1], T[3]
+            ),
+        );
+        let h = history(&good_lock_log(), vec![believed_too_long], Vec::new());
+        let err = h
+            .check()
+            .expect_err("a deadline after the expiry")
+            .to_string();
+        assert!(err.starts_with("I4:"), "{err}");
     }
 
     #[test]

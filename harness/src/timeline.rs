@@ -279,6 +279,7 @@ mod tests {
             step: "submit".into(),
             token: 3,
             result: "fenced".into(),
+            deadline_at: at("2026-01-01T00:00:01.4Z"),
         };
         history.writes.push(fenced.clone());
         let refused = vec![fenced];

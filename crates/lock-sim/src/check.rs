@@ -31,6 +31,7 @@ pub const MUST_REACH: &[&str] = &[
     "fault: pause between a guard and its write",
     "fault: store clock stepped forward",
     "a grant withheld: the store's clock stepped",
+    "an acquire found the key in a lock-delay",
     "fault: a pause between guard and write outlived the lease",
     "a loss: deadline passed",
     "a loss: renew refused",

@@ -82,6 +82,9 @@ pub struct Config {
     /// Steps of the store host's wall clock (the first two forward, the rest either way),
     /// each 0.5 to 3 × TTL: the store times leases by that clock (PostgreSQL's `now()`).
     pub clock_steps: usize,
+    /// The replicas' `lock.default.lock-delay` (the SDK names none): after a grant ends
+    /// involuntarily (expiry, revocation) no other session gets its key for this long.
+    pub lock_delay_ms: u64,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -113,6 +116,7 @@ impl Config {
             guard_pause: [0.0, 0.02, 0.05][rng.usize(0..3)],
             wake_loss: [0.0, 0.1, 0.5][rng.usize(0..3)],
             clock_steps: [0, 0, 2, 4][rng.usize(0..4)],
+            lock_delay_ms: [0, 0, 250, 1_000][rng.usize(0..4)],
             bugs,
         }
     }

@@ -197,6 +197,8 @@ pub struct LockService {
     replicas: Vec<ClockCheckedStore>,
     /// The longest lease: the guard's hold after a step.
     longest_lease: std::time::Duration,
+    /// The replicas' `lock.default.lock-delay`, given to every grant (the SDK names none).
+    lock_delay_ms: u64,
     /// The store's wake-ups not yet taken.
     wakes: Arc<Mutex<Vec<Wake>>>,
     /// Per replica: whether it is up.
@@ -208,11 +210,14 @@ pub struct LockService {
     /// Acquires a replica's store-clock guard refused or withheld (the memory store itself
     /// is never unavailable).
     pub withheld: u64,
+    /// Acquires refused because the key was in a lock-delay.
+    pub delayed: u64,
 }
 
 impl LockService {
-    /// `replicas` replicas up, an empty store, leases up to `longest_lease_ms`.
-    pub fn new(replicas: usize, longest_lease_ms: u64) -> Self {
+    /// `replicas` replicas up, an empty store, leases up to `longest_lease_ms`, every grant
+    /// with a lock-delay of `lock_delay_ms`.
+    pub fn new(replicas: usize, longest_lease_ms: u64, lock_delay_ms: u64) -> Self {
         let env = Arc::new(SimEnv::default());
         let store = Arc::new(MemoryStore::with_env(env.clone()));
         let longest_lease = std::time::Duration::from_millis(longest_lease_ms);
@@ -232,6 +237,7 @@ impl LockService {
         Self {
             replicas: (0..replicas).map(replica).collect(),
             longest_lease,
+            lock_delay_ms,
             env,
             store,
             wakes,
@@ -239,6 +245,7 @@ impl LockService {
             not_leader: false,
             grants: Vec::new(),
             withheld: 0,
+            delayed: 0,
         }
     }
 
@@ -273,8 +280,15 @@ impl LockService {
                 session,
                 lease_ms,
                 ..
-            } => now_or_never(store.acquire(key, *session, *lease_ms))
-                .map(|o| self.answer_acquire(now, key, &o, 0)),
+            } => {
+                let spec = AcquireSpec {
+                    lease_ms: *lease_ms,
+                    queue_ms: 0,
+                    lock_delay_ms: self.lock_delay_ms,
+                };
+                now_or_never(store.acquire_with(key, *session, spec))
+                    .map(|o| self.answer_acquire(now, key, &o, 0))
+            }
             LockCall::Renew {
                 key,
                 session,
@@ -308,6 +322,9 @@ impl LockService {
         outcome: &AcquireOutcome,
         waited_ms: u64,
     ) -> LockAnswer {
+        if let AcquireOutcome::Delayed { .. } = outcome {
+            self.delayed += 1;
+        }
         match outcome {
             AcquireOutcome::Granted { grant, .. } => {
                 self.grants
@@ -344,7 +361,15 @@ impl LockService {
             return Some(Err(LockAnswer::NotLeader));
         }
         self.env.set_now(now);
+        // The replica's `lock.default.lock-delay`: the SDK names none.
+        let spec = AcquireSpec {
+            lock_delay_ms: self.lock_delay_ms,
+            ..spec
+        };
         let outcome = now_or_never(self.replicas[replica].acquire_with(key, session, spec));
+        if let Ok(AcquireOutcome::Delayed { .. }) = &outcome {
+            self.delayed += 1;
+        }
         if let Err(StoreError::Unavailable(_)) = &outcome {
             self.withheld += 1;
         }

@@ -299,7 +299,11 @@ impl World {
             .collect();
         let bank = Bank::new(&faults, cfg.bugs.ignore_fence);
         let mut world = Self {
-            service: LockService::new(cfg.replicas, cfg.lease_ms.max(cfg.ttl_ms)),
+            service: LockService::new(
+                cfg.replicas,
+                cfg.lease_ms.max(cfg.ttl_ms),
+                cfg.lock_delay_ms,
+            ),
             bank,
             rng,
             q: Queue::new(),
@@ -502,6 +506,10 @@ impl World {
             self.coverage
                 .hit("a grant withheld: the store's clock stepped");
         }
+        for _ in 0..self.service.delayed {
+            self.coverage
+                .hit("an acquire found the key in a lock-delay");
+        }
         RunReport {
             violation: self.violation,
             coverage: self.coverage,
@@ -695,6 +703,7 @@ impl World {
         let spec = AcquireSpec {
             lease_ms: p.lease_ms,
             queue_ms: p.plan.queue_ms(now),
+            // The replica gives every grant its default lock-delay (the SDK names none).
             lock_delay_ms: 0,
         };
         let plan = p.plan;

@@ -558,11 +558,13 @@ impl Executor {
     ) -> Result<Outcome, LockLost> {
         let token = handle.fencing_token();
         let fence = Fence::of(handle);
+        let belief = guard(session, handle, watch)?;
         self.fault_point(payout_id, FaultStep::Claim);
         let claimed = match logged(
             payout_id,
             "claim",
             token,
+            belief,
             self.services.claim(payout_id, fence),
         )
         .await
@@ -571,8 +573,8 @@ impl Executor {
             Err(err) => return Ok(self.refusal(payout_id, "claim", &err)),
         };
         if claimed.state != "SUBMITTED" {
-            guard(session, handle, watch)?;
-            let remaining = session.remaining(handle)?;
+            let belief = guard(session, handle, watch)?;
+            let remaining = belief.remaining;
             let needed = self
                 .config
                 .hop_budget
@@ -591,6 +593,7 @@ impl Executor {
                 payout_id,
                 "submit",
                 token,
+                belief,
                 self.services.submit(payout_id, fence),
             )
             .await
@@ -602,13 +605,14 @@ impl Executor {
             }
         }
         self.fault_point(payout_id, FaultStep::Post);
-        guard(session, handle, watch)?;
+        let belief = guard(session, handle, watch)?;
         self.fault_point(payout_id, FaultStep::PostSend);
         Ok(
             match logged(
                 payout_id,
                 "post",
                 token,
+                belief,
                 self.services.post(payout_id, fence),
             )
             .await
@@ -713,14 +717,18 @@ fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<
 }
 
 /// Runs one write and logs it with its answer (`write`: payout, step, token, result, the
-/// wall time it was sent): the fault campaign's history reads these lines.
+/// wall time it was sent, and the grant's deadline as the guard before it saw it): the fault
+/// campaign's history reads these lines, and checks each deadline against the lock-server's
+/// expiry of the grant (I4).
 async fn logged<T>(
     payout_id: i64,
     step: &'static str,
     token: lock_api::FencingToken,
+    belief: Belief,
     call: impl std::future::Future<Output = Result<T, CallError>>,
 ) -> Result<T, CallError> {
     let invoked_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let deadline_at = humantime::format_rfc3339_micros(belief.deadline_at).to_string();
     let result = call.await;
     let outcome = match &result {
         Ok(_) => "ok",
@@ -731,7 +739,7 @@ async fn logged<T>(
             _ => "error",
         },
     };
-    tracing::info!(event = "write", payout_id, step, token = token.0, result = outcome, invoked_at = %invoked_at);
+    tracing::info!(event = "write", payout_id, step, token = token.0, result = outcome, invoked_at = %invoked_at, deadline_at = %deadline_at);
     result
 }
 
@@ -742,9 +750,23 @@ pub fn guard(
     session: &LockClientSession,
     handle: &LockHandle,
     watch: &Watch,
-) -> Result<(), LockLost> {
+) -> Result<Belief, LockLost> {
     watch.check()?;
-    session.check_still_held(handle)
+    let remaining = session.remaining(handle)?;
+    Ok(Belief {
+        remaining,
+        deadline_at: std::time::SystemTime::now() + remaining,
+    })
+}
+
+/// What a passed guard saw: the time left before the grant's conservative deadline, and that
+/// deadline in wall time (for the log; the SDK itself counts on its monotonic clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Belief {
+    /// Time left before the deadline.
+    pub remaining: Duration,
+    /// The deadline, wall time.
+    pub deadline_at: std::time::SystemTime,
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ async fn a_loss_the_listener_hears_mid_payout_stops_the_next_write_and_is_logged
     assert_eq!(heard.reason, LossReason::RenewRefused);
     assert_eq!(heard.fencing_token, handle.fencing_token());
     assert_eq!(
-        guard(&session, &handle, &watch),
+        guard(&session, &handle, &watch).map(|belief| belief.remaining),
         Err(heard.clone()),
         "the guard stops the next write with the listener's reason"
     );
