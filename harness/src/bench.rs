@@ -319,7 +319,7 @@ async fn memory_side(
         result?;
     }
     println!(
-        "lock-server resident memory: {:.1} MiB with {waiters} L4s waiting on one key as well (issue 13)",
+        "lock-server resident memory: {:.1} MiB with {waiters} L4s waiting on one key as well",
         with_waiters as f64 / 1024.0
     );
     Ok(())
@@ -395,7 +395,7 @@ pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> 
 }
 
 /// CPU seconds (user + system) each lock-server replica of `stack` has used so far: shows
-/// whether both replicas work (issue 13: sessions spread over the endpoints).
+/// whether both replicas work (sessions spread over the endpoints).
 fn replica_cpu_seconds(stack: &crate::stack::Stack) -> anyhow::Result<Vec<f64>> {
     stack
         .lock_servers

@@ -350,7 +350,7 @@ pub async fn etcd_lock_side(
     Ok(SideFigures::of(&tallies, elapsed, false))
 }
 
-/// Waiting L4s parked at once for the waiters-memory figure; issue 13's goal names 1,000.
+/// Waiting L4s parked at once for the waiters-memory figure; the goal names 1,000.
 pub const PARKED_WAITERS: usize = 1_000;
 /// How long each parked L4 asks to wait: under the bench server's `lock.max.wait`.
 const PARKED_WAIT_MS: u64 = 3_000;

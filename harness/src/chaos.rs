@@ -1,4 +1,4 @@
-//! `harness chaos`: a fault campaign on the real binaries (task T-042). It starts the local
+//! `harness chaos`: a fault campaign on the real binaries. It starts the local
 //! stack on a PostgreSQL cluster of its own (so it may restart and freeze it), at least four
 //! executors, creates payouts while it runs, and drives a seeded nemesis: SIGSTOP/SIGCONT of
 //! executors (0.1 to 3 × the lease), kill -9 and restart of a lock-server replica and of

@@ -30,6 +30,17 @@ pub fn selected() -> bool {
     std::env::var("HARNESS_STACK").is_ok_and(|v| v == "compose")
 }
 
+/// Whether `HARNESS_LOCK_BACKEND=etcd` puts the lock-servers on etcd instead of PostgreSQL:
+/// local stacks on the test process's own member (a fresh prefix per stack), compose with
+/// compose.etcd.yaml layered over compose.yaml.
+pub fn etcd_selected() -> anyhow::Result<bool> {
+    match std::env::var("HARNESS_LOCK_BACKEND").as_deref() {
+        Err(_) | Ok("") | Ok("postgres") => Ok(false),
+        Ok("etcd") => Ok(true),
+        Ok(other) => anyhow::bail!("HARNESS_LOCK_BACKEND={other}: expected postgres or etcd"),
+    }
+}
+
 /// The repository root (where compose.yaml is).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,7 +68,7 @@ fn run(command: &mut Command) -> anyhow::Result<String> {
 fn compose() -> Command {
     let mut command = Command::new("docker-compose");
     command.current_dir(repo_root()).args(["-p", PROJECT]);
-    if crate::stack::etcd_selected().unwrap_or(false) {
+    if etcd_selected().unwrap_or(false) {
         command.args(["-f", "compose.yaml", "-f", "compose.etcd.yaml"]);
     }
     command

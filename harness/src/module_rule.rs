@@ -1,16 +1,20 @@
 //! The workspace module rule (C5 `ct5-modules`), checked on `cargo metadata` output so it
 //! holds where cargo-deny is not installed:
-//! - among workspace crates, `payout-executor` depends on `lock-api` and `lock-client` only
-//!   (directly or through them), and so does `lockctl` (issue 14: the SDK is its only door
+//! - among workspace crates, `payout-executor` depends on `lock-api`, `lock-client` and
+//!   `process-kit` only (directly or through them; not `service-kit`, the HTTP kit), and
+//!   `lockctl` on `lock-api` and `lock-client` only (the SDK is its only door
 //!   to the lock surface);
-//! - `lock-client` never depends on `lock-server`.
+//! - `lock-client` never depends on `lock-server`;
+//! - `lock-sim` never depends on `lock-server`: it runs `lock-store` (the contract, the memory
+//!   store and the replica's pure decisions), not the service with its I/O stack.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-/// The crates `payout-executor` may reach among workspace crates.
-pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client"];
+/// The crates `payout-executor` may reach among workspace crates: the SDK, and the process
+/// kit (flags, logs, recorder, shutdown), never the HTTP kit.
+pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client", "process-kit"];
 /// The crates `lockctl` may reach among workspace crates (the same: a client of the SDK).
 pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client"];
 
@@ -76,8 +80,10 @@ pub fn violations(metadata: &Value) -> Vec<String> {
             }
         }
     }
-    if reachable("lock-client").contains("lock-server") {
-        found.push("lock-client depends on lock-server".to_owned());
+    for (crate_name, never) in [("lock-client", "lock-server"), ("lock-sim", "lock-server")] {
+        if reachable(crate_name).contains(never) {
+            found.push(format!("{crate_name} depends on {never}"));
+        }
     }
     found
 }

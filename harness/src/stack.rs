@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
 
 use crate::audit::{Audit, DeclaredLoss, declared_losses};
-use crate::compose::{self, Container};
+use crate::compose::{self, Container, etcd_selected};
 use crate::metrics::Metrics;
 
 /// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`: SIGSTOP).
@@ -251,16 +251,6 @@ impl LockStoreAt {
                 ("LOCK_ETCD_PREFIX", prefix.clone()),
             ],
         }
-    }
-}
-
-/// Whether `HARNESS_LOCK_BACKEND=etcd` puts local stacks' lock-servers on etcd (the test
-/// process's own member, a fresh prefix per stack) instead of PostgreSQL.
-pub fn etcd_selected() -> anyhow::Result<bool> {
-    match std::env::var("HARNESS_LOCK_BACKEND").as_deref() {
-        Err(_) | Ok("") | Ok("postgres") => Ok(false),
-        Ok("etcd") => Ok(true),
-        Ok(other) => bail!("HARNESS_LOCK_BACKEND={other}: expected postgres or etcd"),
     }
 }
 

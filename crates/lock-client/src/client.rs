@@ -173,7 +173,7 @@ impl LockClient {
 
     /// Opens a session (L1) for `owner_id`, trying each endpoint once on `NOT_LEADER` or
     /// no answer, starting at a random one: sessions of many processes spread over the
-    /// replicas instead of all loading the first (issue 13), and the session stays on the
+    /// replicas instead of all loading the first, and the session stays on the
     /// endpoint that answered until a failure moves it. Its deadline starts from the moment
     /// the request left.
     pub async fn open_session(&self, owner_id: &str) -> Result<LockClientSession, LockError> {

@@ -202,7 +202,7 @@ impl LockClientConfig {
 }
 
 /// How `acquire` waits under contention: full-jitter exponential backoff within a budget.
-/// The defaults are assumptions recorded in the ledger (T-041).
+/// The defaults are assumptions recorded in the task ledger (`tasks/README.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquirePolicy {
     /// Total time `acquire` may spend, measured on the SDK's `Clock`.
@@ -224,7 +224,7 @@ impl AcquirePolicy {
         max_attempts: 1,
     };
 
-    /// The T-041 defaults (ASSUMPTIONS in the ledger): budget 2 s, base 25 ms, cap 500 ms, at
+    /// The defaults (assumptions in the task ledger): budget 2 s, base 25 ms, cap 500 ms, at
     /// most 32 attempts.
     pub const DEFAULT: Self = Self {
         budget: Duration::from_secs(2),

@@ -1,5 +1,5 @@
 //! The lock-service SDK: sessions, heartbeats, conservative expiry and bounded acquire
-//! (tasks T-040 and T-041; contract `docs/contracts/C2-rust-api.md`).
+//! (contract `docs/contracts/C2-rust-api.md`).
 //!
 //! A [`LockClient`] owns one heartbeat thread (`lock-hb-N`, its own current-thread runtime).
 //! A [`LockClientSession`] acquires locks, tracks each grant's deadline

@@ -25,10 +25,8 @@ pub const WAITS_TOTAL: &str = "lock_waits_total";
 /// Acquires refused because the key was in a lock-delay.
 pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
 
-/// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
-pub const STORE_CLOCK_STEPS_TOTAL: &str = "lock_store_clock_steps_total";
-/// Grants refused or withheld while a replica's store-clock guard held grants.
-pub const GRANTS_WITHHELD_TOTAL: &str = "lock_grants_withheld_total";
+/// The store-clock guard's two counters, incremented where the guard runs (`lock-store`).
+pub use lock_store::{GRANTS_WITHHELD_TOTAL, STORE_CLOCK_STEPS_TOTAL};
 /// Values of `lock_waits_total`'s `outcome` label.
 pub const WAIT_OUTCOMES: [&str; 4] = ["granted", "timed_out", "draining", "too_many_waiters"];
 

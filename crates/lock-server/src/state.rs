@@ -99,10 +99,9 @@ impl AppState {
         &self.inner.waiters
     }
 
-    /// Completes when draining starts (at once if it has).
-    pub async fn drained(&self) {
-        let mut rx = self.inner.draining.subscribe();
-        let _ = rx.wait_for(|draining| *draining).await;
+    /// Whether draining started, as a receiver that sees it start.
+    pub fn draining(&self) -> watch::Receiver<bool> {
+        self.inner.draining.subscribe()
     }
 
     /// The bearer token of L1-L7, if configured.

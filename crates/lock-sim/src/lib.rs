@@ -1,10 +1,10 @@
-//! Deterministic simulation of the SDK, the lock store and the fenced resource (task T-043).
+//! Deterministic simulation of the SDK, the lock store and the fenced resource.
 //!
 //! Each seed is one single-threaded, discrete-event run in virtual time of: N clients, each
 //! the SDK's real sans-IO core (`lock_client::core`: the session core and the acquire loop)
 //! running the executor's protocol (acquire → claim → guard → remaining covers the hop →
 //! submit → guard → post → release, with a scheduling point between every guard and its
-//! write); two lock-server replicas over lock-server's own `MemoryStore` on virtual time; the
+//! write); two lock-server replicas over lock-store's `MemoryStore` on virtual time; the
 //! fenced resource with payment-api's `check_fence` (the function payment-resource runs) and a
 //! rail that records every transfer. A nemesis delays, loses, duplicates and reorders
 //! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its

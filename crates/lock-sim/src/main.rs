@@ -34,7 +34,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = service_kit::parse_or_exit("lock-sim");
+    let cli: Cli = process_kit::parse_or_exit("lock-sim");
     let mut bugs = Bugs::default();
     for name in &cli.bug {
         bugs = match bugs.with(name) {

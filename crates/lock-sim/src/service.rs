@@ -1,9 +1,10 @@
-//! The lock service: two stateless replicas over one store, the store being lock-server's
-//! own `MemoryStore` (the implementation that passes the conformance suite PostgreSQL
-//! passes) on virtual time, each replica serving through lock-server's own
-//! `ClockCheckedStore` (the guard against steps of the store's clock) on its virtual clocks. A replica can be down (requests to it vanish: the client's
-//! request times out) and the store can refuse writes for a window (`NOT_LEADER`, as a
-//! read-only or leaderless database makes the real replicas answer).
+//! The lock service: two stateless replicas over one store, the store being lock-store's
+//! `MemoryStore` (the implementation that passes the conformance suite PostgreSQL passes) on
+//! virtual time, each replica serving through lock-store's `ClockCheckedStore` (the guard
+//! lock-server runs against steps of the store's clock) on its own virtual clocks. A replica
+//! can be down (requests to it vanish: the client's request times out) and the store can
+//! refuse writes for a window (`NOT_LEADER`, as a read-only or leaderless database makes the
+//! real replicas answer).
 
 use std::future::Future;
 use std::pin::pin;
@@ -13,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
-use lock_server::store::{
+use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, ReplicaClock, StoreEnv,
     StoreError, Wake,
 };
@@ -422,7 +423,7 @@ impl LockService {
             .filter(|(replica, _)| {
                 matches!(
                     now_or_never(replica.sample()),
-                    Ok(Some(lock_server::store::Verdict::Stepped { .. }))
+                    Ok(Some(lock_store::Verdict::Stepped { .. }))
                 )
             })
             .count()

@@ -21,14 +21,14 @@ use crate::check::{Coverage, Violation};
 use crate::config::Config;
 use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
-use lock_server::store::{AcquireSpec, Wake};
-use lock_server::waiting::{WaitPlan, WaitStep};
+use lock_store::wait_plan::{WaitPlan, WaitStep};
+use lock_store::{AcquireSpec, Wake};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
 /// Each replica's sampler reads the store's clock this often, as lock-server's does.
 #[allow(clippy::cast_possible_truncation)] // one second fits
-const CLOCK_SAMPLE_NANOS: Nanos = lock_server::store::CLOCK_SAMPLE_INTERVAL.as_nanos() as Nanos;
+const CLOCK_SAMPLE_NANOS: Nanos = lock_store::CLOCK_SAMPLE_INTERVAL.as_nanos() as Nanos;
 /// Events of the involved parties a failure report prints.
 const REPORT_EVENTS: usize = 25;
 

@@ -6,15 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable text.
-    Text,
-}
+pub use process_kit::LogFormat;
 
 /// Where the test-only fault point stops the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -22,7 +22,7 @@ use crate::services::{CallError, Fence, Refusal, Services};
 /// `payout_execute_seconds{outcome}`: one sample per payout attempt.
 pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
 
-/// The acquire policy the executor ships: the SDK's T-041 defaults (budget 2 s, base 25 ms,
+/// The acquire policy the executor ships: the SDK's defaults (budget 2 s, base 25 ms,
 /// cap 500 ms, 32 attempts). Workers do not trail each other because each visits a scan's
 /// payouts in its own shuffled order, so two rarely want the same payout at once.
 pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;

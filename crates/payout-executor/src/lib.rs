@@ -1,6 +1,6 @@
 //! payout-executor: workers that take a lock per payout through `lock-client`, claim with
-//! the fencing token, submit through rail-proxy and post the result (task T-047 end state).
-//! Among workspace crates it depends on `lock-api` and `lock-client` only.
+//! the fencing token, submit through rail-proxy and post the result.
+//! Among workspace crates it depends on `lock-api`, `lock-client` and `process-kit` only.
 //!
 //! Map: [`config`] (flags and env), [`executor`] (the loop and outcome tags), [`loss`] (the
 //! `on_lock_lost` listener), [`services`] (HTTP to payment-resource and rail-proxy),

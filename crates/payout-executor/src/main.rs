@@ -4,37 +4,13 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
-use clap::error::ErrorKind;
 use lock_client::LockClientConfig;
 use payout_executor::{Config, Executor, telemetry};
 
 #[tokio::main]
 async fn main() {
-    let config = match Config::try_parse() {
-        Ok(config) => config,
-        Err(err)
-            if matches!(
-                err.kind(),
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-            ) =>
-        {
-            err.exit()
-        }
-        Err(err) => {
-            let rendered = err.to_string();
-            eprintln!(
-                "payout-executor: {}",
-                rendered
-                    .lines()
-                    .next()
-                    .unwrap_or("invalid arguments")
-                    .trim_start_matches("error: ")
-            );
-            std::process::exit(2);
-        }
-    };
-    telemetry::init_logs(config.log_format);
+    let config: Config = process_kit::parse_or_exit("payout-executor");
+    process_kit::logging::init(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("payout-executor: {err:#}");
         std::process::exit(1);
@@ -42,7 +18,7 @@ async fn main() {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let metrics = telemetry::install_metrics()?;
+    let metrics = process_kit::recorder::install();
     let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     let executor = Arc::new(Executor::start(config, lock_config).await?);
@@ -57,7 +33,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     });
     // A signal stops new attempts; the payouts in flight finish, then the loop returns.
     tokio::spawn(async move {
-        shutdown_signal().await;
+        process_kit::shutdown::signal().await;
         tracing::info!(
             event = "draining",
             "shutdown requested: finishing the payouts in flight"
@@ -69,15 +45,4 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let _ = server.await;
     tracing::info!(event = "stopped", "payout-executor stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

@@ -2,30 +2,27 @@
 //! [`ApiError`] (the `{"code","message"}` answer), [`ApiJson`] (a body extractor whose
 //! refusals name the field), [`common_layers`] (limits, timeout, metrics, JSON errors,
 //! tracing), the accept loop with its connection limits ([`serve`]), Prometheus and health
-//! handlers, bearer credentials, logs and shutdown.
+//! handlers, bearer credentials. What a process needs without HTTP (flags, logs, the
+//! recorder, shutdown) is `process-kit`'s, re-exported here for the services.
 
 mod auth;
-mod cli;
 mod error;
 mod extract;
 mod json;
 mod layers;
-pub mod logging;
 pub mod openapi;
 mod parse_errors;
 mod serve;
-pub mod shutdown;
 mod telemetry;
 
 pub use auth::require_bearer;
-pub use cli::parse_or_exit;
 pub use error::{ApiError, code_for_status, not_found, tag};
 pub use extract::{
     FencingTokenHeader, ProvenFence, fencing_token, proven_fencing_token, single_header,
 };
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
-pub use logging::LogFormat;
+pub use process_kit::{LogFormat, logging, parse_or_exit, shutdown};
 pub use serve::{
     CONNECTIONS_MAX_DEFAULT, HEADER_READ_TIMEOUT_DEFAULT, HttpLimits, Service, run_main, serve,
 };

@@ -1,4 +1,4 @@
-//! What every service's OpenAPI document shares (issue 14): the error answer (`ErrorBody`),
+//! What every service's OpenAPI document shares: the error answer (`ErrorBody`),
 //! answers common to a group of operations (added once, not per handler), bearer schemes,
 //! the endpoints whose handlers live here (`/health/live`, `/metrics`), and serving the
 //! document at `GET /openapi.json`. Each service's `openapi` module owns its paths.

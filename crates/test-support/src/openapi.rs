@@ -1,4 +1,4 @@
-//! Checks every service's OpenAPI document gets (issue 14): the checked-in file under
+//! Checks every service's OpenAPI document gets: the checked-in file under
 //! `docs/openapi/` is what the code generates, and the statuses of each operation agree with
 //! the C3 contract's tables. The C3 readers (which differ per surface) stay with each
 //! service's tests; what they produce is compared here.

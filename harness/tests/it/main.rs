@@ -1,6 +1,7 @@
 //! Harness tests: one binary, one module per concern.
 #![allow(clippy::unwrap_used)]
 
+mod architecture_map;
 mod attack;
 mod executor_config;
 mod lockctl;

@@ -74,5 +74,17 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
         !has("lockctl depends on lock-server"),
         "lock-client's dev edge to lock-server is not lockctl's: {found:?}"
     );
-    assert_eq!(found.len(), 6, "{found:?}");
+    assert!(
+        has("lock-sim depends on lock-server"),
+        "the simulation runs lock-store, never the service (here a dev edge): {found:?}"
+    );
+    assert!(
+        has("payout-executor depends on service-kit"),
+        "the process kit is allowed, the HTTP kit behind it is not: {found:?}"
+    );
+    assert!(
+        !has("payout-executor depends on process-kit"),
+        "the process kit is the executor's to use: {found:?}"
+    );
+    assert_eq!(found.len(), 8, "{found:?}");
 }

@@ -24,7 +24,7 @@ pub mod acquire;
 
 pub use acquire::{AcquireLoop, AfterFailure, Attempt, Next, grant_basis_nanos};
 
-/// Heartbeat divisor (seed T-040 ASSUMPTION): three periods fit in the usable lease, so two
+/// Heartbeat divisor (the seed's assumption): three periods fit in the usable lease, so two
 /// consecutive lost heartbeats are tolerated before the local deadline passes.
 pub const HEARTBEAT_DIVISOR: u32 = 3;
 /// A grant is renewed on the tick that finds less than this many periods left.

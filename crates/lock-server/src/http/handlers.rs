@@ -10,6 +10,7 @@ use lock_api::{
     validate_requested_ttl,
 };
 
+use super::store_error::api_error;
 use crate::metrics as m;
 use crate::state::AppState;
 use crate::store::{AcquireOutcome, AcquireSpec, StoreError};
@@ -46,7 +47,8 @@ pub async fn create_session(
     let record = state
         .store()
         .create_session(&req.owner_id, state.ttl().clamp(requested))
-        .await?;
+        .await
+        .map_err(api_error)?;
     metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
         .increment(1);
     tracing::info!(event = "session_created", session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
@@ -73,7 +75,7 @@ pub async fn heartbeat(
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
     let session = session_from_path(&session_id)?;
-    let record = state.store().heartbeat(session).await?;
+    let record = state.store().heartbeat(session).await.map_err(api_error)?;
     tracing::info!(event = "session_extended", session = %session, expires_at = %record.expires_at.to_rfc3339());
     Ok(Json(HeartbeatResponse {
         ttl_ms: record.ttl_ms,
@@ -92,7 +94,11 @@ pub async fn delete_session(
 ) -> ApiResult<StatusCode> {
     let session = session_from_path(&session_id)?;
     let invoked_at = chrono::Utc::now();
-    state.store().delete_session(session).await?;
+    state
+        .store()
+        .delete_session(session)
+        .await
+        .map_err(api_error)?;
     tracing::info!(event = "session_closed", session = %session, invoked_at = %invoked_at.to_rfc3339());
     Ok(StatusCode::NO_CONTENT)
 }
@@ -138,11 +144,22 @@ pub async fn acquire(
             state
                 .store()
                 .acquire_with(&key, req.session_id, spec)
-                .await?,
+                .await
+                .map_err(api_error)?,
             0,
         )
     } else {
-        let waited = waiting::acquire_waiting(&state, &key, req.session_id, spec, wait_ms).await?;
+        let waited = waiting::acquire_waiting(
+            state.store_arc(),
+            state.waiters(),
+            state.draining(),
+            &key,
+            req.session_id,
+            spec,
+            wait_ms,
+        )
+        .await
+        .map_err(api_error)?;
         let (label, answer) = match waited {
             Waited::Answer(outcome, waited_ms) => {
                 let label = if matches!(outcome, AcquireOutcome::Granted { .. }) {
@@ -249,9 +266,9 @@ pub async fn renew(
         Err(err @ StoreError::LockLost { .. }) => {
             metrics::counter!(m::RENEW_LOST_TOTAL, "backend" => state.backend().as_str())
                 .increment(1);
-            Err(err.into())
+            Err(api_error(err))
         }
-        Err(err) => Err(err.into()),
+        Err(err) => Err(api_error(err)),
     }
 }
 
@@ -268,7 +285,11 @@ pub async fn release(
     let key = key_from_path(lock_key)?;
     let token = req.fencing_token.validate()?;
     let invoked_at = chrono::Utc::now();
-    let released = state.store().release(&key, req.session_id, token).await?;
+    let released = state
+        .store()
+        .release(&key, req.session_id, token)
+        .await
+        .map_err(api_error)?;
     tracing::info!(event = "lock_released", key = %key, token = token.0, session = %req.session_id, released, invoked_at = %invoked_at.to_rfc3339());
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
@@ -286,7 +307,7 @@ pub async fn get_lock(
     Path(lock_key): Path<String>,
 ) -> ApiResult<Json<LockInfo>> {
     let key = key_from_path(lock_key)?;
-    match state.store().get(&key).await? {
+    match state.store().get(&key).await.map_err(api_error)? {
         Some(info) => Ok(Json(info)),
         None => Err(ApiError::new(
             ErrorCode::LockNotHeld,
@@ -309,7 +330,7 @@ pub async fn revoke(
 ) -> ApiResult<Json<LockOutcome>> {
     authorize_admin(&state, &headers)?;
     let key = key_from_path(lock_key)?;
-    let token: Option<FencingToken> = state.store().revoke(&key).await?;
+    let token: Option<FencingToken> = state.store().revoke(&key).await.map_err(api_error)?;
     if let Some(token) = token {
         metrics::counter!(m::REVOKED_TOTAL, "backend" => state.backend().as_str()).increment(1);
         tracing::warn!(event = "lock_revoked", key = %key, token = token.0, backend = state.backend().as_str());
@@ -362,6 +383,6 @@ pub async fn ready(State(state): State<AppState>) -> ApiResult<StatusCode> {
             "this replica is draining for shutdown",
         ));
     }
-    state.store().ready().await?;
+    state.store().ready().await.map_err(api_error)?;
     Ok(StatusCode::OK)
 }

@@ -17,12 +17,12 @@ pub fn code(err: &StoreError) -> ErrorCode {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(err: StoreError) -> Self {
-        let code = code(&err);
-        if code == ErrorCode::Internal {
-            tracing::error!(event = "store_error", error = %err, "store failed");
-        }
-        Self::new(code, err.to_string())
+/// The answer to a store failure (`.map_err(api_error)?` in the handlers: both types are
+/// other crates', so no `From` can join them here). An internal error is logged here, once.
+pub fn api_error(err: StoreError) -> ApiError {
+    let code = code(&err);
+    if code == ErrorCode::Internal {
+        tracing::error!(event = "store_error", error = %err, "store failed");
     }
+    ApiError::new(code, err.to_string())
 }

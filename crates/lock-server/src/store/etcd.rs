@@ -21,7 +21,7 @@
 //! lease TTLs in whole seconds, so TTLs are rounded *up* (a holder keeps a lock at least as
 //! long as it was told, never less).
 //!
-//! Waiting (issue 13): a key's queue is its `w/{lock_key}/` places in the order of their
+//! Waiting: a key's queue is its `w/{lock_key}/` places in the order of their
 //! `create_revision` (arrival). A place sits on a lease of its own (the caller's `queue_ms`,
 //! rounded up): a refused caller renews it by keeping that lease alive, or, when it asks for
 //! another TTL, by putting the place again on a new lease — a put keeps the key's
@@ -178,7 +178,7 @@ struct GrantValue {
     owner: OwnerId,
     lease: i64,
     lease_ms: u64,
-    /// Issue 13; records written before it have none.
+    /// Records written before waiting existed have none.
     #[serde(default)]
     lock_delay_ms: u64,
 }

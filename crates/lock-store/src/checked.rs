@@ -12,11 +12,15 @@ use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 use tokio::sync::watch;
 
-use super::clock_guard::{ClockGuard, ClockReading, Verdict};
-use super::{
+use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
+use crate::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
 };
-use crate::metrics as m;
+
+/// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
+pub const STORE_CLOCK_STEPS_TOTAL: &str = "lock_store_clock_steps_total";
+/// Grants refused or withheld while a replica's store-clock guard held grants.
+pub const GRANTS_WITHHELD_TOTAL: &str = "lock_grants_withheld_total";
 
 /// How often a replica reads the store's clock between grants: keeps the guard's bound
 /// tight and sees a step while no grant is asked for.
@@ -122,7 +126,7 @@ impl ClockCheckedStore {
                 store_now = %store_now.to_rfc3339(),
                 "the store's clock ran ahead of this replica's: leases granted before it may have ended early by the store's judgement; this replica answers no grant for the longest lease"
             );
-            metrics::counter!(m::STORE_CLOCK_STEPS_TOTAL, "backend" => backend).increment(1);
+            metrics::counter!(STORE_CLOCK_STEPS_TOTAL, "backend" => backend).increment(1);
         }
         verdict
     }
@@ -130,7 +134,7 @@ impl ClockCheckedStore {
     /// The refusal while grants are held, if they are.
     fn held(&self) -> Option<StoreError> {
         let left_nanos = self.guard().held_for(self.mono_nanos())?;
-        metrics::counter!(m::GRANTS_WITHHELD_TOTAL, "backend" => self.inner.backend().as_str())
+        metrics::counter!(GRANTS_WITHHELD_TOTAL, "backend" => self.inner.backend().as_str())
             .increment(1);
         Some(StoreError::Unavailable(format!(
             "the store's clock stepped forward; this replica answers no grant for {} ms more",

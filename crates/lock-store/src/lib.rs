@@ -1,0 +1,313 @@
+//! The lock store's contract and what lives beside it, free of any I/O backend:
+//!
+//! - the `LockStore` trait: the single source of truth and the single clock for expiry, with
+//!   its types (`AcquireSpec`, `AcquireOutcome`, `Wake`, `StoreError`, ...);
+//! - [`MemoryStore`], the in-memory implementation (tests, demos, the simulation) on a
+//!   [`StoreEnv`] clock seam;
+//! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting L4) and
+//!   [`ClockGuard`] (steps of the store's clock), with [`ClockCheckedStore`], the wrapper every
+//!   replica serves through.
+//!
+//! lock-server implements PostgreSQL and etcd on this trait; lock-sim runs this crate and
+//! nothing of lock-server. Every implementation passes the one conformance suite in
+//! lock-server's `tests/it/conformance.rs`. Handlers clamp TTLs before calling a store; a
+//! store never sees a TTL outside the configured range.
+//!
+//! Architecture Invariant: no networking, no database driver, no HTTP here; the store's
+//! clock is read only through `StoreEnv` or `LockStore::clock_now`.
+
+mod checked;
+mod clock_guard;
+mod memory;
+pub mod wait_plan;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+
+pub use checked::{
+    CLOCK_SAMPLE_INTERVAL, ClockCheckedStore, GRANTS_WITHHELD_TOTAL, ReplicaClock,
+    STORE_CLOCK_STEPS_TOTAL, SystemClock, watch_clock,
+};
+pub use clock_guard::{ClockGuard, ClockReading, Verdict};
+pub use memory::{MemoryStore, StoreEnv, SystemEnv};
+
+/// A session as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The session's id.
+    pub session_id: SessionId,
+    /// The TTL every heartbeat extends by.
+    pub ttl_ms: u64,
+    /// The store's expiry instant (display only for clients).
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What an L4 asks of the store beyond the key and the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireSpec {
+    /// The lease to grant (already clamped).
+    pub lease_ms: u64,
+    /// 0: a try-acquire that never queues. Otherwise the caller joins the key's FIFO queue
+    /// when it is not granted (or keeps its place: one place per session and key), and the
+    /// place lapses this long after the call unless renewed by the next call.
+    pub queue_ms: u64,
+    /// The grant's lock-delay (already clamped): if it ends involuntarily, no other session
+    /// is granted the key for this long.
+    pub lock_delay_ms: u64,
+}
+
+impl AcquireSpec {
+    /// A try-acquire for `lease_ms` without lock-delay (what the tests and the simulation
+    /// mostly ask).
+    pub const fn lease(lease_ms: u64) -> Self {
+        Self {
+            lease_ms,
+            queue_ms: 0,
+            lock_delay_ms: 0,
+        }
+    }
+}
+
+/// The result of an acquire that reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// Granted: a new token, or the same token when the session already held the key.
+    Granted {
+        /// The grant.
+        grant: LockGrant,
+        /// Whether an expired grant of another session was replaced.
+        took_over_expired: bool,
+        /// The store's clock when it decided, for the replica's [`ClockGuard`]; `None` where
+        /// expiry does not follow a wall clock (etcd times leases on its leader's monotonic
+        /// clock).
+        store_now: Option<DateTime<Utc>>,
+    },
+    /// Another live session holds the key.
+    Held {
+        /// The holder's token.
+        holder_token: FencingToken,
+        /// Milliseconds until the holder's grant ends unless it renews (store clock).
+        free_in_ms: u64,
+    },
+    /// The key is free but in the lock-delay of a grant that ended involuntarily.
+    Delayed {
+        /// Milliseconds until the delay ends (store clock).
+        remaining_ms: u64,
+    },
+    /// The key is free but other sessions queued for it first (FIFO).
+    Queued {
+        /// Live waiters ahead of the caller.
+        ahead: u64,
+    },
+}
+
+impl AcquireOutcome {
+    /// How long a waiter may sleep before asking again without missing a deadline the store
+    /// knows of (the holder's expiry, the delay's end); `None` when only a wake-up helps.
+    pub fn recheck_in_ms(&self) -> Option<u64> {
+        match self {
+            Self::Granted { .. } | Self::Queued { .. } => None,
+            Self::Held { free_in_ms, .. } => Some(*free_in_ms),
+            Self::Delayed { remaining_ms } => Some(*remaining_ms),
+        }
+    }
+}
+
+/// A wake-up for the replica's waiters: a key became free (released, revoked, reaped, or
+/// the head of its queue left) and this session is now first in its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// `session` is first in `key`'s queue and the key is free.
+    Head {
+        /// The key.
+        key: LockKey,
+        /// The session at the head of its queue.
+        session: SessionId,
+    },
+    /// Wake-ups may have been lost (the store's notification channel reconnected): every
+    /// waiter asks again.
+    Everyone,
+}
+
+/// Where a store delivers its wake-ups.
+pub type WakeSink = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
+
+/// A store's [`WakeSink`], once `watch_wakes` set it.
+#[derive(Default)]
+pub struct WakeSlot(std::sync::OnceLock<WakeSink>);
+
+impl WakeSlot {
+    /// Sets the sink; a second call is ignored (one watcher per store).
+    pub fn set(&self, sink: WakeSink) {
+        let _ = self.0.set(sink);
+    }
+
+    /// Delivers `wakes`, if a sink is set.
+    pub fn deliver(&self, wakes: impl IntoIterator<Item = Wake>) {
+        if let Some(sink) = self.0.get() {
+            wakes.into_iter().for_each(|w| sink(w));
+        }
+    }
+}
+
+impl std::fmt::Debug for WakeSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "WakeSlot(set)"
+        } else {
+            "WakeSlot(unset)"
+        })
+    }
+}
+
+/// A grant the reaper removed because its lease or its session expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredLock {
+    /// The key.
+    pub lock_key: LockKey,
+    /// The expired grant's token.
+    pub fencing_token: FencingToken,
+    /// The session that held it.
+    pub session_id: SessionId,
+    /// That session's owner.
+    pub owner_id: OwnerId,
+    /// `"lease"` or `"session"`.
+    pub reason: &'static str,
+}
+
+/// What one reaper pass removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Grants removed.
+    pub locks: Vec<ExpiredLock>,
+    /// Sessions removed.
+    pub sessions: u64,
+}
+
+/// Store failures. The first three are answers about the caller's request; the rest are
+/// about the store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The session does not exist.
+    #[error("session {0} is unknown")]
+    SessionUnknown(SessionId),
+    /// The session exists but has expired.
+    #[error("session {0} has expired")]
+    SessionExpired(SessionId),
+    /// The grant presented for renewal is not live.
+    #[error("lock {lock_key} with token {fencing_token} is not held by this session")]
+    LockLost {
+        /// The key.
+        lock_key: LockKey,
+        /// The token presented.
+        fencing_token: FencingToken,
+    },
+    /// The store refuses writes (read-only database, no leader).
+    #[error("store cannot take writes: {0}")]
+    NotLeader(String),
+    /// The store cannot be reached or timed out.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else: a bug or a schema mismatch.
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+/// The lock store. All expiry decisions use the store's own clock.
+#[async_trait]
+pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Which backend this is.
+    fn backend(&self) -> Backend;
+
+    /// L1: creates a session that lives `ttl_ms` past each heartbeat.
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError>;
+
+    /// L2: extends a live session by its TTL.
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError>;
+
+    /// L3: deletes a session and releases its locks. Returns whether it existed.
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError>;
+
+    /// L4 as a try-acquire without lock-delay: [`LockStore::acquire_with`] with
+    /// [`AcquireSpec::lease`].
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        lease_ms: u64,
+    ) -> Result<AcquireOutcome, StoreError> {
+        self.acquire_with(key, session, AcquireSpec::lease(lease_ms))
+            .await
+    }
+
+    /// L4: grants `key` to `session` for `spec.lease_ms`, unless another live session holds
+    /// it, the key is in a lock-delay for this session, or live waiters queued before this
+    /// session (or at all, for a caller not queued). With `spec.queue_ms > 0` a refused
+    /// caller holds a place in the key's FIFO queue; a grant removes it.
+    async fn acquire_with(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<AcquireOutcome, StoreError>;
+
+    /// Removes `session`'s place in `key`'s queue, if any (a waiter gave up or went away).
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError>;
+
+    /// Starts delivering wake-ups for this replica's waiters to `sink` (across replicas
+    /// where the backend can). Called once, before serving. Without it waiters still make
+    /// progress on their recheck timer.
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        let _ = sink;
+        Ok(())
+    }
+
+    /// L5: extends a live grant by its lease. Never changes the token.
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError>;
+
+    /// L6: compare-and-delete on (key, holding session, token). Returns whether a grant was
+    /// deleted: a stale token or another session's is `false`, never an error.
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError>;
+
+    /// L7: the live grant of `key`, if any, with the number of live waiters queued for it.
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;
+
+    /// L8: deletes the live grant of `key`, if any, and returns its token. An involuntary
+    /// end: the grant's lock-delay starts.
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError>;
+
+    /// Deletes expired grants, sessions and queue places; each expired grant's lock-delay
+    /// runs from when it expired.
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError>;
+
+    /// The store's clock now, for the replica's [`ClockGuard`]; `None` where expiry does not
+    /// follow a wall clock.
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(None)
+    }
+
+    /// Whether the store answers and takes writes.
+    async fn ready(&self) -> Result<(), StoreError>;
+
+    /// What could make this store lose a committed grant after a crash, and so hand out a
+    /// token twice; empty when nothing visible can. The lock-server refuses to start on a
+    /// non-empty answer unless told otherwise (`LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE`).
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+}

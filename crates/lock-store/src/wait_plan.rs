@@ -1,0 +1,115 @@
+//! The decisions of one waiting L4, sans-IO: how long each queued store call keeps the
+//! request's queue place, what `waited_ms` a grant reports, how long to nap before asking the
+//! store again. lock-server's `waiting::acquire_waiting` drives it on tokio's clock; the
+//! simulation drives the same plan on virtual time.
+
+use std::time::Duration;
+
+use crate::AcquireOutcome;
+
+/// Longest a parked request sleeps without asking the store again: what a lost wake-up (a
+/// listener reconnecting, a crashed replica's stale queue place) can cost at most.
+pub const WAIT_RECHECK_MS: u64 = 1_000;
+/// How long a queue place outlives its request's deadline, so that the last try at the
+/// deadline still finds it; a place whose replica crashed lapses this soon after.
+pub const QUEUE_PLACE_SLACK_MS: u64 = 1_000;
+
+/// The decisions of one waiting L4, sans-IO, on the replica's monotonic clock in nanoseconds:
+/// how long each queued store call keeps the request's queue place, what `waited_ms` a grant
+/// reports, and how long to nap before asking the store again. lock-server's `acquire_waiting` drives
+/// it on tokio's clock; the simulation drives the same plan on virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPlan {
+    started_nanos: u64,
+    deadline_nanos: u64,
+}
+
+/// What a waiting L4 does after a store call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStep {
+    /// Answer the outcome, reporting this `waited_ms` (granted, or the wait is over: then
+    /// leave the queue first).
+    Answer {
+        /// The time the request was held before the store call that answered it.
+        waited_ms: u64,
+        /// The wait is over without a grant: give up the queue place before answering.
+        leave: bool,
+    },
+    /// Park, and ask again after this long at the latest (sooner when woken).
+    Nap(Duration),
+}
+
+impl WaitPlan {
+    /// A wait of `wait_ms` for a request that arrived at `now_nanos`.
+    pub fn new(now_nanos: u64, wait_ms: u64) -> Self {
+        Self {
+            started_nanos: now_nanos,
+            deadline_nanos: now_nanos.saturating_add(wait_ms.saturating_mul(1_000_000)),
+        }
+    }
+
+    /// What is left of the wait at `now_nanos`.
+    pub fn remaining(&self, now_nanos: u64) -> Duration {
+        Duration::from_nanos(self.deadline_nanos.saturating_sub(now_nanos))
+    }
+
+    /// The `queue_ms` of a store call made at `now_nanos`: the place outlives the wait by
+    /// [`QUEUE_PLACE_SLACK_MS`], so the last try at the deadline still finds it.
+    pub fn queue_ms(&self, now_nanos: u64) -> u64 {
+        let remaining_ms = u64::try_from(self.remaining(now_nanos).as_millis()).unwrap_or(u64::MAX);
+        remaining_ms.saturating_add(QUEUE_PLACE_SLACK_MS)
+    }
+
+    /// After a store call made at `called_nanos` answered `outcome`: answer (with the time
+    /// the request waited before that call: the grant began after it), or nap until the
+    /// store's hint, the recheck bound or the deadline, whichever comes first.
+    pub fn after(&self, called_nanos: u64, outcome: &AcquireOutcome) -> WaitStep {
+        let waited_ms = called_nanos.saturating_sub(self.started_nanos) / 1_000_000;
+        let remaining = self.remaining(called_nanos);
+        if matches!(outcome, AcquireOutcome::Granted { .. }) || remaining.is_zero() {
+            return WaitStep::Answer {
+                waited_ms,
+                leave: !matches!(outcome, AcquireOutcome::Granted { .. }),
+            };
+        }
+        let hint_ms = outcome
+            .recheck_in_ms()
+            .map_or(WAIT_RECHECK_MS, |ms| ms.saturating_add(1));
+        WaitStep::Nap(Duration::from_millis(hint_ms.min(WAIT_RECHECK_MS)).min(remaining))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_plan_answers_a_grant_with_the_time_before_its_call_and_naps_until_hint_or_deadline() {
+        const MS: u64 = 1_000_000;
+        let plan = WaitPlan::new(10 * MS, 300);
+        assert_eq!(plan.queue_ms(10 * MS), 300 + QUEUE_PLACE_SLACK_MS);
+        let held = AcquireOutcome::Held {
+            holder_token: lock_api::FencingToken(1),
+            free_in_ms: 40,
+        };
+        assert_eq!(
+            plan.after(20 * MS, &held),
+            WaitStep::Nap(Duration::from_millis(41)),
+            "the holder's expiry, and a millisecond"
+        );
+        let queued = AcquireOutcome::Queued { ahead: 1 };
+        assert_eq!(
+            plan.after(200 * MS, &queued),
+            WaitStep::Nap(Duration::from_millis(110)),
+            "no hint: the recheck bound, cut to the deadline"
+        );
+        assert_eq!(
+            plan.after(310 * MS, &queued),
+            WaitStep::Answer {
+                waited_ms: 300,
+                leave: true
+            },
+            "the deadline: leave the queue and answer"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! What every binary shares as a process, and nothing of HTTP: [`parse_or_exit`] (flags and
+//! environment; help and version as usual, any other error one line and exit 2),
+//! [`logging`] (JSON or text lines filtered by `RUST_LOG`), [`recorder`] (the process-wide
+//! Prometheus recorder and its buckets), [`shutdown`] (SIGTERM or SIGINT).
+//!
+//! Architecture Invariant: no HTTP server or client here. The HTTP kit (`service-kit`)
+//! builds on this crate; payout-executor, which the module rule keeps from the HTTP kit,
+//! uses this one.
+
+mod cli;
+pub mod logging;
+pub mod recorder;
+pub mod shutdown;
+
+pub use cli::parse_or_exit;
+pub use logging::LogFormat;
