@@ -14,8 +14,9 @@
 //! what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
-//! [`service`] (replicas over the store), [`bank`] (resource and rail), [`world`] (clients,
-//! network, nemesis, checkers), [`check`] (violations, coverage).
+//! [`service`] (replicas over the store), [`bank`] (resource and rail), [`world`] (the run:
+//! one file each for the clients' protocol, the network, the nemesis, the service nodes and
+//! the checkers), [`check`] (violations, coverage).
 
 pub mod bank;
 pub mod check;

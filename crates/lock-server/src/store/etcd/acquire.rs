@@ -1,0 +1,350 @@
+//! L4: read the key's grant, fence, delay and queue, decide, and commit the decision in one
+//! transaction whose compares pin what was read; a lost race is read and decided again.
+
+use super::*;
+
+impl EtcdStore {
+    /// Whether `grant` is live: its own marker and its holder's session marker exist.
+    pub(super) async fn liveness(&self, grant: &GrantValue) -> Result<Liveness, StoreError> {
+        let markers = self
+            .read_keys(&[
+                self.grant_marker(grant.lease),
+                self.session_marker(grant.session),
+            ])
+            .await?;
+        Ok(match (&markers[0], &markers[1]) {
+            (None, _) => Liveness::LeaseEnded,
+            (Some(_), None) => Liveness::SessionEnded,
+            (Some(_), Some(_)) => Liveness::Live,
+        })
+    }
+
+    /// The live grant of `key` with its record's revision, if any.
+    pub(super) async fn live_grant(&self, key: &LockKey) -> Result<Option<ReadGrant>, StoreError> {
+        let record = self.read_keys(&[self.grant_key(key)]).await?.remove(0);
+        let Some(grant) = record.map(|kv| read_grant(&kv)).transpose()? else {
+            return Ok(None);
+        };
+        Ok((self.liveness(&grant.value).await? == Liveness::Live).then_some(grant))
+    }
+
+    /// The session's record, or the L2-L5 error for a session that is not live.
+    pub(super) fn live_session(
+        session: SessionId,
+        record: Option<&KeyValue>,
+        marker: Option<&KeyValue>,
+    ) -> Result<SessionValue, StoreError> {
+        let Some(record) = record else {
+            return Err(StoreError::SessionUnknown(session));
+        };
+        if marker.is_none() {
+            return Err(StoreError::SessionExpired(session));
+        }
+        decode(record.value(), "session record")
+    }
+
+    /// Same session again: the same token; the lease only grows (invariant I4). The
+    /// session's queue place, if it has one, goes.
+    pub(super) async fn regrant(
+        &self,
+        key: &LockKey,
+        current: ReadGrant,
+        lease_ms: u64,
+        place: Option<&Place>,
+    ) -> Result<Option<LockGrant>, StoreError> {
+        let old = current.value;
+        if lease_ms <= old.lease_ms {
+            if !self.keep_alive(old.lease).await? {
+                return Ok(None);
+            }
+            if place.is_some() {
+                self.leave_queue(key, old.session).await?;
+            }
+            return Ok(Some(grant_of(key, &old, old.lease_ms)));
+        }
+        // A longer lease than the grant has: move the grant onto a new, longer lease.
+        let lease = self.grant_lease(lease_ms).await?;
+        let grown = GrantValue {
+            lease,
+            lease_ms,
+            ..old.clone()
+        };
+        let committed = self
+            .txn(
+                "regrant",
+                Txn::new()
+                    .when([
+                        Compare::mod_revision(
+                            self.grant_key(key),
+                            CompareOp::Equal,
+                            current.mod_revision,
+                        ),
+                        Compare::version(self.grant_marker(old.lease), CompareOp::Greater, 0),
+                        Compare::version(self.session_marker(old.session), CompareOp::Greater, 0),
+                    ])
+                    .and_then([
+                        TxnOp::put(self.grant_key(key), encode(&grown)?, None),
+                        TxnOp::put(
+                            self.grant_marker(lease),
+                            "",
+                            Some(PutOptions::new().with_lease(lease)),
+                        ),
+                        TxnOp::delete(self.grant_marker(old.lease), None),
+                        // Absent when the session has no place: a no-op.
+                        TxnOp::delete(self.place_key(key, old.session), None),
+                    ]),
+            )
+            .await?
+            .succeeded();
+        if committed {
+            self.revoke_lease_later(old.lease);
+            Ok(Some(grant_of(key, &grown, lease_ms)))
+        } else {
+            self.revoke_lease_later(lease);
+            Ok(None)
+        }
+    }
+
+    /// One round of acquire: read, decide, commit. `None` when a commit lost a race.
+    pub(super) async fn acquire_round(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        spare_lease: &mut Option<i64>,
+    ) -> Result<Option<AcquireOutcome>, StoreError> {
+        let lease_ms = spec.lease_ms;
+        let (revision, mut read) = self
+            .read_at(vec![
+                TxnOp::get(self.session_key(session), None),
+                TxnOp::get(self.session_marker(session), None),
+                TxnOp::get(self.grant_key(key), None),
+                TxnOp::get(self.fence_key(key), None),
+                TxnOp::get(self.delay_key(key), None),
+                TxnOp::get(
+                    self.queue_prefix(key),
+                    Some(GetOptions::new().with_prefix()),
+                ),
+            ])
+            .await?;
+        let places = self.read_places(&read.pop().unwrap_or_default())?;
+        let read: Vec<Option<KeyValue>> = read.into_iter().map(|mut kvs| kvs.pop()).collect();
+        let me = Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
+        let current = read[2].as_ref().map(read_grant).transpose()?;
+        let (fence_revision, last_token) = match &read[3] {
+            Some(kv) => (kv.mod_revision(), decode::<u64>(kv.value(), "fence")?),
+            None => (0, 0),
+        };
+        let delay = read[4].as_ref().map(read_delay).transpose()?;
+        let mine = places.iter().find(|p| p.session == session).cloned();
+        // Other sessions' places before this session's (all of them when it has none).
+        let ahead: Vec<SessionId> = places
+            .iter()
+            .filter(|p| {
+                p.session != session
+                    && mine
+                        .as_ref()
+                        .is_none_or(|m| p.create_revision < m.create_revision)
+            })
+            .map(|p| p.session)
+            .collect();
+
+        // One read of what is live: the grant's markers and its holder's record, the delay's
+        // marker, and (when few) the sessions of the places ahead.
+        let mut checks = Vec::new();
+        if let Some(c) = &current {
+            checks.extend([
+                self.grant_marker(c.value.lease),
+                self.session_marker(c.value.session),
+                self.session_key(c.value.session),
+            ]);
+        }
+        if let Some(d) = &delay {
+            checks.push(self.delay_marker(d.value.lease));
+        }
+        let fixed = checks.len();
+        let inline = ahead.len() <= INLINE_PLACE_CHECKS;
+        if inline {
+            checks.extend(ahead.iter().map(|s| self.session_marker(*s)));
+        }
+        let live = self.exist(&checks).await?;
+
+        let mut took_over_expired = false;
+        // A dead grant that ended involuntarily (its holder's session was not closed).
+        let mut ended_involuntarily = None;
+        if let Some(current) = current.clone() {
+            let (lease_live, holder_live, holder_known) = (live[0], live[1], live[2]);
+            if lease_live && holder_live {
+                if current.value.session == session {
+                    return Ok(self
+                        .regrant(key, current, lease_ms, mine.as_ref())
+                        .await?
+                        .map(|grant| AcquireOutcome::Granted {
+                            grant,
+                            took_over_expired: false,
+                            store_now: None,
+                        }));
+                }
+                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
+                    .await?;
+                return Ok(Some(AcquireOutcome::Held {
+                    holder_token: current.value.token,
+                    free_in_ms: current.value.lease_ms,
+                }));
+            }
+            took_over_expired = true;
+            if holder_known {
+                ended_involuntarily = Some(current);
+            }
+        }
+
+        // Lock-delay: one in force, or one this acquire starts for the dead grant it found.
+        if let Some(d) = &delay {
+            if d.value.exempt != session && live[fixed - 1] {
+                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
+                    .await?;
+                return Ok(Some(AcquireOutcome::Delayed {
+                    remaining_ms: self.delay_remaining(&d.value).await,
+                }));
+            }
+        }
+        if let Some(dead) = &ended_involuntarily {
+            let started = delay
+                .as_ref()
+                .is_some_and(|d| d.value.token == dead.value.token);
+            if dead.value.lock_delay_ms > 0 && dead.value.session != session && !started {
+                if !self.start_delay(key, dead, delay.as_ref()).await? {
+                    return Ok(None);
+                }
+                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
+                    .await?;
+                return Ok(Some(AcquireOutcome::Delayed {
+                    remaining_ms: dead.value.lock_delay_ms,
+                }));
+            }
+        }
+
+        // FIFO: live places of other sessions ahead of this one.
+        let ahead_live = if inline {
+            live[fixed..].iter().filter(|l| **l).count()
+        } else {
+            let markers: Vec<String> = ahead.iter().map(|s| self.session_marker(*s)).collect();
+            self.exist(&markers).await?.iter().filter(|l| **l).count()
+        };
+        if ahead_live > 0 {
+            self.hold_place(key, session, spec.queue_ms, mine.as_ref())
+                .await?;
+            return Ok(Some(AcquireOutcome::Queued {
+                ahead: ahead_live as u64,
+            }));
+        }
+
+        let lease = match *spare_lease {
+            Some(lease) => lease,
+            None => {
+                let lease = self.grant_lease(lease_ms).await?;
+                *spare_lease = Some(lease);
+                lease
+            }
+        };
+        let token = FencingToken(last_token + 1);
+        let value = GrantValue {
+            token,
+            session,
+            owner: me.owner,
+            lease,
+            lease_ms,
+            lock_delay_ms: spec.lock_delay_ms,
+        };
+        let mut ops = vec![
+            TxnOp::put(self.grant_key(key), encode(&value)?, None),
+            TxnOp::put(self.fence_key(key), encode(&token.0)?, None),
+            TxnOp::put(
+                self.grant_marker(lease),
+                "",
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+        ];
+        if let Some(old) = &current {
+            ops.push(TxnOp::delete(self.grant_marker(old.value.lease), None));
+        }
+        if let Some(d) = &delay {
+            // A grant ends the key's delay (over, or this session's own).
+            ops.push(TxnOp::delete(self.delay_key(key), None));
+            ops.push(TxnOp::delete(self.delay_marker(d.value.lease), None));
+        }
+        let queue_unchanged = match &mine {
+            // This session's place is still the one read (so nobody can be ahead of it
+            // that was not read: later places arrive behind it) ...
+            Some(place) => {
+                ops.push(TxnOp::delete(self.place_key(key, session), None));
+                Compare::create_revision(
+                    self.place_key(key, session),
+                    CompareOp::Equal,
+                    place.create_revision,
+                )
+            }
+            // ... or, without a place, nobody joined the queue since the read.
+            None => Compare::create_revision(self.queue_prefix(key), CompareOp::Less, revision + 1)
+                .with_prefix(),
+        };
+        let committed = self
+            .txn(
+                "acquire",
+                Txn::new()
+                    .when([
+                        // Nobody granted or released the key since the read ...
+                        Compare::mod_revision(
+                            self.grant_key(key),
+                            CompareOp::Equal,
+                            current.as_ref().map_or(0, |c| c.mod_revision),
+                        ),
+                        // ... nor drew a token from its fence ...
+                        Compare::mod_revision(
+                            self.fence_key(key),
+                            CompareOp::Equal,
+                            fence_revision,
+                        ),
+                        // ... nor started a lock-delay ...
+                        Compare::mod_revision(
+                            self.delay_key(key),
+                            CompareOp::Equal,
+                            delay.as_ref().map_or(0, |d| d.mod_revision),
+                        ),
+                        // ... nor queued where it would be ahead of this session ...
+                        queue_unchanged,
+                        // ... and the acquiring session is still live.
+                        Compare::version(self.session_marker(session), CompareOp::Greater, 0),
+                    ])
+                    .and_then(ops)
+                    // On a lost race, the fence as it is now: did another grant commit?
+                    .or_else([
+                        TxnOp::get(self.fence_key(key), None),
+                        TxnOp::get(self.grant_key(key), None),
+                    ]),
+            )
+            .await?;
+        if !committed.succeeded() {
+            return Ok(
+                Self::granted_meanwhile(&committed, fence_revision, session)?.map(|holder_token| {
+                    AcquireOutcome::Held {
+                        holder_token,
+                        free_in_ms: lease_ms,
+                    }
+                }),
+            );
+        }
+        *spare_lease = None;
+        if let Some(old) = current {
+            self.revoke_lease_later(old.value.lease);
+        }
+        if let Some(d) = delay {
+            self.revoke_lease_later(d.value.lease);
+        }
+        Ok(Some(AcquireOutcome::Granted {
+            grant: grant_of(key, &value, lease_ms),
+            took_over_expired,
+            store_now: None,
+        }))
+    }
+}

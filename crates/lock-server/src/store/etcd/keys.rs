@@ -1,0 +1,88 @@
+//! The key layout under the deployment's prefix (the table in `mod.rs`): every path this
+//! backend reads or writes is built and parsed here.
+
+use super::*;
+
+impl EtcdStore {
+    pub(super) fn session_key(&self, session: SessionId) -> String {
+        format!("{}s/{session}", self.prefix)
+    }
+
+    pub(super) fn session_marker(&self, session: SessionId) -> String {
+        format!("{}sl/{session}", self.prefix)
+    }
+
+    pub(super) fn grant_key(&self, key: &LockKey) -> String {
+        format!("{}g/{key}", self.prefix)
+    }
+
+    pub(super) fn grant_marker(&self, lease: i64) -> String {
+        format!("{}gl/{lease:x}", self.prefix)
+    }
+
+    pub(super) fn fence_key(&self, key: &LockKey) -> String {
+        format!("{}f/{key}", self.prefix)
+    }
+
+    /// `P/w/{lock_key}/`: the key's queue (lock keys have no `/`, so no other key's).
+    pub(super) fn queue_prefix(&self, key: &LockKey) -> String {
+        format!("{}w/{key}/", self.prefix)
+    }
+
+    pub(super) fn place_key(&self, key: &LockKey, session: SessionId) -> String {
+        format!("{}w/{key}/{session}", self.prefix)
+    }
+
+    pub(super) fn delay_key(&self, key: &LockKey) -> String {
+        format!("{}d/{key}", self.prefix)
+    }
+
+    pub(super) fn delay_marker(&self, lease: i64) -> String {
+        format!("{}dl/{lease:x}", self.prefix)
+    }
+
+    /// The key and session of a stored place's path.
+    pub(super) fn parse_place_path(&self, path: &[u8]) -> Option<(LockKey, SessionId)> {
+        let path = std::str::from_utf8(path).ok()?;
+        let rest = path.strip_prefix(&format!("{}w/", self.prefix))?;
+        let (key, session) = rest.rsplit_once('/')?;
+        Some((LockKey::parse(key).ok()?, SessionId::parse(session).ok()?))
+    }
+
+    /// The lock key of a stored grant record's or delay record's path (`sub` = `g`, `d`).
+    pub(super) fn parse_key_path(&self, sub: &str, path: &[u8]) -> Result<LockKey, StoreError> {
+        let path = String::from_utf8_lossy(path);
+        path.strip_prefix(&format!("{}{sub}/", self.prefix))
+            .map(LockKey::parse)
+            .ok_or_else(|| StoreError::Internal(format!("key {path} outside the prefix")))?
+            .map_err(|e| StoreError::Internal(format!("stored key: {e}")))
+    }
+
+    /// A key's queue places as read (`kvs` of its prefix), in arrival order.
+    pub(super) fn read_places(&self, kvs: &[KeyValue]) -> Result<Vec<Place>, StoreError> {
+        let mut places = kvs
+            .iter()
+            .map(|kv| {
+                let (_, session) = self.parse_place_path(kv.key()).ok_or_else(|| {
+                    StoreError::Internal(format!(
+                        "unreadable queue place {}",
+                        String::from_utf8_lossy(kv.key())
+                    ))
+                })?;
+                let ttl_s = if kv.value().is_empty() {
+                    0
+                } else {
+                    decode(kv.value(), "queue place")?
+                };
+                Ok(Place {
+                    session,
+                    create_revision: kv.create_revision(),
+                    lease: kv.lease(),
+                    ttl_s,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        places.sort_by_key(|p| p.create_revision);
+        Ok(places)
+    }
+}

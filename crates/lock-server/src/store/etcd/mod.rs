@@ -1,0 +1,637 @@
+//! `LockStore` on etcd, with the `etcd-client` crate. The only place that
+//! knows the etcd key layout; ADR 0005 argues the choices.
+//!
+//! Every key of one deployment lives under one prefix `P`:
+//!
+//! | key | value | lease | lives until |
+//! |---|---|---|---|
+//! | `P/s/{session}` | [`SessionValue`] | none | L3, or the reaper after expiry |
+//! | `P/sl/{session}` | empty | the session's | the session's lease ends |
+//! | `P/g/{lock_key}` | [`GrantValue`] | none | L6, L8, or the reaper after expiry |
+//! | `P/gl/{lease}` | empty | the grant's own | the grant's lease ends |
+//! | `P/f/{lock_key}` | last token issued | none | never (invariant I3) |
+//! | `P/w/{lock_key}/{session}` | the place's TTL in seconds | the place's own | granted, left, lapsed, or the reaper once its session ended |
+//! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant, or the reaper once the delay is over |
+//! | `P/dl/{lease}` | empty | the delay's own | the lock-delay ends |
+//!
+//! A session is live while its `sl` marker exists, expired while its record outlives the
+//! marker (so L2 can say `SESSION_EXPIRED` until the reaper runs, as on PostgreSQL). A grant
+//! is live while its record, its `gl` marker and its holder's `sl` marker all exist. Leases
+//! are etcd's: the store's clock is the etcd leader's, never a lock-server's. etcd counts
+//! lease TTLs in whole seconds, so TTLs are rounded *up* (a holder keeps a lock at least as
+//! long as it was told, never less).
+//!
+//! Waiting: a key's queue is its `w/{lock_key}/` places in the order of their
+//! `create_revision` (arrival). A place sits on a lease of its own (the caller's `queue_ms`,
+//! rounded up): a refused caller renews it by keeping that lease alive, or, when it asks for
+//! another TTL, by putting the place again on a new lease — a put keeps the key's
+//! `create_revision`, so a renewed place keeps its turn. A place is live while it exists and
+//! its session's `sl` marker does. Lock-delay: a grant that ends involuntarily
+//! leaves a `d/{lock_key}` record naming its token and the exempt session, with a `dl` marker
+//! on a lease of `lock_delay_ms` (rounded up). etcd does not say when a lease ended, so a
+//! delay runs from when the store noticed the end (the revoke, the reaper, or an acquire that
+//! found the dead grant), never shorter than asked; the record stays after the marker went
+//! so that the same dead grant never starts a second delay.
+//!
+//! Every change is one transaction whose compares pin what the decision read: the grant
+//! record's, the fence's and the delay record's `mod_revision`, the session marker's
+//! existence, and the queue (the caller's own place unchanged, or no place created since the
+//! read). A lost race is re-read and decided again, never overwritten. Markers never come back
+//! once gone (lease ids and session ids are never reused), so "dead when read" stays true.
+
+mod acquire;
+mod codec;
+mod delay;
+mod keys;
+mod members;
+mod queue;
+mod reap;
+mod watch;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+use super::{
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
+    Wake, WakeSink,
+};
+
+use codec::{after_ms, decode, encode, grant_of, lease_seconds, map_err, read_delay, read_grant};
+
+/// etcd counts lease TTLs in whole seconds.
+const LEASE_GRANULARITY_MS: u64 = 1_000;
+/// Rounds of read-decide-commit an acquire tries before it answers "unavailable": each lost
+/// round means another grantor committed meanwhile, so the next read usually sees a holder.
+const ACQUIRE_ROUNDS_MAX: u32 = 16;
+/// Interval and timeout of HTTP/2 pings on each etcd connection: a member that stops
+/// answering (paused, partitioned) is dropped from the balance within about this long.
+const ETCD_PING_INTERVAL_MS: u64 = 500;
+/// How long a connection attempt to one member may take.
+const ETCD_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// Most operations one transaction carries: etcd refuses more than `--max-txn-ops`
+/// (default 128), so longer reads of markers go in several transactions.
+const TXN_OPS_MAX: usize = 100;
+/// Queue places ahead of an acquirer whose sessions are checked in the same read as the
+/// grant's markers; with more, they are checked only when the decision gets that far.
+const INLINE_PLACE_CHECKS: usize = 32;
+/// Interval of HTTP/2 pings on the wake-up watch's connection: etcd answers a client that
+/// pings more often than its `--grpc-keepalive-min-time` (default 5 s) with GOAWAY
+/// (`too_many_pings`), which ends a long-lived stream. A member that went silent breaks the
+/// watch within about this long; waiters meanwhile still recheck every second.
+const WATCH_PING_INTERVAL_MS: u64 = 10_000;
+/// Pause before the wake-up watch is opened again after it broke.
+const WATCH_RETRY_MS: u64 = 500;
+/// How often an idle wake-up watch checks whether its store is still in use.
+const WATCH_IDLE_CHECK_MS: u64 = 5_000;
+
+/// The etcd lock store.
+#[derive(Clone)]
+pub struct EtcdStore {
+    members: Arc<Members>,
+    prefix: String,
+    request_timeout: Duration,
+    /// Every replica (sink) served by this store's one wake-up watch.
+    wakes: Arc<WakeHub>,
+}
+
+/// The sinks of [`LockStore::watch_wakes`] and whether the watch runs. The watch task holds
+/// it weakly: it ends once the store is gone.
+#[derive(Default)]
+struct WakeHub {
+    sinks: Mutex<Vec<WakeSink>>,
+    watching: AtomicBool,
+}
+
+impl WakeHub {
+    fn deliver(&self, wake: &Wake) {
+        let sinks = self
+            .sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        sinks.iter().for_each(|sink| sink(wake.clone()));
+    }
+}
+
+/// One client per member and the member calls go to. A call that finds its member
+/// unreachable, leaderless or silent moves every later call to the next member (as etcd's
+/// own Go client pins one endpoint). Balancing over all members instead sends most calls to
+/// a dead member: its refusals are the quickest answers.
+struct Members {
+    endpoints: Vec<String>,
+    clients: Vec<Client>,
+    pinned: AtomicUsize,
+    /// The clients' options with pings every [`WATCH_PING_INTERVAL_MS`]: the wake-up watch
+    /// connects with these.
+    watch_options: ConnectOptions,
+}
+
+impl Members {
+    fn pinned(&self) -> (usize, Client) {
+        let index = self.pinned.load(Ordering::Relaxed) % self.clients.len();
+        (index, self.clients[index].clone())
+    }
+
+    /// Moves calls off member `index`, unless another call already has.
+    fn unpin(&self, index: usize, err: &StoreError) {
+        let next = (index + 1) % self.clients.len();
+        if self
+            .pinned
+            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && self.clients.len() > 1
+        {
+            tracing::warn!(
+                event = "etcd_member_switched",
+                from = %self.endpoints[index],
+                to = %self.endpoints[next],
+                error = %err,
+                "etcd member failed a call; later calls go to the next member"
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("prefix", &self.prefix)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `P/s/{session}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SessionValue {
+    owner: OwnerId,
+    ttl_ms: u64,
+    lease: i64,
+}
+
+/// `P/g/{lock_key}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct GrantValue {
+    token: FencingToken,
+    session: SessionId,
+    owner: OwnerId,
+    lease: i64,
+    lease_ms: u64,
+    /// Records written before waiting existed have none.
+    #[serde(default)]
+    lock_delay_ms: u64,
+}
+
+/// `P/d/{lock_key}`: the lock-delay of the grant `token` of `exempt`, which ended
+/// involuntarily. In force while its `dl/{lease}` marker exists.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DelayValue {
+    token: FencingToken,
+    exempt: SessionId,
+    lease: i64,
+    delay_ms: u64,
+}
+
+/// A delay record as read, with the revision a transaction pins.
+#[derive(Debug, Clone)]
+struct ReadDelay {
+    value: DelayValue,
+    mod_revision: i64,
+}
+
+/// A place in a key's queue as read: `P/w/{lock_key}/{session}`.
+#[derive(Debug, Clone)]
+struct Place {
+    session: SessionId,
+    /// Arrival: the order of the queue.
+    create_revision: i64,
+    lease: i64,
+    /// The TTL of its lease, in seconds (0 when read without values).
+    ttl_s: i64,
+}
+
+/// A grant record as read, with the revision a transaction pins.
+#[derive(Debug, Clone)]
+struct ReadGrant {
+    value: GrantValue,
+    mod_revision: i64,
+}
+
+/// Why a read grant is not live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    Live,
+    LeaseEnded,
+    SessionEnded,
+}
+
+impl EtcdStore {
+    /// Connects to `endpoints` (`http://host:port`, any member of one cluster). Keys live
+    /// under `prefix`; every call is bounded by `request_timeout`.
+    pub async fn connect(
+        endpoints: &[String],
+        prefix: &str,
+        request_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        if endpoints.is_empty() {
+            return Err(StoreError::Internal(
+                "no etcd endpoints (LOCK_ETCD_ENDPOINTS)".into(),
+            ));
+        }
+        let options = ConnectOptions::new()
+            .with_timeout(request_timeout)
+            .with_connect_timeout(Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS))
+            .with_keep_alive(
+                Duration::from_millis(ETCD_PING_INTERVAL_MS),
+                Duration::from_millis(ETCD_PING_INTERVAL_MS),
+            )
+            .with_keep_alive_while_idle(true)
+            // A member without a leader refuses at once ("no leader") instead of waiting.
+            .with_require_leader(true);
+        let watch_options = options.clone().with_keep_alive(
+            Duration::from_millis(WATCH_PING_INTERVAL_MS),
+            Duration::from_millis(ETCD_PING_INTERVAL_MS),
+        );
+        let mut clients = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let client = tokio::time::timeout(
+                request_timeout,
+                Client::connect([endpoint], Some(options.clone())),
+            )
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoint} did not answer")))?
+            .map_err(map_err)?;
+            clients.push(client);
+        }
+        let prefix = if prefix.ends_with('/') {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}/")
+        };
+        Ok(Self {
+            members: Arc::new(Members {
+                endpoints: endpoints.to_vec(),
+                clients,
+                pinned: AtomicUsize::new(0),
+                watch_options,
+            }),
+            prefix,
+            request_timeout,
+            wakes: Arc::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl LockStore for EtcdStore {
+    fn backend(&self) -> Backend {
+        Backend::Etcd
+    }
+
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError> {
+        let session_id = SessionId::random();
+        let lease = self.grant_lease(ttl_ms).await?;
+        let value = SessionValue {
+            owner: owner.clone(),
+            ttl_ms,
+            lease,
+        };
+        self.txn(
+            "create session",
+            Txn::new().and_then([
+                TxnOp::put(self.session_key(session_id), encode(&value)?, None),
+                TxnOp::put(
+                    self.session_marker(session_id),
+                    "",
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+            ]),
+        )
+        .await?;
+        Ok(SessionRecord {
+            session_id,
+            ttl_ms,
+            expires_at: after_ms(ttl_ms),
+        })
+    }
+
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
+        let read = self
+            .read_keys(&[self.session_key(session), self.session_marker(session)])
+            .await?;
+        let value = Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
+        if !self.keep_alive(value.lease).await? {
+            return Err(StoreError::SessionExpired(session));
+        }
+        Ok(SessionRecord {
+            session_id: session,
+            ttl_ms: value.ttl_ms,
+            expires_at: after_ms(value.ttl_ms),
+        })
+    }
+
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
+        let Some(record) = self
+            .read_keys(&[self.session_key(session)])
+            .await?
+            .remove(0)
+        else {
+            return Ok(false);
+        };
+        let value: SessionValue = decode(record.value(), "session record")?;
+        let deleted = self
+            .txn(
+                "delete session",
+                Txn::new()
+                    .when([Compare::mod_revision(
+                        self.session_key(session),
+                        CompareOp::Equal,
+                        record.mod_revision(),
+                    )])
+                    .and_then([
+                        TxnOp::delete(self.session_key(session), None),
+                        TxnOp::delete(self.session_marker(session), None),
+                    ]),
+            )
+            .await?
+            .succeeded();
+        if deleted {
+            // Its grants are dead from this commit on (their holder's marker is gone); the
+            // reaper deletes their records without reporting them as expiries.
+            self.revoke_lease_later(value.lease);
+        }
+        Ok(deleted)
+    }
+
+    async fn acquire_with(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let mut spare_lease = None;
+        let mut outcome = Err(StoreError::Unavailable(format!(
+            "acquire of {key} lost {ACQUIRE_ROUNDS_MAX} races in a row"
+        )));
+        for _ in 0..ACQUIRE_ROUNDS_MAX {
+            match self
+                .acquire_round(key, session, spec, &mut spare_lease)
+                .await
+            {
+                Ok(None) => continue,
+                Ok(Some(decided)) => {
+                    outcome = Ok(decided);
+                    break;
+                }
+                Err(err) => {
+                    outcome = Err(err);
+                    break;
+                }
+            }
+        }
+        if let Some(lease) = spare_lease {
+            self.revoke_lease_later(lease);
+        }
+        outcome
+    }
+
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError> {
+        let lost = || StoreError::LockLost {
+            lock_key: key.clone(),
+            fencing_token: token,
+        };
+        let read = self
+            .read_keys(&[
+                self.session_key(session),
+                self.session_marker(session),
+                self.grant_key(key),
+            ])
+            .await?;
+        Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
+        let Some(grant) = read[2].as_ref().map(read_grant).transpose()? else {
+            return Err(lost());
+        };
+        if grant.value.session != session || grant.value.token != token {
+            return Err(lost());
+        }
+        if !self.keep_alive(grant.value.lease).await? {
+            return Err(lost());
+        }
+        // The keep-alive proves the lease was running; this read proves the grant still
+        // names it and its session lives, so RENEWED is true at a single instant.
+        let after = self
+            .read_keys(&[self.grant_key(key), self.session_marker(session)])
+            .await?;
+        let unchanged = after[0]
+            .as_ref()
+            .is_some_and(|kv| kv.mod_revision() == grant.mod_revision);
+        if !unchanged {
+            return Err(lost());
+        }
+        if after[1].is_none() {
+            return Err(StoreError::SessionExpired(session));
+        }
+        Ok(grant_of(key, &grant.value, grant.value.lease_ms))
+    }
+
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
+        let record = self.read_keys(&[self.grant_key(key)]).await?.remove(0);
+        let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
+            return Ok(false);
+        };
+        if grant.value.session != session || grant.value.token != token {
+            return Ok(false);
+        }
+        self.delete_grant_if_unchanged(&self.grant_key(key), grant.mod_revision, grant.value.lease)
+            .await
+    }
+
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
+        let mut read = self
+            .read(vec![
+                TxnOp::get(self.grant_key(key), None),
+                TxnOp::get(
+                    self.queue_prefix(key),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                ),
+            ])
+            .await?;
+        let places = self.read_places(&read.pop().unwrap_or_default())?;
+        let Some(grant) = read
+            .pop()
+            .unwrap_or_default()
+            .first()
+            .map(read_grant)
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        let mut checks = vec![
+            self.grant_marker(grant.value.lease),
+            self.session_marker(grant.value.session),
+        ];
+        checks.extend(places.iter().map(|p| self.session_marker(p.session)));
+        let live = self.exist(&checks).await?;
+        if !(live[0] && live[1]) {
+            return Ok(None);
+        }
+        Ok(Some(LockInfo {
+            lock_key: key.clone(),
+            fencing_token: grant.value.token,
+            owner_id: grant.value.owner,
+            expires_at: after_ms(grant.value.lease_ms),
+            waiters: live[2..].iter().filter(|l| **l).count() as u64,
+        }))
+    }
+
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
+        // The place's lease, now without a key, ends at its TTL on its own.
+        self.txn(
+            "leave queue",
+            Txn::new().and_then([TxnOp::delete(self.place_key(key, session), None)]),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        self.wakes
+            .sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(sink);
+        if self.wakes.watching.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Opened here when etcd answers, so that every change after this call is seen; else
+        // (etcd down at start: the replica still starts and answers 503) in the background.
+        let watch = match self.open_watch().await {
+            Ok(watch) => Some(watch),
+            Err(err) => {
+                tracing::warn!(
+                    event = "etcd_wake_watch_deferred",
+                    error = %err,
+                    "the wake-up watch opens once etcd answers; waiters recheck meanwhile"
+                );
+                None
+            }
+        };
+        // The task's store must not keep the hub alive: its own, empty one.
+        let watcher = Self {
+            wakes: Arc::default(),
+            ..self.clone()
+        };
+        tokio::spawn(watcher.run_watch(Arc::downgrade(&self.wakes), watch));
+        Ok(())
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        let Some(grant) = self.live_grant(key).await? else {
+            return Ok(None);
+        };
+        let path = self.grant_key(key);
+        let deleted = if grant.value.lock_delay_ms > 0 {
+            // Involuntary: the lock-delay starts. No delay record can be in force while the
+            // grant lives (its commit deleted any), so none is compared.
+            self.end_grant_with_delay(key, &grant, None).await?
+        } else {
+            self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease)
+                .await?
+        };
+        Ok(deleted.then_some(grant.value.token))
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
+        self.reap().await
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        // A linearizable read needs a leader and a quorum: exactly "can take writes".
+        self.read(vec![TxnOp::get(
+            self.prefix.as_str(),
+            Some(GetOptions::new().with_count_only()),
+        )])
+        .await
+        .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds_never_down() {
+        assert_eq!(lease_seconds(1), 1);
+        assert_eq!(lease_seconds(1_000), 1);
+        assert_eq!(lease_seconds(1_001), 2);
+        assert_eq!(lease_seconds(59_999), 60);
+    }
+
+    #[test]
+    fn etcd_answers_about_itself_map_to_retryable_errors_never_internal() {
+        let status = |s: tonic::Status| map_err(etcd_client::Error::GRpcStatus(s));
+        assert!(matches!(
+            status(tonic::Status::unavailable("etcdserver: no leader")),
+            StoreError::NotLeader(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::unavailable("etcdserver: leader changed")),
+            StoreError::NotLeader(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::unavailable("tcp connect error")),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::deadline_exceeded(
+                "etcdserver: request timed out"
+            )),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status(tonic::Status::invalid_argument(
+                "etcdserver: key is not provided"
+            )),
+            StoreError::Internal(_)
+        ));
+        // A reset connection (the member SIGKILLed under load): tonic wraps the transport
+        // error it does not recognise in a status of code `Unknown` with it as the source.
+        #[derive(Debug, thiserror::Error)]
+        #[error("transport error")]
+        struct Reset;
+        let reset = tonic::Status::from_error(Box::new(Reset));
+        assert_eq!(reset.code(), Code::Unknown);
+        assert!(matches!(status(reset), StoreError::Unavailable(_)));
+        assert!(matches!(
+            status(tonic::Status::unknown("etcdserver: something odd")),
+            StoreError::Internal(_)
+        ));
+    }
+}

@@ -1,0 +1,148 @@
+//! The checkers, after every event and at the end: I1-I7, an accepted superseded write, and
+//! mutual exclusion of the clients' beliefs in true time.
+
+use super::*;
+
+impl World {
+    /// I3 on the grant just made: above the key's previous token, unless it is the same
+    /// session's idempotent re-grant; never a token another session had.
+    pub(super) fn check_grant(&mut self, key: &LockKey, token: FencingToken, session: SessionId) {
+        let previous = self
+            .service
+            .grants
+            .iter()
+            .rev()
+            .filter(|(_, k, _, _)| k == key)
+            .nth(1)
+            .map(|(_, _, t, s)| (*t, *s));
+        let Some((last_token, last_session)) = previous else {
+            return;
+        };
+        if last_token == token && last_session != session {
+            let detail = format!("{key}: token {} granted to two sessions", token.0);
+            self.violate("I3 tokens unique per key", &[], detail);
+        } else if last_token != token && token <= last_token {
+            let detail = format!("{key}: token {} granted after {}", token.0, last_token.0);
+            self.violate("I3 tokens rise per key", &[], detail);
+        }
+    }
+
+    pub(super) fn check_session_deadline(&mut self, c: usize) {
+        let client = &self.clients[c];
+        let Some(s) = &client.session else { return };
+        let deadline = client.true_time(s.core.session_deadline_nanos());
+        if deadline > s.store_expiry {
+            let detail = format!(
+                "c{c}'s session deadline {:.3} ms lies after the store's expiry {:.3} ms",
+                deadline as f64 / MS as f64,
+                s.store_expiry as f64 / MS as f64
+            );
+            self.violate("I4 conservative expiry", &[Node::Client(c)], detail);
+        }
+    }
+
+    pub(super) fn check_grant_deadlines(&mut self, c: usize) {
+        let now_local = self.now_local(c);
+        let client = &self.clients[c];
+        let Some(s) = &client.session else { return };
+        let mut bad = None;
+        for ((key, token), store_expiry) in &s.grant_expiry {
+            if let Some(deadline) = s.core.held_deadline(key, *token, now_local) {
+                let deadline = client.true_time(deadline);
+                if deadline > *store_expiry {
+                    bad = Some(format!(
+                        "c{c}'s deadline for {key} token {} is {:.3} ms, after the store's expiry {:.3} ms",
+                        token.0,
+                        deadline as f64 / MS as f64,
+                        *store_expiry as f64 / MS as f64
+                    ));
+                }
+            }
+        }
+        if let Some(detail) = bad {
+            self.violate("I4 conservative expiry", &[Node::Client(c)], detail);
+        }
+    }
+
+    /// Mutual exclusion in true time: at most one client whose own deadline says it holds a
+    /// key.
+    pub(super) fn check_exclusion(&mut self) {
+        let now = self.q.now();
+        let mut holders: BTreeMap<LockKey, Vec<usize>> = BTreeMap::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            let (Some(s), Some(job)) = (&client.session, &client.job) else {
+                continue;
+            };
+            let Some(token) = job.token else { continue };
+            if self.revoked.contains(&(job.key.clone(), token)) {
+                continue;
+            }
+            if s.core
+                .held_deadline(&job.key, token, client.local(now))
+                .is_some()
+            {
+                holders.entry(job.key.clone()).or_default().push(c);
+            }
+        }
+        if let Some((key, cs)) = holders.into_iter().find(|(_, cs)| cs.len() > 1) {
+            let parties: Vec<Node> = cs.iter().map(|c| Node::Client(*c)).collect();
+            self.violate(
+                "mutual exclusion",
+                &parties,
+                format!("{key} is held at once by clients {cs:?}, each by its own deadline"),
+            );
+        }
+    }
+
+    pub(super) fn check_end(&mut self) {
+        for (payout, p) in self.bank.payouts.iter().enumerate() {
+            let entries = self.bank.ledger[payout];
+            let expected = if p.state == PayoutState::Settled {
+                2
+            } else {
+                0
+            };
+            if entries != expected {
+                let detail = format!(
+                    "payout {payout} is {:?} with {entries} ledger entries",
+                    p.state
+                );
+                self.violation = Some(Violation {
+                    invariant: "I6 the ledger balances",
+                    at: self.q.now(),
+                    detail,
+                    recent: String::new(),
+                });
+                return;
+            }
+        }
+        let open: Vec<(usize, PayoutState)> = self
+            .bank
+            .payouts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.state.is_terminal())
+            .map(|(i, p)| (i, p.state))
+            .collect();
+        if !open.is_empty() {
+            let parties: Vec<Node> = (0..self.clients.len()).map(Node::Client).collect();
+            let detail = format!(
+                "{} ms after the faults stopped, payouts are still open: {open:?}",
+                self.cfg.liveness_ms
+            );
+            self.violate(
+                "I7 every payout terminal once faults heal",
+                &parties,
+                detail,
+            );
+        }
+        for state in self.bank.payouts.iter().map(|p| p.state) {
+            self.coverage.hit(match state {
+                PayoutState::Settled => "a payout settled",
+                PayoutState::Rejected => "a payout rejected",
+                PayoutState::RailAmbiguous => "a payout ambiguous",
+                _ => "a payout open",
+            });
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! One seeded run: the clients (each the SDK's real `SessionCore` and `AcquireLoop`, driven
+//! through the executor's protocol: `protocol.rs` sends what the core plans and hands back
+//! what came of it, and decides nothing the SDK decides), the lock service and the bank
+//! (`services.rs`), the network (`network.rs`) and the nemesis (`nemesis.rs`), on one event
+//! queue in virtual time, with the checkers (`checkers.rs`) applied after every event. This
+//! file holds the run's state and its event loop.
+
+mod checkers;
+mod nemesis;
+mod network;
+mod protocol;
+mod services;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use lock_api::{ErrorCode, FencingToken, GrantId, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_client::AcquirePolicy;
+use lock_client::core::{
+    AcquireLoop, Attempt, Next, Renewal, Sent, SessionCore, TickGrid, Unhold, acquire,
+    heartbeat_period,
+};
+use payment_api::PayoutState;
+
+use crate::bank::{Answer, Bank, RailFault, Write};
+use crate::check::{Coverage, Violation};
+use crate::config::Config;
+use crate::sched::{MS, Nanos, Queue};
+use crate::service::{LockAnswer, LockCall, LockService};
+use lock_store::wait_plan::{WaitPlan, WaitStep};
+use lock_store::{AcquireSpec, Wake};
+
+/// How many recent events a failure report keeps.
+const RECENT_EVENTS: usize = 400;
+/// Each replica's sampler reads the store's clock this often, as lock-server's does.
+#[allow(clippy::cast_possible_truncation)] // one second fits
+const CLOCK_SAMPLE_NANOS: Nanos = lock_store::CLOCK_SAMPLE_INTERVAL.as_nanos() as Nanos;
+/// Events of the involved parties a failure report prints.
+const REPORT_EVENTS: usize = 25;
+
+/// A party on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Node {
+    /// A worker.
+    Client(usize),
+    /// A lock-server replica.
+    Replica(usize),
+    /// The fenced resource and the rail.
+    Bank,
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Client(i) => write!(f, "c{i}"),
+            Self::Replica(i) => write!(f, "r{i}"),
+            Self::Bank => write!(f, "bank"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    Lock(LockCall),
+    LockReply(LockAnswer),
+    Write {
+        payout: usize,
+        write: Write,
+        token: i64,
+        /// The grant id of the proof the write carries.
+        grant: String,
+    },
+    WriteReply(Answer),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    ReplicaDown(usize),
+    ReplicaUp(usize),
+    NotLeaderOn,
+    NotLeaderOff,
+    Partition(Node, Node),
+    Heal(Node, Node),
+    /// An operator revokes the payout's lock (L8).
+    Revoke(usize),
+    /// The store host's wall clock steps by this many nanoseconds.
+    StoreClockStep(i64),
+}
+
+#[derive(Debug)]
+enum Event {
+    Arrive {
+        from: Node,
+        to: Node,
+        req: u64,
+        sent: Nanos,
+        body: Body,
+    },
+    Step(usize),
+    /// A heartbeat tick of the client's session generation.
+    Tick(usize, u64),
+    /// The acquire loop's next attempt for the client's job of this id.
+    Retry(usize, u64),
+    /// The job of this id sends its next write: the scheduling point between the guard
+    /// (or the grant) and the write, where a pause makes a zombie.
+    Write(usize, u64, Write),
+    /// A parked L4 asks the store again (woken, or its nap ended).
+    WaitRetry(u64),
+    Timeout(usize, u64),
+    Nemesis(Fault),
+    Reap,
+    /// Each replica's sampler reads the store's clock.
+    ClockSample,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pending {
+    Open {
+        send_local: u64,
+    },
+    Heartbeat(Sent),
+    Renew(Renewal),
+    /// An attempt of the job of this id.
+    Acquire(u64, Attempt),
+    Release {
+        key: LockKey,
+        token: FencingToken,
+        /// The job whose acquire loop waits for this release (a stale re-grant's), if any.
+        then_retry: Option<u64>,
+    },
+    Write(Write),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Acquiring,
+    Claiming,
+    Submitting,
+    Posting,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    id: u64,
+    payout: usize,
+    key: LockKey,
+    token: Option<FencingToken>,
+    phase: Phase,
+    /// The SDK's acquire loop for this job's key.
+    acquiring: AcquireLoop,
+    /// A pause landed between a guard (or the grant) and a write of this job.
+    paused_before_write: bool,
+}
+
+#[derive(Debug)]
+struct Session {
+    id: SessionId,
+    core: SessionCore,
+    grid: TickGrid,
+    ttl_ms: u64,
+    /// The store's expiry of the session, as last answered.
+    store_expiry: Nanos,
+    /// The store's expiry of each grant, as last answered.
+    grant_expiry: BTreeMap<(LockKey, FencingToken), Nanos>,
+}
+
+#[derive(Debug)]
+struct Client {
+    rate: f64,
+    offset: u64,
+    pauses: Vec<(Nanos, Nanos)>,
+    endpoint: usize,
+    rotated: bool,
+    /// Bumped for each session, so a replaced session's pending ticks are ignored.
+    generation: u64,
+    session: Option<Session>,
+    opening: bool,
+    job: Option<Job>,
+    /// Numbers jobs, so a replaced job's pending events are ignored.
+    jobs: u64,
+    pending: BTreeMap<u64, Pending>,
+}
+
+impl Client {
+    /// The client's monotonic clock at true time `t` (it drifts at `rate`, from `offset`).
+    fn local(&self, t: Nanos) -> u64 {
+        self.offset.wrapping_add((t as f64 * self.rate) as u64)
+    }
+
+    /// The true time at which the client's clock reads `local`.
+    fn true_time(&self, local: u64) -> Nanos {
+        (local.wrapping_sub(self.offset) as f64 / self.rate) as Nanos
+    }
+
+    fn paused_until(&self, t: Nanos) -> Option<Nanos> {
+        self.pauses
+            .iter()
+            .find(|(start, end)| *start <= t && t < *end)
+            .map(|(_, end)| *end)
+    }
+}
+
+/// An L4 parked on a replica (`waiting::acquire_waiting`'s state).
+#[derive(Debug)]
+struct Parked {
+    replica: usize,
+    from: Node,
+    req: u64,
+    key: LockKey,
+    session: SessionId,
+    lease_ms: u64,
+    plan: WaitPlan,
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The first violation, if any.
+    pub violation: Option<Violation>,
+    /// What the run reached.
+    pub coverage: Coverage,
+    /// The event trace (when asked for).
+    pub trace: String,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// One run of a seed.
+#[derive(Debug)]
+pub struct World {
+    cfg: Config,
+    rng: fastrand::Rng,
+    q: Queue<Event>,
+    clients: Vec<Client>,
+    service: LockService,
+    bank: Bank,
+    partitions: Vec<(Node, Node)>,
+    next_req: u64,
+    coverage: Coverage,
+    violation: Option<Violation>,
+    recent: VecDeque<(Nanos, Vec<Node>, String)>,
+    trace: Option<String>,
+    last_sent_on_link: BTreeMap<(Node, Node), Nanos>,
+    /// The checker's own record of the highest token the resource accepted per payout.
+    accepted_max: Vec<i64>,
+    /// Grants an operator revoked: their holders may believe they hold until their next
+    /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
+    revoked: BTreeSet<(LockKey, FencingToken)>,
+    /// L4 requests parked on a replica, by id.
+    parked: BTreeMap<u64, Parked>,
+    /// Numbers parked requests.
+    parks: u64,
+    events: u64,
+}
+
+fn key_of(payout: usize) -> LockKey {
+    LockKey::parse(format!("payout:{payout}")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl World {
+    /// Sets up a run from its configuration (everything random comes from `cfg.seed`).
+    pub fn new(cfg: Config, trace: bool) -> Self {
+        let mut rng = fastrand::Rng::with_seed(cfg.seed);
+        let mut coverage = Coverage::default();
+        let fault_until = cfg.fault_until_ms * MS;
+        let ttl = cfg.ttl_ms * MS;
+        let clients = (0..cfg.clients)
+            .map(|_| {
+                let drift = cfg.drift;
+                let rate = 1.0 + drift * (rng.f64() * 2.0 - 1.0);
+                let mut pauses = Vec::new();
+                for _ in 0..rng.usize(0..=cfg.max_pauses) {
+                    let start = rng.u64(0..fault_until);
+                    let len = rng.u64(0..=3 * ttl);
+                    pauses.push((start, start + len));
+                    coverage.hit("fault: client pause");
+                    if len > ttl {
+                        coverage.hit("fault: pause longer than the TTL");
+                    }
+                }
+                Client {
+                    rate,
+                    offset: u64::MAX - rng.u64(0..10_000 * MS),
+                    pauses,
+                    endpoint: rng.usize(0..cfg.replicas),
+                    rotated: false,
+                    generation: 0,
+                    session: None,
+                    opening: false,
+                    job: None,
+                    jobs: 0,
+                    pending: BTreeMap::new(),
+                }
+            })
+            .collect();
+        if cfg.drift > 0.0 {
+            coverage.hit("fault: clock drift");
+        }
+        let faults: Vec<RailFault> = (0..cfg.payouts)
+            .map(|_| match rng.u32(0..10) {
+                0 => RailFault::Timeout,
+                1 => RailFault::Reject,
+                _ => RailFault::None,
+            })
+            .collect();
+        let bank = Bank::new(&faults, cfg.bugs.ignore_fence);
+        let mut world = Self {
+            service: LockService::new(
+                cfg.replicas,
+                cfg.lease_ms.max(cfg.ttl_ms),
+                cfg.lock_delay_ms,
+            ),
+            bank,
+            rng,
+            q: Queue::new(),
+            clients,
+            partitions: Vec::new(),
+            next_req: 0,
+            coverage,
+            violation: None,
+            recent: VecDeque::new(),
+            trace: trace.then(String::new),
+            last_sent_on_link: BTreeMap::new(),
+            accepted_max: vec![0; cfg.payouts],
+            revoked: BTreeSet::new(),
+            parked: BTreeMap::new(),
+            parks: 0,
+            events: 0,
+            cfg,
+        };
+        world.schedule_nemesis();
+        for c in 0..world.clients.len() {
+            let think = world.rng.u64(0..50 * MS);
+            world.q.after(think, Event::Step(c));
+        }
+        world.q.after(100 * MS, Event::Reap);
+        world.q.after(CLOCK_SAMPLE_NANOS, Event::ClockSample);
+        world
+    }
+
+    fn log(&mut self, parties: &[Node], text: impl FnOnce() -> String) {
+        let now = self.q.now();
+        let text = text();
+        if let Some(trace) = &mut self.trace {
+            let _ = writeln!(trace, "{:>12.3} ms  {text}", now as f64 / MS as f64);
+        }
+        if self.recent.len() == RECENT_EVENTS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((now, parties.to_vec(), text));
+    }
+
+    fn violate(&mut self, invariant: &'static str, parties: &[Node], detail: String) {
+        if self.violation.is_some() {
+            return;
+        }
+        let mut recent = String::new();
+        let involved: Vec<_> = self
+            .recent
+            .iter()
+            .filter(|(_, p, _)| p.iter().any(|n| parties.contains(n)))
+            .collect();
+        for (at, _, text) in involved.iter().rev().take(REPORT_EVENTS).rev() {
+            let _ = writeln!(recent, "{:>12.3} ms  {text}", *at as f64 / MS as f64);
+        }
+        self.violation = Some(Violation {
+            invariant,
+            at: self.q.now(),
+            detail,
+            recent,
+        });
+    }
+
+    /// Runs until every payout is terminal after the faults, a violation, or the liveness
+    /// bound.
+    pub fn run(mut self) -> RunReport {
+        let fault_until = self.cfg.fault_until_ms * MS;
+        let end = fault_until + self.cfg.liveness_ms * MS;
+        while let Some((now, event)) = self.q.pop() {
+            if now > end || self.violation.is_some() {
+                break;
+            }
+            self.events += 1;
+            self.dispatch(event);
+            self.deliver_wakes();
+            self.check_exclusion();
+            if now >= fault_until && self.bank.all_terminal() {
+                break;
+            }
+        }
+        if self.violation.is_none() {
+            self.check_end();
+        }
+        for _ in 0..self.service.withheld {
+            self.coverage
+                .hit("a grant withheld: the store's clock stepped");
+        }
+        for _ in 0..self.service.delayed {
+            self.coverage
+                .hit("an acquire found the key in a lock-delay");
+        }
+        RunReport {
+            violation: self.violation,
+            coverage: self.coverage,
+            trace: self.trace.unwrap_or_default(),
+            events: self.events,
+        }
+    }
+
+    fn client_of(event: &Event) -> Option<usize> {
+        match event {
+            Event::Arrive {
+                to: Node::Client(c),
+                ..
+            }
+            | Event::Step(c)
+            | Event::Tick(c, _)
+            | Event::Retry(c, _)
+            | Event::Write(c, _, _)
+            | Event::Timeout(c, _) => Some(*c),
+            _ => None,
+        }
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        let now = self.q.now();
+        if let Some(c) = Self::client_of(&event) {
+            if let Some(until) = self.clients[c].paused_until(now) {
+                // A paused process runs nothing: its events wait until it is continued.
+                self.q.at(until, event);
+                return;
+            }
+        }
+        match event {
+            Event::Arrive {
+                from,
+                to,
+                req,
+                sent,
+                body,
+            } => {
+                let link = (from, to);
+                let last = self.last_sent_on_link.get(&link).copied().unwrap_or(0);
+                if sent < last {
+                    self.coverage.hit("fault: messages reordered");
+                }
+                self.last_sent_on_link.insert(link, sent.max(last));
+                match to {
+                    Node::Replica(r) => self.at_replica(r, from, req, body),
+                    Node::Bank => self.at_bank(from, req, body),
+                    Node::Client(c) => self.at_client(c, from, req, body),
+                }
+            }
+            Event::Step(c) => self.step(c),
+            Event::Tick(c, generation) => {
+                if self.clients[c].generation == generation {
+                    self.tick(c);
+                }
+            }
+            Event::Retry(c, job) => {
+                if self.job_is(c, job) {
+                    self.send_acquire(c);
+                }
+            }
+            Event::Write(c, job, write) => {
+                if self.job_is(c, job) {
+                    self.send_write(c, write);
+                }
+            }
+            Event::WaitRetry(id) => self.wait_call(id),
+            Event::Timeout(c, req) => self.timeout(c, req),
+            Event::Nemesis(fault) => self.nemesis(fault),
+            Event::Reap => {
+                self.service.reap(now);
+                self.q.after(100 * MS, Event::Reap);
+            }
+            Event::ClockSample => {
+                if self.service.sample_clocks(now) > 0 {
+                    self.coverage
+                        .hit("a replica's sampler saw the store's clock step");
+                }
+                self.q.after(CLOCK_SAMPLE_NANOS, Event::ClockSample);
+            }
+        }
+    }
+}

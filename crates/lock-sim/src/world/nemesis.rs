@@ -1,0 +1,96 @@
+//! The nemesis: what faults a seed schedules (partitions, pauses, replica crashes,
+//! `NOT_LEADER` windows, revocations, steps of the store's clock) and what each one does.
+
+use super::*;
+
+impl World {
+    pub(super) fn schedule_nemesis(&mut self) {
+        let until = self.cfg.fault_until_ms * MS;
+        for _ in 0..self.rng.usize(0..=2) {
+            let r = self.rng.usize(0..self.cfg.replicas);
+            let start = self.rng.u64(0..until);
+            let len = self.rng.u64(200 * MS..3_000 * MS);
+            self.q.at(start, Event::Nemesis(Fault::ReplicaDown(r)));
+            self.q.at(start + len, Event::Nemesis(Fault::ReplicaUp(r)));
+        }
+        for _ in 0..self.rng.usize(0..=2) {
+            let start = self.rng.u64(0..until);
+            let len = self.rng.u64(100 * MS..1_500 * MS);
+            self.q.at(start, Event::Nemesis(Fault::NotLeaderOn));
+            self.q.at(start + len, Event::Nemesis(Fault::NotLeaderOff));
+        }
+        for _ in 0..self.rng.usize(0..=3) {
+            let a = Node::Client(self.rng.usize(0..self.cfg.clients));
+            let b = if self.rng.bool() {
+                Node::Bank
+            } else {
+                Node::Replica(self.rng.usize(0..self.cfg.replicas))
+            };
+            let start = self.rng.u64(0..until);
+            let len = self.rng.u64(200 * MS..2_000 * MS);
+            self.q.at(start, Event::Nemesis(Fault::Partition(a, b)));
+            self.q.at(start + len, Event::Nemesis(Fault::Heal(a, b)));
+        }
+        for _ in 0..self.rng.usize(0..=2) {
+            let payout = self.rng.usize(0..self.cfg.payouts);
+            let at = self.rng.u64(0..until);
+            self.q.at(at, Event::Nemesis(Fault::Revoke(payout)));
+        }
+        {
+            let ttl = i64::try_from(self.cfg.ttl_ms * MS).unwrap_or(i64::MAX);
+            // Two steps forward (the kind that can cost exclusion), the rest either way.
+            for n in 0..self.cfg.clock_steps {
+                let by = self.rng.i64(ttl / 2..=3 * ttl);
+                let by = if n < 2 || self.rng.bool() { by } else { -by };
+                let at = self.rng.u64(0..until);
+                self.q.at(at, Event::Nemesis(Fault::StoreClockStep(by)));
+            }
+        }
+    }
+
+    pub(super) fn nemesis(&mut self, fault: Fault) {
+        self.log(&[], || format!("nemesis {fault:?}"));
+        match fault {
+            Fault::ReplicaDown(r) => {
+                self.coverage.hit("fault: replica crash");
+                self.service.up[r] = false;
+                let before = self.parked.len();
+                self.parked.retain(|_, p| p.replica != r);
+                if self.parked.len() < before {
+                    self.coverage
+                        .hit("fault: a replica crashed with requests parked");
+                }
+            }
+            Fault::ReplicaUp(r) => self.service.restart(self.q.now(), r),
+            Fault::NotLeaderOn => {
+                self.coverage.hit("fault: store NOT_LEADER window");
+                self.service.not_leader = true;
+            }
+            Fault::NotLeaderOff => self.service.not_leader = false,
+            Fault::Partition(a, b) => {
+                self.coverage.hit("fault: partition");
+                self.partitions.push((a, b));
+            }
+            Fault::Heal(a, b) => {
+                if let Some(i) = self.partitions.iter().position(|p| *p == (a, b)) {
+                    self.partitions.remove(i);
+                }
+            }
+            Fault::StoreClockStep(by) => {
+                self.coverage.hit(if by > 0 {
+                    "fault: store clock stepped forward"
+                } else {
+                    "fault: store clock stepped back"
+                });
+                self.service.step_store_clock(by);
+            }
+            Fault::Revoke(payout) => {
+                let key = key_of(payout);
+                if let Some(token) = self.service.revoke(self.q.now(), &key) {
+                    self.coverage.hit("fault: a grant revoked");
+                    self.revoked.insert((key, token));
+                }
+            }
+        }
+    }
+}

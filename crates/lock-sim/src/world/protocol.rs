@@ -1,0 +1,601 @@
+//! The clients: each the SDK's `SessionCore` and `AcquireLoop` driven through the executor's
+//! protocol (acquire → claim → guard → submit → guard → post → release), with a scheduling
+//! point between every guard and its write. It sends what the core plans and hands back what
+//! came of it; every decision the SDK makes is the core's.
+
+use super::*;
+
+impl World {
+    pub(super) fn now_local(&self, c: usize) -> u64 {
+        self.clients[c].local(self.q.now())
+    }
+
+    pub(super) fn step(&mut self, c: usize) {
+        let client = &self.clients[c];
+        if client.session.is_none() {
+            if !client.opening {
+                self.clients[c].opening = true;
+                let call = LockCall::Open {
+                    owner: format!("c{c}"),
+                    ttl_ms: self.cfg.ttl_ms,
+                };
+                let send_local = self.now_local(c);
+                self.lock_request(c, Pending::Open { send_local }, call);
+            }
+            return;
+        }
+        if client.job.is_some() {
+            return;
+        }
+        let claimable = self.bank.claimable();
+        if claimable.is_empty() {
+            self.q.after(100 * MS, Event::Step(c));
+            return;
+        }
+        let payout = claimable[self.rng.usize(0..claimable.len())];
+        let now_local = self.now_local(c);
+        let request_timeout = Duration::from_millis(self.cfg.request_timeout_ms);
+        let client = &mut self.clients[c];
+        client.jobs += 1;
+        client.job = Some(Job {
+            id: client.jobs,
+            payout,
+            key: key_of(payout),
+            token: None,
+            phase: Phase::Acquiring,
+            // The executor's policy, on the SDK's own loop.
+            acquiring: AcquireLoop::new(&AcquirePolicy::DEFAULT, request_timeout, now_local),
+            paused_before_write: false,
+        });
+        self.send_acquire(c);
+    }
+
+    pub(super) fn job_is(&self, c: usize, id: u64) -> bool {
+        self.clients[c].job.as_ref().is_some_and(|j| j.id == id)
+    }
+
+    /// The job's next acquire attempt, as the SDK's loop plans it.
+    pub(super) fn send_acquire(&mut self, c: usize) {
+        let now_local = self.now_local(c);
+        let lease_ms = self.cfg.lease_ms;
+        let client = &mut self.clients[c];
+        let (Some(session), Some(job)) = (&client.session, &mut client.job) else {
+            return;
+        };
+        let attempt = job.acquiring.attempt(now_local);
+        let call = LockCall::Acquire {
+            key: job.key.clone(),
+            session: session.id,
+            lease_ms,
+            wait_ms: attempt.wait_ms(),
+        };
+        let pending = Pending::Acquire(job.id, attempt);
+        self.lock_request(c, pending, call);
+    }
+
+    /// An acquire attempt failed with `verdict`: the SDK's loop says what follows.
+    pub(super) fn acquire_failed(&mut self, c: usize, verdict: RetryVerdict) {
+        let now_local = self.now_local(c);
+        let rate = self.clients[c].rate;
+        let Some(job) = &mut self.clients[c].job else {
+            return;
+        };
+        let after = job.acquiring.failed(now_local, verdict, &mut self.rng);
+        let id = job.id;
+        if after.rotate {
+            self.rotate(c);
+        }
+        match after.next {
+            Next::Retry(sleep) => {
+                let wait = (sleep.as_nanos() as f64 / rate) as Nanos;
+                self.q.after(wait.max(1), Event::Retry(c, id));
+            }
+            Next::Contended => {
+                self.coverage.hit("an acquire gave up contended");
+                self.clients[c].job = None;
+                let think = self.rng.u64(MS..10 * MS);
+                self.schedule_step(c, think);
+            }
+            Next::Fail => {
+                self.clients[c].job = None;
+                self.schedule_step(c, 50 * MS);
+            }
+        }
+    }
+
+    pub(super) fn schedule_step(&mut self, c: usize, after: Nanos) {
+        self.q.after(after, Event::Step(c));
+    }
+
+    pub(super) fn schedule_tick(&mut self, c: usize) {
+        let client = &self.clients[c];
+        let Some(session) = &client.session else {
+            return;
+        };
+        let local_wait = session.grid.wait(client.local(self.q.now()));
+        let true_wait = (local_wait.as_nanos() as f64 / client.rate) as Nanos;
+        let generation = client.generation;
+        self.q.after(true_wait.max(1), Event::Tick(c, generation));
+    }
+
+    pub(super) fn tick(&mut self, c: usize) {
+        let now_local = self.now_local(c);
+        let Some(session) = &mut self.clients[c].session else {
+            return;
+        };
+        let period = {
+            let s = &*session;
+            let basis = s
+                .core
+                .shortest_lease_ms()
+                .map_or(s.ttl_ms, |l| l.min(s.ttl_ms));
+            heartbeat_period(self.cfg.margin(), basis)
+        };
+        let plan = session.core.begin_tick(now_local, period);
+        session.grid.advance(now_local, period);
+        let id = session.id;
+        if let Some(sent) = plan.heartbeat {
+            self.lock_request(c, Pending::Heartbeat(sent), LockCall::Heartbeat(id));
+        }
+        for renewal in plan.renew {
+            let call = LockCall::Renew {
+                key: renewal.key.clone(),
+                session: id,
+                token: renewal.token,
+            };
+            self.lock_request(c, Pending::Renew(renewal), call);
+        }
+        self.settle(c);
+        self.schedule_tick(c);
+    }
+
+    /// What the session's core makes of a failed L2 or L5 (`None`: no answer).
+    pub(super) fn session_call_failed(
+        &mut self,
+        c: usize,
+        pending: &Pending,
+        code: Option<ErrorCode>,
+    ) {
+        let Some(s) = &mut self.clients[c].session else {
+            return;
+        };
+        let rotate = match pending {
+            Pending::Renew(renewal) => s.core.renew_failed(renewal, code),
+            _ => s.core.heartbeat_failed(code),
+        };
+        if rotate {
+            self.rotate(c);
+        }
+    }
+
+    pub(super) fn timeout(&mut self, c: usize, req: u64) {
+        let Some(pending) = self.clients[c].pending.remove(&req) else {
+            return;
+        };
+        self.log(&[Node::Client(c)], || {
+            format!("c{c} #{req} timed out ({pending:?})")
+        });
+        match pending {
+            Pending::Open { .. } => {
+                self.clients[c].opening = false;
+                self.rotate(c);
+                self.schedule_step(c, 50 * MS);
+            }
+            Pending::Heartbeat(_) | Pending::Renew(_) => {
+                self.session_call_failed(c, &pending, None);
+            }
+            Pending::Acquire(job, _) => {
+                // An attempt of a job the worker has left (its session was lost) is over.
+                if self.job_is(c, job) {
+                    self.acquire_failed(c, RetryVerdict::NextTick);
+                }
+            }
+            // The release returned (timed out): the executor moves on, or the acquire loop
+            // that sent it goes on.
+            Pending::Release { then_retry, .. } => self.after_release(c, then_retry),
+            Pending::Write(_) => self.end_job(c),
+        }
+        self.settle(c);
+    }
+
+    pub(super) fn at_client(&mut self, c: usize, from: Node, req: u64, body: Body) {
+        let Some(pending) = self.clients[c].pending.remove(&req) else {
+            self.log(&[Node::Client(c), from], || {
+                format!("c{c} drops late or duplicate #{req}")
+            });
+            return;
+        };
+        self.log(&[Node::Client(c), from], || {
+            format!("c{c} <- {from} #{req} {body:?}")
+        });
+        match body {
+            Body::LockReply(answer) => self.lock_reply(c, pending, answer),
+            Body::WriteReply(answer) => self.write_reply(c, pending, answer),
+            _ => {}
+        }
+        self.settle(c);
+    }
+
+    /// The error code a refusal carries on the wire.
+    pub(super) fn code_of(answer: &LockAnswer) -> Option<ErrorCode> {
+        match answer {
+            LockAnswer::NotLeader => Some(ErrorCode::NotLeader),
+            LockAnswer::SessionUnknown => Some(ErrorCode::SessionUnknown),
+            LockAnswer::SessionExpired => Some(ErrorCode::SessionExpired),
+            LockAnswer::LockLost => Some(ErrorCode::LockLost),
+            LockAnswer::Held => Some(ErrorCode::LockHeld),
+            _ => None,
+        }
+    }
+
+    pub(super) fn lock_reply(&mut self, c: usize, pending: Pending, answer: LockAnswer) {
+        let now_local = self.now_local(c);
+        if let Some(code) = Self::code_of(&answer) {
+            if code == ErrorCode::NotLeader {
+                self.coverage.hit("a NOT_LEADER answer retried");
+            }
+            match &pending {
+                Pending::Open { .. } => {
+                    self.clients[c].opening = false;
+                    self.rotate(c);
+                    self.schedule_step(c, 50 * MS);
+                }
+                Pending::Heartbeat(_) | Pending::Renew(_) => {
+                    self.session_call_failed(c, &pending, Some(code));
+                }
+                Pending::Acquire(job, _) if !self.job_is(c, *job) => {}
+                Pending::Acquire(..) => {
+                    if let Some(reason) = acquire::session_loss(code) {
+                        // The SDK answers the acquire with the loss; the executor replaces
+                        // the session.
+                        if let Some(s) = &mut self.clients[c].session {
+                            s.core.lose_session(reason);
+                        }
+                        self.clients[c].job = None;
+                    } else {
+                        if code == ErrorCode::LockHeld {
+                            self.coverage.hit("an acquire found the lock held");
+                        }
+                        let verdict = if code == ErrorCode::LockHeld {
+                            RetryVerdict::Backoff
+                        } else {
+                            RetryVerdict::NextTick
+                        };
+                        self.acquire_failed(c, verdict);
+                    }
+                }
+                // The release failed: the lease expires on its own.
+                Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
+                Pending::Write(_) => {}
+            }
+            return;
+        }
+        if self.clients[c].rotated {
+            self.clients[c].rotated = false;
+            self.coverage.hit("a failover to the other replica");
+        }
+        match (answer, pending) {
+            (
+                LockAnswer::Opened {
+                    session,
+                    ttl_ms,
+                    expires,
+                },
+                Pending::Open { send_local },
+            ) => {
+                let margin = self.cfg.margin();
+                let core = SessionCore::new(margin, ttl_ms, send_local);
+                let period = heartbeat_period(margin, ttl_ms);
+                let client = &mut self.clients[c];
+                client.opening = false;
+                client.generation += 1;
+                client.session = Some(Session {
+                    id: session,
+                    core,
+                    grid: TickGrid::new(now_local, period),
+                    ttl_ms,
+                    store_expiry: expires,
+                    grant_expiry: BTreeMap::new(),
+                });
+                self.check_session_deadline(c);
+                self.schedule_tick(c);
+                self.schedule_step(c, MS);
+            }
+            (LockAnswer::Extended { ttl_ms, expires }, Pending::Heartbeat(sent)) => {
+                let Some(s) = &mut self.clients[c].session else {
+                    return;
+                };
+                s.core.heartbeat_ok(sent, ttl_ms);
+                s.store_expiry = expires;
+                self.check_session_deadline(c);
+                self.check_grant_deadlines(c);
+            }
+            (
+                LockAnswer::Granted {
+                    key,
+                    token,
+                    lease_ms,
+                    expires,
+                    ..
+                },
+                Pending::Renew(renewal),
+            ) => {
+                let Some(s) = &mut self.clients[c].session else {
+                    return;
+                };
+                if renewal.key != key || renewal.token != token {
+                    // Renew never changes the token: not our grant.
+                    let _ = s.core.renew_failed(&renewal, Some(ErrorCode::LockLost));
+                } else if s.core.renew_ok(&renewal, lease_ms).is_some() {
+                    s.grant_expiry.insert((key, token), expires);
+                }
+                self.check_grant_deadlines(c);
+            }
+            (
+                LockAnswer::Granted {
+                    key,
+                    token,
+                    lease_ms,
+                    expires,
+                    waited_ms,
+                    ..
+                },
+                Pending::Acquire(job, attempt),
+            ) => {
+                if !self.job_is(c, job) {
+                    return;
+                }
+                let Some(s) = &mut self.clients[c].session else {
+                    return;
+                };
+                if s.core
+                    .granted(&key, token, lease_ms, attempt, now_local, waited_ms)
+                    .is_err()
+                {
+                    // A re-grant of our own unanswered release's token: release it again and,
+                    // once that returns, the loop goes on as after contention (the SDK awaits
+                    // the release the same way).
+                    self.coverage.hit("a stale re-grant refused");
+                    let call = LockCall::Release {
+                        key: key.clone(),
+                        session: s.id,
+                        token,
+                    };
+                    let pending = Pending::Release {
+                        key,
+                        token,
+                        then_retry: Some(job),
+                    };
+                    self.lock_request(c, pending, call);
+                    return;
+                }
+                s.grant_expiry.insert((key.clone(), token), expires);
+                self.check_grant_deadlines(c);
+                let Some(job) = &mut self.clients[c].job else {
+                    return;
+                };
+                job.token = Some(token);
+                job.phase = Phase::Claiming;
+                self.write_after_think(c, Write::Claim);
+            }
+            (
+                LockAnswer::Released,
+                Pending::Release {
+                    key,
+                    token,
+                    then_retry,
+                },
+            ) => {
+                if let Some(s) = &mut self.clients[c].session {
+                    s.core.release_answered(&key, token);
+                }
+                self.after_release(c, then_retry);
+            }
+            (answer, pending) => {
+                self.log(&[Node::Client(c)], || {
+                    format!("c{c}: unexpected {answer:?} for {pending:?}")
+                });
+                if matches!(pending, Pending::Acquire(..) | Pending::Release { .. }) {
+                    self.clients[c].job = None;
+                    self.schedule_step(c, MS);
+                }
+            }
+        }
+    }
+
+    /// A release returned (answered or not): the acquire loop that sent it goes on as after
+    /// contention, or the executor looks for its next payout.
+    pub(super) fn after_release(&mut self, c: usize, then_retry: Option<u64>) {
+        match then_retry {
+            Some(job) if self.job_is(c, job) => self.acquire_failed(c, RetryVerdict::Backoff),
+            Some(_) => {}
+            None => {
+                let think = self.rng.u64(MS..10 * MS);
+                self.schedule_step(c, think);
+            }
+        }
+    }
+
+    /// The scheduling point between a guard (or the grant) and the write it allows: the
+    /// executor's think time, in which the nemesis may pause the process, up to 3 × TTL.
+    pub(super) fn write_after_think(&mut self, c: usize, write: Write) {
+        let Some(id) = self.clients[c].job.as_ref().map(|j| j.id) else {
+            return;
+        };
+        let think = self.rng.u64(0..=2 * MS);
+        if self.in_fault_window() && self.rng.f64() < self.cfg.guard_pause {
+            let now = self.q.now();
+            let len = self.rng.u64(MS..=3 * self.cfg.ttl_ms * MS);
+            self.clients[c].pauses.push((now, now + think + len));
+            if let Some(job) = &mut self.clients[c].job {
+                job.paused_before_write = true;
+            }
+            self.coverage
+                .hit("fault: pause between a guard and its write");
+            if len > self.cfg.lease_ms * MS {
+                self.coverage
+                    .hit("fault: a pause between guard and write outlived the lease");
+            }
+            self.log(&[Node::Client(c)], || {
+                format!(
+                    "nemesis pauses c{c} for {:.3} ms before its {write:?}",
+                    len as f64 / MS as f64
+                )
+            });
+        }
+        self.q.after(think, Event::Write(c, id, write));
+    }
+
+    /// Sends the job's `write` with its token.
+    pub(super) fn send_write(&mut self, c: usize, write: Write) {
+        let Some(job) = &self.clients[c].job else {
+            return;
+        };
+        let Some(token) = job.token else { return };
+        let Some(session) = &self.clients[c].session else {
+            return;
+        };
+        // The proof the lock-server signed names this grant: its session, key and token.
+        let grant = GrantId::derive(session.id, &job.key, token).as_text();
+        let payout = job.payout;
+        let token = i64::try_from(token.0).unwrap_or(i64::MAX);
+        self.request(
+            c,
+            Node::Bank,
+            Pending::Write(write),
+            Body::Write {
+                payout,
+                write,
+                token,
+                grant,
+            },
+        );
+    }
+
+    /// The executor's guard before a write: the SDK core's `remaining` at the client's now.
+    pub(super) fn guard(&mut self, c: usize) -> Option<Duration> {
+        let now_local = self.now_local(c);
+        let client = &mut self.clients[c];
+        let (Some(session), Some(job)) = (&mut client.session, &client.job) else {
+            return None;
+        };
+        let token = job.token?;
+        match session.core.remaining(&job.key, token, now_local) {
+            Ok(left) => Some(left),
+            Err(reason) => {
+                self.coverage.hit(match reason {
+                    LossReason::DeadlinePassed => "a guard stopped a write: deadline passed",
+                    LossReason::RenewRefused => "a guard stopped a write: renew refused",
+                    _ => "a guard stopped a write: session lost",
+                });
+                None
+            }
+        }
+    }
+
+    pub(super) fn write_reply(&mut self, c: usize, pending: Pending, answer: Answer) {
+        let Pending::Write(write) = pending else {
+            return;
+        };
+        if self.clients[c].job.is_none() {
+            return;
+        }
+        match (write, answer) {
+            (Write::Claim, Answer::Ok(state)) => {
+                let Some(left) = self.guard(c) else {
+                    return self.end_job(c);
+                };
+                if state == PayoutState::Submitted {
+                    self.set_phase(c, Phase::Posting);
+                    return self.write_after_think(c, Write::Post);
+                }
+                let needed = (self.cfg.hop_ms as f64 * (1.0 + self.cfg.margin())) as u64 * MS;
+                if (left.as_nanos() as u64) < needed {
+                    self.coverage.hit("a lease-short skip");
+                    return self.end_job(c);
+                }
+                self.set_phase(c, Phase::Submitting);
+                self.write_after_think(c, Write::Submit);
+            }
+            (Write::Submit, Answer::Ok(_) | Answer::AlreadySubmitted) => {
+                if self.guard(c).is_none() {
+                    return self.end_job(c);
+                }
+                self.set_phase(c, Phase::Posting);
+                self.write_after_think(c, Write::Post);
+            }
+            (Write::Post, Answer::Ok(_)) => {
+                self.coverage.hit("a payout posted");
+                self.end_job(c);
+            }
+            _ => self.end_job(c),
+        }
+    }
+
+    pub(super) fn set_phase(&mut self, c: usize, phase: Phase) {
+        if let Some(job) = &mut self.clients[c].job {
+            job.phase = phase;
+        }
+    }
+
+    /// Releases the job's grant (L6 on the last hold) and looks for the next payout.
+    pub(super) fn end_job(&mut self, c: usize) {
+        let Some(job) = self.clients[c].job.take() else {
+            return;
+        };
+        if let (Some(token), Some(session)) = (job.token, &mut self.clients[c].session) {
+            session.grant_expiry.remove(&(job.key.clone(), token));
+            if let Unhold::Last(_) = session.core.unhold(&job.key, token) {
+                // The executor awaits its release (or its timeout) before the next payout.
+                let call = LockCall::Release {
+                    key: job.key.clone(),
+                    session: session.id,
+                    token,
+                };
+                self.lock_request(
+                    c,
+                    Pending::Release {
+                        key: job.key,
+                        token,
+                        then_retry: None,
+                    },
+                    call,
+                );
+                return;
+            }
+        }
+        let think = self.rng.u64(MS..10 * MS);
+        self.schedule_step(c, think);
+    }
+
+    /// Applies the deadlines and delivers losses; a lost session is dropped (its job
+    /// abandoned with no write) and a new one opened.
+    pub(super) fn settle(&mut self, c: usize) {
+        let now_local = self.now_local(c);
+        let Some(session) = &mut self.clients[c].session else {
+            return;
+        };
+        session.core.expire(now_local);
+        let losses = session.core.take_losses();
+        let lost_session = session.core.lost();
+        for loss in &losses.grants {
+            self.coverage.hit(match loss.lost.reason {
+                LossReason::DeadlinePassed => "a loss: deadline passed",
+                LossReason::SessionExpired => "a loss: session expired",
+                LossReason::SessionUnknown => "a loss: session unknown",
+                LossReason::RenewRefused => "a loss: renew refused",
+                LossReason::SessionClosed | LossReason::NotHeld => "a loss: other",
+            });
+        }
+        if let Some(reason) = lost_session {
+            self.log(&[Node::Client(c)], || {
+                format!("c{c} session lost ({reason:?}): abandons its payout")
+            });
+            self.coverage.hit("a session lost and replaced");
+            let client = &mut self.clients[c];
+            client.session = None;
+            client.job = None;
+            self.schedule_step(c, 50 * MS);
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The lock service's replicas (each over lock-store's `MemoryStore` through its own
+//! `ClockCheckedStore`, parking waiting L4s with lock-store's `WaitPlan`) and the bank (the
+//! resource and the rail, with payment-api's `check_fence`) as nodes on the network.
+
+use super::*;
+
+impl World {
+    pub(super) fn at_replica(&mut self, r: usize, from: Node, req: u64, body: Body) {
+        let Body::Lock(call) = body else { return };
+        let now = self.q.now();
+        let Some(answer) = self.service.handle(now, r, &call) else {
+            self.log(&[from, Node::Replica(r)], || {
+                format!("r{r} is down: #{req} vanishes")
+            });
+            return;
+        };
+        if let LockAnswer::Granted {
+            key,
+            token,
+            session,
+            ..
+        } = &answer
+        {
+            if matches!(call, LockCall::Acquire { .. }) {
+                self.check_grant(key, *token, *session);
+            }
+        }
+        // A refused L4 that may wait is parked on the replica, as `waiting::acquire_waiting`
+        // parks it, and driven by the same plan.
+        if let (
+            LockAnswer::Held,
+            LockCall::Acquire {
+                key,
+                session,
+                lease_ms,
+                wait_ms: Some(wait_ms),
+            },
+        ) = (&answer, &call)
+        {
+            self.parks += 1;
+            let id = self.parks;
+            self.parked.insert(
+                id,
+                Parked {
+                    replica: r,
+                    from,
+                    req,
+                    key: key.clone(),
+                    session: *session,
+                    lease_ms: *lease_ms,
+                    plan: WaitPlan::new(now, *wait_ms),
+                },
+            );
+            return self.wait_call(id);
+        }
+        self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+    }
+
+    /// A parked L4 asks the store again (its queue place renewed), then answers or naps as
+    /// its plan says.
+    pub(super) fn wait_call(&mut self, id: u64) {
+        let now = self.q.now();
+        let Some(p) = self.parked.get(&id) else {
+            return;
+        };
+        let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
+        let spec = AcquireSpec {
+            lease_ms: p.lease_ms,
+            queue_ms: p.plan.queue_ms(now),
+            // The replica gives every grant its default lock-delay (the SDK names none).
+            lock_delay_ms: 0,
+        };
+        let plan = p.plan;
+        let answer = match self.service.acquire_queued(now, r, &key, session, spec) {
+            // The replica crashed with the request parked: nothing answers.
+            None => {
+                self.parked.remove(&id);
+                return;
+            }
+            Some(Err(refusal)) => refusal,
+            Some(Ok(outcome)) => match plan.after(now, &outcome) {
+                WaitStep::Nap(nap) => {
+                    self.q.after(
+                        u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX).max(1),
+                        Event::WaitRetry(id),
+                    );
+                    return;
+                }
+                WaitStep::Answer { waited_ms, leave } => {
+                    if leave {
+                        self.coverage
+                            .hit("a waiting acquire gave up at its deadline");
+                        self.service.leave_queue(now, &key, session);
+                    } else {
+                        self.coverage.hit("a parked acquire granted");
+                    }
+                    self.service.answer_acquire(now, &key, &outcome, waited_ms)
+                }
+            },
+        };
+        self.parked.remove(&id);
+        if let LockAnswer::Granted { token, .. } = &answer {
+            self.check_grant(&key, *token, session);
+        }
+        self.log(&[from, Node::Replica(r)], || {
+            format!("r{r} answers parked #{req}: {answer:?}")
+        });
+        self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+    }
+
+    /// Delivers the store's wake-ups to the parked requests they name, on every replica; the
+    /// nemesis loses some (the recheck timer then bounds the cost) and delays others.
+    pub(super) fn deliver_wakes(&mut self) {
+        for wake in self.service.take_wakes() {
+            let woken: Vec<u64> = self
+                .parked
+                .iter()
+                .filter(|(_, p)| match &wake {
+                    Wake::Head { key, session } => p.key == *key && p.session == *session,
+                    Wake::Everyone => true,
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in woken {
+                if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
+                    self.coverage.hit("fault: a wake-up lost");
+                    continue;
+                }
+                let late = if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
+                    self.coverage.hit("fault: a wake-up late");
+                    self.rng.u64(MS..=200 * MS)
+                } else {
+                    1
+                };
+                self.q.after(late, Event::WaitRetry(id));
+            }
+        }
+    }
+
+    pub(super) fn at_bank(&mut self, from: Node, req: u64, body: Body) {
+        let Body::Write {
+            payout,
+            write,
+            token,
+            grant,
+        } = body
+        else {
+            return;
+        };
+        let now = self.q.now();
+        let rail_before = self.bank.rail.len();
+        let fence_before = self.bank.payouts[payout].fence;
+        let state_before = self.bank.payouts[payout].state;
+        let answer = self.bank.write(now, payout, write, token, &grant);
+        self.log(&[from, Node::Bank], || {
+            format!("bank {write:?} payout {payout} token {token} -> {answer:?}")
+        });
+        if answer == Answer::FencedOut {
+            self.coverage.hit("a stale write fenced");
+            if let Node::Client(c) = from {
+                if self.clients[c]
+                    .job
+                    .as_ref()
+                    .is_some_and(|j| j.payout == payout && j.paused_before_write)
+                {
+                    self.coverage
+                        .hit("a zombie's write fenced after a pause between guard and write");
+                }
+            }
+        }
+        if matches!(answer, Answer::Ok(_)) {
+            // The checker's own witness, not the model's fence: a write accepted with a token
+            // below one the resource already accepted is a superseded holder's, whatever
+            // stops it later (one submission per payout is a second line, not the first).
+            let highest = self.accepted_max[payout];
+            if token < highest {
+                self.violate(
+                    "I2 no superseded write accepted",
+                    &[from, Node::Bank],
+                    format!(
+                        "payout {payout}: {write:?} with token {token} accepted after token {highest}"
+                    ),
+                );
+            }
+            self.accepted_max[payout] = highest.max(token);
+        }
+        let fence_after = self.bank.payouts[payout].fence;
+        if fence_after < fence_before {
+            self.violate(
+                "I2 fences only rise",
+                &[from, Node::Bank],
+                format!("payout {payout} fence {fence_before} -> {fence_after} by token {token}"),
+            );
+        }
+        if self.bank.rail.len() > rail_before {
+            let seen = self.bank.rail.iter().filter(|t| t.payout == payout).count();
+            if seen > 1 {
+                self.violate(
+                    "I1 at most once at the rail",
+                    &[from, Node::Bank],
+                    format!("payout {payout} reached the rail {seen} times"),
+                );
+            }
+            if state_before == PayoutState::RailAmbiguous {
+                self.violate(
+                    "I5 ambiguity is terminal",
+                    &[from, Node::Bank],
+                    format!("payout {payout} submitted after RAIL_AMBIGUOUS"),
+                );
+            }
+        }
+        self.send(Node::Bank, from, req, Body::WriteReply(answer));
+    }
+}
