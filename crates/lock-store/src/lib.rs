@@ -4,6 +4,8 @@
 //!   its types (`AcquireSpec`, `AcquireOutcome`, `Wake`, `StoreError`, ...);
 //! - [`MemoryStore`], the in-memory implementation (tests, demos, the simulation) on a
 //!   [`StoreEnv`] clock seam;
+//! - [`decide`]: the grant decision (held, delayed, queued, granted), pure, which a store
+//!   reads for, calls, and writes after;
 //! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting L4) and
 //!   [`ClockGuard`] (steps of the store's clock), with [`ClockCheckedStore`], the wrapper every
 //!   replica serves through.
@@ -18,6 +20,7 @@
 
 mod checked;
 mod clock_guard;
+pub mod decide;
 mod memory;
 pub mod wait_plan;
 

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
+use crate::decide::{Decision, HolderView, KeyView, decide};
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
     Wake, WakeSink, WakeSlot,
@@ -347,87 +348,87 @@ impl LockStore for MemoryStore {
         let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
-        let queue = |state: &mut State| {
-            if spec.queue_ms > 0 {
-                state.enqueue(key, session, spec.queue_ms, now);
-            }
+        // A place asked for is taken (or kept) before reading the queue; a grant gives it up.
+        if spec.queue_ms > 0 {
+            state.enqueue(key, session, spec.queue_ms, now);
+        }
+        let current = state.live_grant(key, now).cloned();
+        let view = KeyView {
+            holder: current.as_ref().map(|g| HolderView {
+                session: g.session,
+                token: g.token,
+                free_in_ms: g
+                    .ends(state.sessions.get(&g.session))
+                    .saturating_sub(now)
+                    .div_ceil(1_000_000),
+            }),
+            delay_left_ms: state.delay_left(key, session, now).div_ceil(1_000_000),
+            ahead: state.ahead_of(key, session, now),
+            last_token: state.fences.get(key).map_or(0, |t| t.0),
         };
-        if let Some(current) = state.live_grant(key, now).cloned() {
-            if current.session != session {
-                queue(&mut state);
-                let ends = current.ends(state.sessions.get(&current.session));
+        let (token, lease_ms, expires, took_over_expired) = match decide(&view, session) {
+            Decision::Held {
+                holder_token,
+                free_in_ms,
+            } => {
                 return Ok(AcquireOutcome::Held {
-                    holder_token: current.token,
-                    free_in_ms: ends.saturating_sub(now).div_ceil(1_000_000),
+                    holder_token,
+                    free_in_ms,
                 });
             }
-            // Lease and expiry only grow (invariant I4 for every answer).
-            let lease_ms = current.lease_ms.max(spec.lease_ms);
-            let expires = current.expires.max(after(now, lease_ms));
-            state.leave(key, session);
-            state.locks.insert(
-                key.clone(),
-                Grant {
-                    lease_ms,
-                    expires,
-                    ..current.clone()
-                },
-            );
-            return Ok(AcquireOutcome::Granted {
-                grant: LockGrant {
-                    lock_key: key.clone(),
-                    fencing_token: current.token,
-                    lease_ms,
-                    expires_at: self.display(expires),
-                    session_id: session,
-                    proof: None,
-                    waited_ms: 0,
-                },
-                took_over_expired: false,
-                store_now: Some(self.display(now)),
-            });
-        }
-        let delay_nanos = state.delay_left(key, session, now);
-        if delay_nanos > 0 {
-            queue(&mut state);
-            return Ok(AcquireOutcome::Delayed {
-                remaining_ms: delay_nanos.div_ceil(1_000_000),
-            });
-        }
-        queue(&mut state);
-        let ahead = state.ahead_of(key, session, now);
-        if ahead > 0 {
-            return Ok(AcquireOutcome::Queued { ahead });
-        }
+            Decision::Delayed { remaining_ms } => {
+                return Ok(AcquireOutcome::Delayed { remaining_ms });
+            }
+            Decision::Queued { ahead } => return Ok(AcquireOutcome::Queued { ahead }),
+            Decision::Regrant { token } => {
+                let Some(current) = current else {
+                    unreachable!("a regrant is decided on a live grant");
+                };
+                // Lease and expiry only grow (invariant I4 for every answer).
+                let lease_ms = current.lease_ms.max(spec.lease_ms);
+                let expires = current.expires.max(after(now, lease_ms));
+                state.locks.insert(
+                    key.clone(),
+                    Grant {
+                        lease_ms,
+                        expires,
+                        ..current
+                    },
+                );
+                (token, lease_ms, expires, false)
+            }
+            Decision::Grant { token } => {
+                state.delays.remove(key);
+                state.fences.insert(key.clone(), token);
+                let expires = after(now, spec.lease_ms);
+                let replaced = state
+                    .locks
+                    .insert(
+                        key.clone(),
+                        Grant {
+                            token,
+                            session,
+                            lease_ms: spec.lease_ms,
+                            expires,
+                            lock_delay_ms: spec.lock_delay_ms,
+                        },
+                    )
+                    .is_some();
+                (token, spec.lease_ms, expires, replaced)
+            }
+        };
         state.leave(key, session);
-        state.delays.remove(key);
-        let next = FencingToken(state.fences.get(key).map_or(1, |t| t.0 + 1));
-        state.fences.insert(key.clone(), next);
-        let expires = after(now, spec.lease_ms);
-        let replaced = state
-            .locks
-            .insert(
-                key.clone(),
-                Grant {
-                    token: next,
-                    session,
-                    lease_ms: spec.lease_ms,
-                    expires,
-                    lock_delay_ms: spec.lock_delay_ms,
-                },
-            )
-            .is_some();
         Ok(AcquireOutcome::Granted {
             grant: LockGrant {
                 lock_key: key.clone(),
-                fencing_token: next,
-                lease_ms: spec.lease_ms,
+                fencing_token: token,
+                lease_ms,
                 expires_at: self.display(expires),
                 session_id: session,
                 proof: None,
                 waited_ms: 0,
             },
-            took_over_expired: replaced,
+            took_over_expired,
             store_now: Some(self.display(now)),
         })
     }

@@ -1,0 +1,173 @@
+//! The grant decision, pure: what an acquire gets, given what the store read of the key for
+//! one caller. A store reads, calls [`decide`], then writes what it says; the rule lives
+//! here once. PostgreSQL's `lock_acquire` (PL/pgSQL) keeps its own copy inside its
+//! transaction, held to the same answers by the conformance suite.
+//!
+//! The order is the contract (C3, ADR 0006): a live grant answers first (the caller's own:
+//! the same token again; another's: held), then a lock-delay in force, then the FIFO queue,
+//! and only then a new token, one above the key's last.
+
+use lock_api::{FencingToken, SessionId};
+
+/// The live grant of a key, as a decision needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderView {
+    /// Its session.
+    pub session: SessionId,
+    /// Its token.
+    pub token: FencingToken,
+    /// Milliseconds until it ends unless renewed (the store's clock).
+    pub free_in_ms: u64,
+}
+
+/// What the store read of one key for one caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyView {
+    /// The live grant, if any.
+    pub holder: Option<HolderView>,
+    /// Milliseconds of lock-delay in force for this caller (0: none, or the caller is exempt).
+    pub delay_left_ms: u64,
+    /// Live queue places of other sessions ahead of the caller's (all of them when the
+    /// caller has none).
+    pub ahead: u64,
+    /// The key's last token (0: never granted).
+    pub last_token: u64,
+}
+
+/// What the store does with the acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The caller holds the key already: the same token again, its lease and expiry only
+    /// growing.
+    Regrant {
+        /// The caller's token.
+        token: FencingToken,
+    },
+    /// Another live session holds it.
+    Held {
+        /// The holder's token.
+        holder_token: FencingToken,
+        /// Milliseconds until the holder's grant ends unless renewed.
+        free_in_ms: u64,
+    },
+    /// Free, but in a lock-delay.
+    Delayed {
+        /// Milliseconds until the delay ends.
+        remaining_ms: u64,
+    },
+    /// Free, but others queued first.
+    Queued {
+        /// Live places ahead.
+        ahead: u64,
+    },
+    /// Grant a new token: the key's last, plus one.
+    Grant {
+        /// The new token.
+        token: FencingToken,
+    },
+}
+
+/// The decision for `caller` on a key the store read as `view`.
+pub fn decide(view: &KeyView, caller: SessionId) -> Decision {
+    if let Some(holder) = view.holder {
+        return if holder.session == caller {
+            Decision::Regrant {
+                token: holder.token,
+            }
+        } else {
+            Decision::Held {
+                holder_token: holder.token,
+                free_in_ms: holder.free_in_ms,
+            }
+        };
+    }
+    if view.delay_left_ms > 0 {
+        return Decision::Delayed {
+            remaining_ms: view.delay_left_ms,
+        };
+    }
+    if view.ahead > 0 {
+        return Decision::Queued { ahead: view.ahead };
+    }
+    let token = FencingToken(view.last_token + 1);
+    assert!(token.0 > view.last_token, "tokens only rise");
+    Decision::Grant { token }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(n: u128) -> SessionId {
+        SessionId(uuid::Uuid::from_u128(n))
+    }
+
+    /// Every combination of holder (none, the caller, another), delay (none, in force) and
+    /// queue (empty, someone ahead), with the answer the contract gives it.
+    #[test]
+    fn the_decision_table() {
+        let me = session(1);
+        let other = HolderView {
+            session: session(2),
+            token: FencingToken(7),
+            free_in_ms: 900,
+        };
+        let mine = HolderView {
+            session: me,
+            ..other
+        };
+        let held = Decision::Held {
+            holder_token: FencingToken(7),
+            free_in_ms: 900,
+        };
+        let regrant = Decision::Regrant {
+            token: FencingToken(7),
+        };
+        let table: [(Option<HolderView>, u64, u64, Decision); 12] = [
+            (
+                None,
+                0,
+                0,
+                Decision::Grant {
+                    token: FencingToken(8),
+                },
+            ),
+            (None, 0, 2, Decision::Queued { ahead: 2 }),
+            (None, 300, 0, Decision::Delayed { remaining_ms: 300 }),
+            (None, 300, 2, Decision::Delayed { remaining_ms: 300 }),
+            (Some(mine), 0, 0, regrant),
+            (Some(mine), 0, 2, regrant),
+            (Some(mine), 300, 0, regrant),
+            (Some(mine), 300, 2, regrant),
+            (Some(other), 0, 0, held),
+            (Some(other), 0, 2, held),
+            (Some(other), 300, 0, held),
+            (Some(other), 300, 2, held),
+        ];
+        for (holder, delay_left_ms, ahead, expected) in table {
+            let view = KeyView {
+                holder,
+                delay_left_ms,
+                ahead,
+                last_token: 7,
+            };
+            assert_eq!(decide(&view, me), expected, "{view:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_never_granted_starts_at_token_one() {
+        let view = KeyView {
+            holder: None,
+            delay_left_ms: 0,
+            ahead: 0,
+            last_token: 0,
+        };
+        assert_eq!(
+            decide(&view, session(1)),
+            Decision::Grant {
+                token: FencingToken(1)
+            }
+        );
+    }
+}
