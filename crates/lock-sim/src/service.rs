@@ -15,8 +15,8 @@ use std::task::{Context, Poll, Waker};
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
 use lock_store::{
-    AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, ReplicaClock, StoreEnv,
-    StoreError, Wake,
+    AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
+    StoreEnv, StoreError, Wake,
 };
 
 use crate::sched::Nanos;
@@ -323,7 +323,7 @@ impl LockService {
         outcome: &AcquireOutcome,
         waited_ms: u64,
     ) -> LockAnswer {
-        if let AcquireOutcome::Delayed { .. } = outcome {
+        if let AcquireOutcome::Refused(Refusal::Delayed { .. }) = outcome {
             self.delayed += 1;
         }
         match outcome {
@@ -339,9 +339,7 @@ impl LockService {
                     waited_ms,
                 }
             }
-            AcquireOutcome::Held { .. }
-            | AcquireOutcome::Delayed { .. }
-            | AcquireOutcome::Queued { .. } => LockAnswer::Held,
+            AcquireOutcome::Refused(_) => LockAnswer::Held,
         }
     }
 
@@ -368,7 +366,7 @@ impl LockService {
             ..spec
         };
         let outcome = now_or_never(self.replicas[replica].acquire_with(key, session, spec));
-        if let Ok(AcquireOutcome::Delayed { .. }) = &outcome {
+        if let Ok(AcquireOutcome::Refused(Refusal::Delayed { .. })) = &outcome {
             self.delayed += 1;
         }
         if let Err(StoreError::Unavailable(_)) = &outcome {

@@ -9,6 +9,8 @@
 
 use lock_api::{FencingToken, SessionId};
 
+use crate::Refusal;
+
 /// The live grant of a key, as a decision needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HolderView {
@@ -43,28 +45,13 @@ pub enum Decision {
         /// The caller's token.
         token: FencingToken,
     },
-    /// Another live session holds it.
-    Held {
-        /// The holder's token.
-        holder_token: FencingToken,
-        /// Milliseconds until the holder's grant ends unless renewed.
-        free_in_ms: u64,
-    },
-    /// Free, but in a lock-delay.
-    Delayed {
-        /// Milliseconds until the delay ends.
-        remaining_ms: u64,
-    },
-    /// Free, but others queued first.
-    Queued {
-        /// Live places ahead.
-        ahead: u64,
-    },
     /// Grant a new token: the key's last, plus one.
     Grant {
         /// The new token.
         token: FencingToken,
     },
+    /// No grant: answer this (the store may still keep the caller's queue place).
+    Refuse(Refusal),
 }
 
 /// The decision for `caller` on a key the store read as `view`.
@@ -75,19 +62,19 @@ pub fn decide(view: &KeyView, caller: SessionId) -> Decision {
                 token: holder.token,
             }
         } else {
-            Decision::Held {
+            Decision::Refuse(Refusal::Held {
                 holder_token: holder.token,
                 free_in_ms: holder.free_in_ms,
-            }
+            })
         };
     }
     if view.delay_left_ms > 0 {
-        return Decision::Delayed {
+        return Decision::Refuse(Refusal::Delayed {
             remaining_ms: view.delay_left_ms,
-        };
+        });
     }
     if view.ahead > 0 {
-        return Decision::Queued { ahead: view.ahead };
+        return Decision::Refuse(Refusal::Queued { ahead: view.ahead });
     }
     let token = FencingToken(view.last_token + 1);
     assert!(token.0 > view.last_token, "tokens only rise");
@@ -116,10 +103,10 @@ mod tests {
             session: me,
             ..other
         };
-        let held = Decision::Held {
+        let held = Decision::Refuse(Refusal::Held {
             holder_token: FencingToken(7),
             free_in_ms: 900,
-        };
+        });
         let regrant = Decision::Regrant {
             token: FencingToken(7),
         };
@@ -132,9 +119,19 @@ mod tests {
                     token: FencingToken(8),
                 },
             ),
-            (None, 0, 2, Decision::Queued { ahead: 2 }),
-            (None, 300, 0, Decision::Delayed { remaining_ms: 300 }),
-            (None, 300, 2, Decision::Delayed { remaining_ms: 300 }),
+            (None, 0, 2, Decision::Refuse(Refusal::Queued { ahead: 2 })),
+            (
+                None,
+                300,
+                0,
+                Decision::Refuse(Refusal::Delayed { remaining_ms: 300 }),
+            ),
+            (
+                None,
+                300,
+                2,
+                Decision::Refuse(Refusal::Delayed { remaining_ms: 300 }),
+            ),
             (Some(mine), 0, 0, regrant),
             (Some(mine), 0, 2, regrant),
             (Some(mine), 300, 0, regrant),

@@ -86,6 +86,13 @@ pub enum AcquireOutcome {
         /// clock).
         store_now: Option<DateTime<Utc>>,
     },
+    /// Not granted: why, and when asking again may help.
+    Refused(Refusal),
+}
+
+/// Why an acquire that reached the store was not granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
     /// Another live session holds the key.
     Held {
         /// The holder's token.
@@ -105,15 +112,21 @@ pub enum AcquireOutcome {
     },
 }
 
-impl AcquireOutcome {
+impl Refusal {
     /// How long a waiter may sleep before asking again without missing a deadline the store
     /// knows of (the holder's expiry, the delay's end); `None` when only a wake-up helps.
     pub fn recheck_in_ms(&self) -> Option<u64> {
         match self {
-            Self::Granted { .. } | Self::Queued { .. } => None,
+            Self::Queued { .. } => None,
             Self::Held { free_in_ms, .. } => Some(*free_in_ms),
             Self::Delayed { remaining_ms } => Some(*remaining_ms),
         }
+    }
+}
+
+impl From<Refusal> for AcquireOutcome {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
     }
 }
 

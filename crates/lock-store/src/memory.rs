@@ -367,19 +367,7 @@ impl LockStore for MemoryStore {
             last_token: state.fences.get(key).map_or(0, |t| t.0),
         };
         let (token, lease_ms, expires, took_over_expired) = match decide(&view, session) {
-            Decision::Held {
-                holder_token,
-                free_in_ms,
-            } => {
-                return Ok(AcquireOutcome::Held {
-                    holder_token,
-                    free_in_ms,
-                });
-            }
-            Decision::Delayed { remaining_ms } => {
-                return Ok(AcquireOutcome::Delayed { remaining_ms });
-            }
-            Decision::Queued { ahead } => return Ok(AcquireOutcome::Queued { ahead }),
+            Decision::Refuse(refusal) => return Ok(refusal.into()),
             Decision::Regrant { token } => {
                 let Some(current) = current else {
                     unreachable!("a regrant is decided on a live grant");

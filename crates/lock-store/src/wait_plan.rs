@@ -1,4 +1,4 @@
-//! The decisions of one waiting L4, sans-IO: how long each queued store call keeps the
+//! The decisions of one waiting acquire, sans-IO: how long each queued store call keeps the
 //! request's queue place, what `waited_ms` a grant reports, how long to nap before asking the
 //! store again. lock-server's `waiting::acquire_waiting` drives it on tokio's clock; the
 //! simulation drives the same plan on virtual time.
@@ -14,7 +14,7 @@ pub const WAIT_RECHECK_MS: u64 = 1_000;
 /// deadline still finds it; a place whose replica crashed lapses this soon after.
 pub const QUEUE_PLACE_SLACK_MS: u64 = 1_000;
 
-/// The decisions of one waiting L4, sans-IO, on the replica's monotonic clock in nanoseconds:
+/// The decisions of one waiting acquire, sans-IO, on the replica's monotonic clock in nanoseconds:
 /// how long each queued store call keeps the request's queue place, what `waited_ms` a grant
 /// reports, and how long to nap before asking the store again. lock-server's `acquire_waiting` drives
 /// it on tokio's clock; the simulation drives the same plan on virtual time.
@@ -24,7 +24,7 @@ pub struct WaitPlan {
     deadline_nanos: u64,
 }
 
-/// What a waiting L4 does after a store call.
+/// What a waiting acquire does after a store call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStep {
     /// Answer the outcome, reporting this `waited_ms` (granted, or the wait is over: then
@@ -66,13 +66,22 @@ impl WaitPlan {
     pub fn after(&self, called_nanos: u64, outcome: &AcquireOutcome) -> WaitStep {
         let waited_ms = called_nanos.saturating_sub(self.started_nanos) / 1_000_000;
         let remaining = self.remaining(called_nanos);
-        if matches!(outcome, AcquireOutcome::Granted { .. }) || remaining.is_zero() {
-            return WaitStep::Answer {
-                waited_ms,
-                leave: !matches!(outcome, AcquireOutcome::Granted { .. }),
-            };
-        }
-        let hint_ms = outcome
+        let refusal = match outcome {
+            AcquireOutcome::Refused(refusal) if !remaining.is_zero() => refusal,
+            AcquireOutcome::Refused(_) => {
+                return WaitStep::Answer {
+                    waited_ms,
+                    leave: true,
+                };
+            }
+            AcquireOutcome::Granted { .. } => {
+                return WaitStep::Answer {
+                    waited_ms,
+                    leave: false,
+                };
+            }
+        };
+        let hint_ms = refusal
             .recheck_in_ms()
             .map_or(WAIT_RECHECK_MS, |ms| ms.saturating_add(1));
         WaitStep::Nap(Duration::from_millis(hint_ms.min(WAIT_RECHECK_MS)).min(remaining))
@@ -82,22 +91,23 @@ impl WaitPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Refusal;
 
     #[test]
     fn a_wait_plan_answers_a_grant_with_the_time_before_its_call_and_naps_until_hint_or_deadline() {
         const MS: u64 = 1_000_000;
         let plan = WaitPlan::new(10 * MS, 300);
         assert_eq!(plan.queue_ms(10 * MS), 300 + QUEUE_PLACE_SLACK_MS);
-        let held = AcquireOutcome::Held {
+        let held = AcquireOutcome::Refused(Refusal::Held {
             holder_token: lock_api::FencingToken(1),
             free_in_ms: 40,
-        };
+        });
         assert_eq!(
             plan.after(20 * MS, &held),
             WaitStep::Nap(Duration::from_millis(41)),
             "the holder's expiry, and a millisecond"
         );
-        let queued = AcquireOutcome::Queued { ahead: 1 };
+        let queued = AcquireOutcome::Refused(Refusal::Queued { ahead: 1 });
         assert_eq!(
             plan.after(200 * MS, &queued),
             WaitStep::Nap(Duration::from_millis(110)),

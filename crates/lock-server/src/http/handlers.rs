@@ -13,7 +13,7 @@ use lock_api::{
 use super::store_error::api_error;
 use crate::metrics as m;
 use crate::state::AppState;
-use crate::store::{AcquireOutcome, AcquireSpec, StoreError};
+use crate::store::{AcquireOutcome, AcquireSpec, Refusal, StoreError};
 use crate::waiting::{self, Waited};
 use service_kit::{ApiError, ApiJson};
 
@@ -210,14 +210,14 @@ pub async fn acquire(
             }
             Ok(Json(grant))
         }
-        AcquireOutcome::Held { holder_token, .. } => {
+        AcquireOutcome::Refused(Refusal::Held { holder_token, .. }) => {
             metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
             Err(ApiError::new(
                 ErrorCode::LockHeld,
                 format!("lock {key} is held by another session (token {holder_token}){waited}"),
             ))
         }
-        AcquireOutcome::Delayed { remaining_ms } => {
+        AcquireOutcome::Refused(Refusal::Delayed { remaining_ms }) => {
             metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
             metrics::counter!(m::LOCK_DELAYED_TOTAL, "backend" => backend).increment(1);
             Err(ApiError::new(
@@ -227,7 +227,7 @@ pub async fn acquire(
                 ),
             ))
         }
-        AcquireOutcome::Queued { ahead } => {
+        AcquireOutcome::Refused(Refusal::Queued { ahead }) => {
             metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
             Err(ApiError::new(
                 ErrorCode::LockHeld,

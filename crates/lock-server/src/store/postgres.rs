@@ -13,8 +13,8 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
 
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
-    Wake, WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Refusal, SessionRecord,
+    StoreError, Wake, WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -240,16 +240,19 @@ impl LockStore for PostgresStore {
                 took_over_expired: took_over.unwrap_or(false),
                 store_now: Some(store_now),
             }),
-            "LOCK_HELD" => Ok(AcquireOutcome::Held {
+            "LOCK_HELD" => Ok(Refusal::Held {
                 holder_token: token()?,
                 free_in_ms: wait_ms()?,
-            }),
-            "LOCK_DELAYED" => Ok(AcquireOutcome::Delayed {
+            }
+            .into()),
+            "LOCK_DELAYED" => Ok(Refusal::Delayed {
                 remaining_ms: wait_ms()?,
-            }),
-            "QUEUED" => Ok(AcquireOutcome::Queued {
+            }
+            .into()),
+            "QUEUED" => Ok(Refusal::Queued {
                 ahead: to_u64(required(ahead, "ahead")?)?,
-            }),
+            }
+            .into()),
             other => Err(session_error(other, session)),
         }
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
-use lock_server::store::{AcquireOutcome, AcquireSpec, LockStore, MemoryStore, StoreError, Wake};
+use lock_server::store::{
+    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, StoreError, Wake,
+};
 use test_support::poll_until;
 
 const LONG_MS: u64 = 30_000;
@@ -35,7 +37,7 @@ async fn grant(store: &dyn LockStore, k: &LockKey, s: SessionId, lease_ms: u64) 
 
 async fn held(store: &dyn LockStore, k: &LockKey, s: SessionId) -> FencingToken {
     match store.acquire(k, s, LONG_MS).await.expect("acquire") {
-        AcquireOutcome::Held { holder_token, .. } => holder_token,
+        AcquireOutcome::Refused(Refusal::Held { holder_token, .. }) => holder_token,
         other => panic!("expected LOCK_HELD, got {other:?}"),
     }
 }
@@ -422,7 +424,7 @@ async fn waiters_are_granted_in_fifo_order(store: Arc<dyn LockStore>) {
     for s in [first, second] {
         let outcome = ask(&*store, &k, s, queued(LONG_MS)).await;
         assert!(
-            matches!(outcome, AcquireOutcome::Held { holder_token, .. } if holder_token == t0),
+            matches!(outcome, AcquireOutcome::Refused(Refusal::Held { holder_token, .. }) if holder_token == t0),
             "{outcome:?}"
         );
     }
@@ -431,11 +433,11 @@ async fn waiters_are_granted_in_fifo_order(store: Arc<dyn LockStore>) {
     // The key is free, but two sessions queued before these callers.
     assert_eq!(
         ask(&*store, &k, latecomer, AcquireSpec::lease(LONG_MS)).await,
-        AcquireOutcome::Queued { ahead: 2 }
+        AcquireOutcome::Refused(Refusal::Queued { ahead: 2 })
     );
     assert_eq!(
         ask(&*store, &k, second, queued(LONG_MS)).await,
-        AcquireOutcome::Queued { ahead: 1 }
+        AcquireOutcome::Refused(Refusal::Queued { ahead: 1 })
     );
     let t1 = granted_token(&ask(&*store, &k, first, queued(LONG_MS)).await).expect("first");
     assert!(t1 > t0);
@@ -443,7 +445,7 @@ async fn waiters_are_granted_in_fifo_order(store: Arc<dyn LockStore>) {
     assert!(store.release(&k, first, t1).await.unwrap());
     assert_eq!(
         ask(&*store, &k, latecomer, AcquireSpec::lease(LONG_MS)).await,
-        AcquireOutcome::Queued { ahead: 1 }
+        AcquireOutcome::Refused(Refusal::Queued { ahead: 1 })
     );
     let t2 = granted_token(&ask(&*store, &k, second, queued(LONG_MS)).await).expect("second");
     assert!(t2 > t1);
@@ -498,7 +500,7 @@ async fn a_place_renewed_for_longer_keeps_its_turn(store: Arc<dyn LockStore>) {
     assert!(store.release(&k, holder, t0).await.unwrap());
     assert_eq!(
         ask(&*store, &k, second, queued(LONG_MS)).await,
-        AcquireOutcome::Queued { ahead: 1 }
+        AcquireOutcome::Refused(Refusal::Queued { ahead: 1 })
     );
     assert!(granted_token(&ask(&*store, &k, first, queued(LONG_MS)).await) > Some(t0));
 }
@@ -557,7 +559,7 @@ async fn lock_delay_follows_expiry_and_revoke_but_not_release(store: Arc<dyn Loc
     granted_token(&ask(&*store, &k, a, delayed(LONG_MS, DELAY_MS)).await).unwrap();
     assert!(store.revoke(&k).await.unwrap().is_some());
     match ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await {
-        AcquireOutcome::Delayed { remaining_ms } => {
+        AcquireOutcome::Refused(Refusal::Delayed { remaining_ms }) => {
             assert!((1..=DELAY_MS).contains(&remaining_ms), "{remaining_ms}")
         }
         other => panic!("expected the lock-delay, got {other:?}"),
@@ -590,7 +592,7 @@ async fn lock_delay_follows_expiry_and_revoke_but_not_release(store: Arc<dyn Loc
         assert!(
             matches!(
                 ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await,
-                AcquireOutcome::Delayed { .. }
+                AcquireOutcome::Refused(Refusal::Delayed { .. })
             ),
             "reaped: {reap}"
         );

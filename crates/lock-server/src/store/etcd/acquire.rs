@@ -1,7 +1,10 @@
-//! L4: read the key's grant, fence, delay and queue, decide, and commit the decision in one
-//! transaction whose compares pin what was read; a lost race is read and decided again.
+//! Acquire: read the key's grant, fence, delay and queue, decide ([`decide`]), and commit the
+//! decision in one transaction whose compares pin what was read; a lost race is read and
+//! decided again.
 
 use super::*;
+use crate::store::Refusal;
+use crate::store::decide::{Decision, HolderView, KeyView, decide};
 
 impl EtcdStore {
     /// Whether `grant` is live: its own marker and its holder's session marker exist.
@@ -169,75 +172,75 @@ impl EtcdStore {
         }
         let live = self.exist(&checks).await?;
 
-        let mut took_over_expired = false;
-        // A dead grant that ended involuntarily (its holder's session was not closed).
-        let mut ended_involuntarily = None;
-        if let Some(current) = current.clone() {
-            let (lease_live, holder_live, holder_known) = (live[0], live[1], live[2]);
-            if lease_live && holder_live {
-                if current.value.session == session {
-                    return Ok(self
-                        .regrant(key, current, lease_ms, mine.as_ref())
-                        .await?
-                        .map(|grant| AcquireOutcome::Granted {
-                            grant,
-                            took_over_expired: false,
-                            store_now: None,
-                        }));
-                }
-                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
-                    .await?;
-                return Ok(Some(AcquireOutcome::Held {
-                    holder_token: current.value.token,
-                    free_in_ms: current.value.lease_ms,
-                }));
-            }
-            took_over_expired = true;
-            if holder_known {
-                ended_involuntarily = Some(current);
-            }
-        }
-
-        // Lock-delay: one in force, or one this acquire starts for the dead grant it found.
-        if let Some(d) = &delay {
-            if d.value.exempt != session && live[fixed - 1] {
-                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
-                    .await?;
-                return Ok(Some(AcquireOutcome::Delayed {
-                    remaining_ms: self.delay_remaining(&d.value).await,
-                }));
-            }
-        }
-        if let Some(dead) = &ended_involuntarily {
-            let started = delay
-                .as_ref()
-                .is_some_and(|d| d.value.token == dead.value.token);
-            if dead.value.lock_delay_ms > 0 && dead.value.session != session && !started {
-                if !self.start_delay(key, dead, delay.as_ref()).await? {
-                    return Ok(None);
-                }
-                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
-                    .await?;
-                return Ok(Some(AcquireOutcome::Delayed {
-                    remaining_ms: dead.value.lock_delay_ms,
-                }));
-            }
-        }
-
-        // FIFO: live places of other sessions ahead of this one.
+        // What is live: the grant (its lease and its holder's session), the delay, and the
+        // places ahead. A grant whose holder's session was not closed ended involuntarily:
+        // it starts a lock-delay for everyone but its holder, once.
+        let holder_live = current.is_some() && live[0] && live[1];
+        let took_over_expired = current.is_some() && !holder_live;
+        let ended_involuntarily = current.as_ref().filter(|_| !holder_live && live[2]);
+        let delay_in_force = delay
+            .as_ref()
+            .filter(|d| d.value.exempt != session && live[fixed - 1]);
+        let delay_to_start = ended_involuntarily.filter(|dead| {
+            delay_in_force.is_none()
+                && dead.value.lock_delay_ms > 0
+                && dead.value.session != session
+                && delay
+                    .as_ref()
+                    .is_none_or(|d| d.value.token != dead.value.token)
+        });
+        let delay_left_ms = match (delay_in_force, delay_to_start) {
+            (Some(d), _) => self.delay_remaining(&d.value).await,
+            (None, Some(dead)) => dead.value.lock_delay_ms,
+            (None, None) => 0,
+        };
         let ahead_live = if inline {
             live[fixed..].iter().filter(|l| **l).count()
         } else {
             let markers: Vec<String> = ahead.iter().map(|s| self.session_marker(*s)).collect();
             self.exist(&markers).await?.iter().filter(|l| **l).count()
         };
-        if ahead_live > 0 {
-            self.hold_place(key, session, spec.queue_ms, mine.as_ref())
-                .await?;
-            return Ok(Some(AcquireOutcome::Queued {
-                ahead: ahead_live as u64,
-            }));
-        }
+        let view = KeyView {
+            holder: current
+                .as_ref()
+                .filter(|_| holder_live)
+                .map(|c| HolderView {
+                    session: c.value.session,
+                    token: c.value.token,
+                    // An upper bound: etcd does not say how much of the lease is left.
+                    free_in_ms: c.value.lease_ms,
+                }),
+            delay_left_ms,
+            ahead: ahead_live as u64,
+            last_token,
+        };
+
+        let token = match decide(&view, session) {
+            Decision::Regrant { .. } => {
+                let Some(current) = current else {
+                    unreachable!("a regrant is decided on a live grant");
+                };
+                return Ok(self
+                    .regrant(key, current, lease_ms, mine.as_ref())
+                    .await?
+                    .map(|grant| AcquireOutcome::Granted {
+                        grant,
+                        took_over_expired: false,
+                        store_now: None,
+                    }));
+            }
+            Decision::Refuse(refusal) => {
+                if let (Refusal::Delayed { .. }, Some(dead)) = (refusal, delay_to_start) {
+                    if !self.start_delay(key, dead, delay.as_ref()).await? {
+                        return Ok(None);
+                    }
+                }
+                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
+                    .await?;
+                return Ok(Some(refusal.into()));
+            }
+            Decision::Grant { token } => token,
+        };
 
         let lease = match *spare_lease {
             Some(lease) => lease,
@@ -247,7 +250,6 @@ impl EtcdStore {
                 lease
             }
         };
-        let token = FencingToken(last_token + 1);
         let value = GrantValue {
             token,
             session,
@@ -327,10 +329,11 @@ impl EtcdStore {
         if !committed.succeeded() {
             return Ok(
                 Self::granted_meanwhile(&committed, fence_revision, session)?.map(|holder_token| {
-                    AcquireOutcome::Held {
+                    Refusal::Held {
                         holder_token,
                         free_in_ms: lease_ms,
                     }
+                    .into()
                 }),
             );
         }
