@@ -161,7 +161,7 @@ impl LockClient {
         &self.thread_name
     }
 
-    /// How many heartbeat ticks have completed (all sessions sent L2, renewed, checked).
+    /// How many heartbeat ticks have completed (all sessions heartbeated, renewed, checked).
     pub fn heartbeat_ticks(&self) -> u64 {
         self.inner.ticks.load(Ordering::SeqCst)
     }
@@ -171,7 +171,7 @@ impl LockClient {
         self.inner.period()
     }
 
-    /// Opens a session (L1) for `owner_id`, trying each endpoint once on `NOT_LEADER` or
+    /// Opens a session for `owner_id`, trying each endpoint once on `NOT_LEADER` or
     /// no answer, starting at a random one: sessions of many processes spread over the
     /// replicas instead of all loading the first, and the session stays on the
     /// endpoint that answered until a failure moves it. Its deadline starts from the moment
@@ -248,7 +248,7 @@ impl LockClient {
         }))
     }
 
-    /// One-shot L4 for a session this process does not track (one opened elsewhere, e.g. by
+    /// One-shot acquire for a session this process does not track (one opened elsewhere, e.g. by
     /// `lockctl session open` and [`LockClientSession::detach`]): retries `LOCK_HELD` with
     /// full-jitter backoff within `policy` (budget on the SDK's clock, `max_attempts`), moving
     /// to the next endpoint after `NOT_LEADER` or no answer, as
@@ -316,7 +316,7 @@ impl LockClient {
         }
     }
 
-    /// One-shot L6 for a session this process does not track: compare-and-delete on `key`,
+    /// One-shot release for a session this process does not track: compare-and-delete on `key`,
     /// `token` and `session`. `Ok(true)`: the grant was deleted; `Ok(false)`: there was no
     /// live grant of this key with this token and session (already released, expired,
     /// revoked, or never this session's). Tries each endpoint once on `NOT_LEADER` or no
@@ -340,7 +340,7 @@ impl LockClient {
         }
     }
 
-    /// One-shot L3: ends `session` on the server with all its grants (idempotent: an unknown
+    /// One-shot close: ends `session` on the server with all its grants (idempotent: an unknown
     /// session is not an error). Unlike [`LockClientSession::close`] it reports a failure,
     /// since nothing will retry it. Tries each endpoint once on `NOT_LEADER` or no answer.
     pub async fn close_session(&self, session: SessionId) -> Result<(), LockError> {
@@ -350,7 +350,7 @@ impl LockClient {
         }
     }
 
-    /// L7: the key's live grant — token, owner and display expiry, never a session id — or
+    /// Inspect: the key's live grant — token, owner and display expiry, never a session id — or
     /// `None` when no live grant exists. For operators and tools: no client may decide
     /// whether a write is safe from it (the fencing token does). Tries each endpoint once on
     /// `NOT_LEADER` or no answer.
@@ -363,7 +363,7 @@ impl LockClient {
         }
     }
 
-    /// L8: revokes the key's live grant, if any, presenting `admin` (the operators'
+    /// Revokes the key's live grant, if any, presenting `admin` (the operators'
     /// `LOCK_ADMIN_TOKEN`) instead of the client's credential. The holder learns it at its
     /// next renewal (`LOCK_LOST`); the token is never reused. Tries each endpoint once on
     /// `NOT_LEADER` or no answer.
@@ -405,9 +405,9 @@ impl LockClient {
         })))
     }
 
-    /// Test and fault-injection hook: the heartbeat thread stops doing anything (no L2, no L5,
-    /// no loss delivery), as if its process were frozen. `check_still_held` still applies the
-    /// local deadline. There is no way back: use it only to observe expiry.
+    /// Test and fault-injection hook: the heartbeat thread stops doing anything (no heartbeats, no
+    /// renewals, no loss delivery), as if its process were frozen. `check_still_held` still applies
+    /// the local deadline. There is no way back: use it only to observe expiry.
     pub fn freeze_heartbeat(&self) {
         tracing::warn!(
             event = "heartbeat_frozen",
@@ -442,7 +442,7 @@ impl Drop for LockClient {
     }
 }
 
-/// Why a one-shot call failed: L7's "no live grant" is an answer, not an error.
+/// Why a one-shot call failed: inspect's "no live grant" is an answer, not an error.
 enum OneShotError {
     NotHeld,
     Failed(LockError),

@@ -17,7 +17,7 @@ pub use crate::core::HEARTBEAT_DIVISOR;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {reason}")]
 pub struct ConfigError {
-    /// The C5 key (and env spelling).
+    /// The configuration key (and its environment spelling).
     pub key: &'static str,
     /// What is wrong.
     pub reason: String,
@@ -43,7 +43,7 @@ pub struct LockClientConfig {
     /// `lock.client.request-timeout` (`LOCK_CLIENT_REQUEST_TIMEOUT`): budget of one HTTP call.
     pub request_timeout: Duration,
     /// `LOCK_CLIENT_TOKEN`: the bearer credential every call presents (the lock-server's
-    /// L1-L7 role). Never printed.
+    /// client role, for every call but revoke). Never printed.
     pub credential: Option<Credential>,
 }
 
@@ -83,7 +83,7 @@ impl LockClientConfig {
         }
     }
 
-    /// Reads the C5 environment spellings through `lookup` (e.g. `|k| std::env::var(k).ok()`);
+    /// Reads the environment spellings through `lookup` (e.g. `|k| std::env::var(k).ok()`);
     /// absent keys keep their defaults.
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| "http://127.0.0.1:8081".into());

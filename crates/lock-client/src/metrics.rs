@@ -1,11 +1,11 @@
-//! Metric names the SDK emits through the `metrics` facade (pinned in C4). The embedding
-//! process installs the exporter.
+//! Metric names the SDK emits through the `metrics` facade (pinned in
+//! `docs/contracts/C4-observability.md`). The embedding process installs the exporter.
 
 /// Lost grants delivered to `on_lock_lost` (and session losses with nothing held), by backend.
 pub const SESSION_LOST_TOTAL: &str = "lock_session_lost_total";
-/// Heartbeat (L2) results by backend and `result` (ok, not_leader, unreachable, lost, error).
+/// Session heartbeat results by backend and `result` (ok, not_leader, unreachable, lost, error).
 pub const HEARTBEATS_TOTAL: &str = "lock_client_heartbeats_total";
-/// Renewal (L5) results by backend and `result` (ok, not_leader, unreachable, lost, error).
+/// Lease renewal results by backend and `result` (ok, not_leader, unreachable, lost, error).
 pub const RENEWALS_TOTAL: &str = "lock_client_renewals_total";
 /// Acquire outcomes by backend and `outcome` (granted, reentrant, contended, error).
 pub const ACQUIRE_TOTAL: &str = "lock_client_acquire_total";
@@ -19,7 +19,7 @@ pub const ACQUIRE_OUTCOMES: [&str; 4] = ["granted", "reentrant", "contended", "e
 
 /// HELP text of every family the SDK emits, and each series of `backend` registered at zero
 /// (an absent series is not a zero). Called when a session opens, since the backend is known
-/// only from L1's answer; repeating it is harmless.
+/// only from the answer that opened the session; repeating it is harmless.
 pub fn describe(backend: &'static str) {
     use metrics::{counter, describe_counter, describe_histogram, histogram};
     describe_counter!(

@@ -132,12 +132,12 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// A successful L2 the core planned as `sent`.
+    /// A successful heartbeat the core planned as `sent`.
     pub(crate) fn heartbeat_ok(&self, sent: Sent, ttl_ms: u64) {
         self.state().core().heartbeat_ok(sent, ttl_ms);
     }
 
-    /// A successful L5 of `renewal`: the handles see the new deadline.
+    /// A successful renew of `renewal`: the handles see the new deadline.
     pub(crate) fn renew_ok(&self, renewal: &Renewal, lease_ms: u64) {
         let mut state = self.state();
         if let Some(deadline) = state.core().renew_ok(renewal, lease_ms) {
@@ -157,14 +157,14 @@ impl Shared {
         self.state().core().lost()
     }
 
-    /// A failed L2: what the core makes of `code` (a lost session, the next endpoint).
+    /// A failed heartbeat: what the core makes of `code` (a lost session, the next endpoint).
     pub(crate) fn heartbeat_failed(&self, code: Option<ErrorCode>) {
         if self.state().core().heartbeat_failed(code) {
             self.rotate_endpoint();
         }
     }
 
-    /// A failed L5 of `renewal`: what the core makes of `code` (a lost grant or session, the
+    /// A failed renew of `renewal`: what the core makes of `code` (a lost grant or session, the
     /// next endpoint).
     pub(crate) fn renew_failed(&self, renewal: &Renewal, code: Option<ErrorCode>) {
         if self.state().core().renew_failed(renewal, code) {
@@ -201,7 +201,8 @@ impl Shared {
         let backend = self.backend.as_str();
         let now = self.clock.now_nanos();
         // How long ago (negative: how far ahead) a deadline lay when its loss was delivered:
-        // the log line's time minus this is the deadline's wall time (invariant I4's check).
+        // the log line's time minus this is the deadline's wall time (for the check that the
+        // client's deadline never lies after the server's expiry).
         let offset_ms = |deadline: u64| (now.wrapping_sub(deadline) as i64) / 1_000_000;
         if let Some((reason, deadline)) = losses.session.filter(|_| losses.grants.is_empty()) {
             let deadline_offset_ms = offset_ms(deadline);
@@ -277,7 +278,7 @@ impl LockClientSession {
         Self { shared, transport }
     }
 
-    /// The endpoint this session's calls go to now (the one that answered L1, until a
+    /// The endpoint this session's calls go to now (the one that opened it, until a
     /// `NOT_LEADER` or no answer moves it to the next).
     pub fn endpoint(&self) -> String {
         self.shared.endpoint()
@@ -288,7 +289,8 @@ impl LockClientSession {
         self.shared.id
     }
 
-    /// Which store backs the server (from L1), for metric labels.
+    /// Which store backs the server (from the answer that opened the session), for metric
+    /// labels.
     pub fn backend(&self) -> Backend {
         self.shared.backend
     }
@@ -303,7 +305,7 @@ impl LockClientSession {
     ///
     /// `Ok(None)` is the ordinary contended outcome: the budget ran out while another
     /// session held the key. Acquiring a key this session already holds returns a new handle
-    /// on the same grant and token (a hold count); the last release sends L6.
+    /// on the same grant and token (a hold count); only the last release is sent to the server.
     pub async fn acquire(
         &self,
         key: &LockKey,
@@ -483,7 +485,7 @@ impl LockClientSession {
         }
     }
 
-    /// Sends L6 for `key`/`token`; an answer (whatever it found) is recorded in the core.
+    /// Sends the release for `key`/`token`; an answer (whatever it found) is recorded in the core.
     async fn send_release(&self, key: &LockKey, token: FencingToken) -> Option<bool> {
         let call = Call::Release(
             key.clone(),
@@ -549,10 +551,10 @@ impl LockClientSession {
             })
     }
 
-    /// Releases one hold of `handle`. The last hold sends L6 (compare-and-delete on key and
-    /// token; transport failures are logged, the lease then simply expires). Returns
-    /// `Err(LockLost)` when the grant had been lost, locally or as the server's
-    /// `released: false` shows: whatever it guarded may have been done by another holder.
+    /// Releases one hold of `handle`. The last hold sends the release (compare-and-delete on key
+    /// and token; transport failures are logged, the lease then simply expires). Returns
+    /// `Err(LockLost)` when the grant had been lost, locally or as the server's `released: false`
+    /// shows: whatever it guarded may have been done by another holder.
     pub async fn release(&self, handle: LockHandle) -> Result<(), LockLost> {
         let (key, token) = handle.disarm();
         let lost = |reason| LockLost {
@@ -597,20 +599,20 @@ impl LockClientSession {
         }
     }
 
-    /// Lets go of the session in this process without ending it on the server, and returns
-    /// its id: no more heartbeats or loss delivery here, and no L3, now or on drop. Grants it
-    /// holds count as lost here (`SessionClosed`), as after [`close`](Self::close); a handle
-    /// still armed is released in the background when dropped. On the server the session
-    /// lives until its TTL runs out: nothing heartbeats it any more (the one-shot calls,
-    /// [`LockClient::acquire_as`](crate::LockClient::acquire_as) and the others, do not).
-    /// For tools that keep a session across processes (`lockctl session open`); the id is
-    /// the session's capability, keep it secret.
+    /// Lets go of the session in this process without ending it on the server, and returns its id:
+    /// no more heartbeats or loss delivery here, and no close on the server, now or on drop. Grants
+    /// it holds count as lost here (`SessionClosed`), as after [`close`](Self::close); a handle
+    /// still armed is released in the background when dropped. On the server the session lives
+    /// until its TTL runs out: nothing heartbeats it any more (the one-shot calls,
+    /// [`LockClient::acquire_as`](crate::LockClient::acquire_as) and the others, do not). For tools
+    /// that keep a session across processes (`lockctl session open`); the id is the session's
+    /// capability, keep it secret.
     pub fn detach(self) -> SessionId {
         self.shared.mark_closed();
         self.shared.id
     }
 
-    /// Ends the session: no more heartbeats for it, L3 sent best effort (never fails).
+    /// Ends the session: no more heartbeats for it, the close sent best effort (never fails).
     pub async fn close(self) {
         self.shared.mark_closed();
         let call = Call::DeleteSession(self.shared.id);

@@ -1,10 +1,10 @@
-//! An in-memory lock service behind the [`Transport`] seam, for unit tests, doc examples and
-//! the simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete
-//! release and sessions behave as the lock-server's do; leases never expire on their own
-//! (tests drive loss with faults and a [`FakeClock`]); L7 and L8 answer too (L8 accepts any
-//! credential). Faults: fail the next call of a kind,
-//! fail every call of a kind, clamp leases, delay replies on a fake clock. [`Rig`] puts a
-//! real client on a manual fake clock over it (the SDK's own tests and the executor's).
+//! An in-memory lock service behind the [`Transport`] seam, for unit tests, doc examples and the
+//! simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete release
+//! and sessions behave as the lock-server's do; leases never expire on their own (tests drive loss
+//! with faults and a [`FakeClock`]); inspect and revoke answer too (revoke accepts any credential).
+//! Faults: fail the next call of a kind, fail every call of a kind, clamp leases, delay replies on
+//! a fake clock. [`Rig`] puts a real client on a manual fake clock over it (the SDK's own tests and
+//! the executor's).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,6 +1,7 @@
-//! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs
-//! over real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its
-//! HTTP implementation are the only place that knows the lock surface's paths (L1-L8).
+//! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs over
+//! real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its HTTP
+//! implementation are the only place that knows the lock surface's paths (open, heartbeat and close
+//! a session; acquire, renew, release, inspect and revoke a lock).
 
 use std::fmt;
 use std::time::Duration;
@@ -33,21 +34,21 @@ pub fn bearer_headers(secret: &str) -> Option<reqwest::header::HeaderMap> {
 /// One call of the lock surface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
-    /// L1.
+    /// Open a session.
     CreateSession(CreateSessionRequest),
-    /// L2.
+    /// Heartbeat a session: keep it alive.
     Heartbeat(SessionId),
-    /// L3.
+    /// Close a session.
     DeleteSession(SessionId),
-    /// L4.
+    /// Acquire a key.
     Acquire(LockKey, AcquireRequest),
-    /// L5.
+    /// Renew a lease.
     Renew(LockKey, RenewRequest),
-    /// L6.
+    /// Release a grant.
     Release(LockKey, ReleaseRequest),
-    /// L7: who holds the key (operators and tools; never a safety decision).
+    /// Inspect: who holds the key (operators and tools; never a safety decision).
     Inspect(LockKey),
-    /// L8: revoke the key's grant, presenting the operators' credential (`LOCK_ADMIN_TOKEN`)
+    /// Revoke the key's grant, presenting the operators' credential (`LOCK_ADMIN_TOKEN`)
     /// instead of the transport's own.
     Revoke(LockKey, Credential),
 }
@@ -71,19 +72,19 @@ impl Call {
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// L1 (201).
+    /// A session was opened (201).
     Session(CreateSessionResponse),
-    /// L2 (200).
+    /// A heartbeat was answered (200).
     Heartbeat(HeartbeatResponse),
-    /// L3 (204).
+    /// A session was closed (204).
     Deleted,
-    /// L4, L5 (200).
+    /// A grant, from an acquire or a renew (200).
     Grant(LockGrant),
-    /// L6 (200).
+    /// A release's answer (200).
     Released(ReleaseResponse),
-    /// L7 (200).
+    /// An inspect's answer (200).
     Info(LockInfo),
-    /// L8 (200).
+    /// A revoke's answer (200).
     Revoked(LockOutcome),
 }
 

@@ -1,4 +1,5 @@
-//! lock-server configuration: flags with environment fallbacks (C5 keys and spellings).
+//! lock-server configuration: flags with environment fallbacks (the keys and spellings of
+//! `docs/contracts/C5-config-build-and-naming.md`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -60,11 +61,11 @@ pub struct Config {
     #[arg(long, env = "LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE")]
     pub unsafe_allow_non_durable_store: bool,
 
-    /// `lock.session.ttl`: session TTL when L1 names none.
+    /// `lock.session.ttl`: session TTL when a session is opened without one.
     #[arg(long = "lock.session.ttl", env = "LOCK_SESSION_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub session_ttl: Duration,
 
-    /// `lock.default.ttl`: lease when L4 names none.
+    /// `lock.default.ttl`: lease when an acquire names none.
     #[arg(long = "lock.default.ttl", env = "LOCK_DEFAULT_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub default_ttl: Duration,
 
@@ -76,12 +77,12 @@ pub struct Config {
     #[arg(long = "lock.ttl.max", env = "LOCK_TTL_MAX", default_value = "60s", value_parser = humantime::parse_duration)]
     pub ttl_max: Duration,
 
-    /// `lock.max.wait`: longest an L4 may wait for its key (`wait_ms` is clamped to it). Must
+    /// `lock.max.wait`: longest an acquire may wait for its key (`wait_ms` is clamped to it). Must
     /// leave `LOCK_REQUEST_TIMEOUT` at least 500 ms to answer in.
     #[arg(long = "lock.max.wait", env = "LOCK_MAX_WAIT", default_value = "4s", value_parser = humantime::parse_duration)]
     pub max_wait: Duration,
 
-    /// `lock.default.lock-delay`: lock-delay of a grant whose L4 names none (ADR 0006).
+    /// `lock.default.lock-delay`: lock-delay of a grant whose acquire names none (ADR 0006).
     #[arg(long = "lock.default.lock-delay", env = "LOCK_DEFAULT_LOCK_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
     pub default_lock_delay: Duration,
 
@@ -89,8 +90,8 @@ pub struct Config {
     #[arg(long = "lock.max.lock-delay", env = "LOCK_MAX_LOCK_DELAY", default_value = "60s", value_parser = humantime::parse_duration)]
     pub max_lock_delay: Duration,
 
-    /// `lock.max.waiters`: waiting L4 requests this replica holds at once, over all keys;
-    /// past it, L4 with `wait_ms` answers 429 `TOO_MANY_WAITERS`.
+    /// `lock.max.waiters`: waiting acquires this replica holds at once, over all keys;
+    /// past it, an acquire with `wait_ms` answers 429 `TOO_MANY_WAITERS`.
     #[arg(
         long = "lock.max.waiters",
         env = "LOCK_MAX_WAITERS",
@@ -98,7 +99,7 @@ pub struct Config {
     )]
     pub max_waiters: usize,
 
-    /// `lock.max.waiters-per-key`: waiting L4 requests this replica holds for one key.
+    /// `lock.max.waiters-per-key`: waiting acquires this replica holds for one key.
     #[arg(
         long = "lock.max.waiters-per-key",
         env = "LOCK_MAX_WAITERS_PER_KEY",
@@ -106,11 +107,12 @@ pub struct Config {
     )]
     pub max_waiters_per_key: usize,
 
-    /// Bearer token for L8 revoke. When unset, revoke answers 403.
+    /// Bearer token for revoke (the operators'). When unset, revoke answers 403.
     #[arg(long, env = "LOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// Bearer token lock clients present on L1-L7. When unset, L1-L7 answer 403.
+    /// Bearer token lock clients present on every lock call but revoke. When unset, those calls
+    /// answer 403.
     #[arg(long, env = "LOCK_CLIENT_TOKEN", hide_env_values = true)]
     pub client_token: Option<String>,
 
@@ -150,9 +152,9 @@ pub struct Config {
 /// The TTL range and defaults, in milliseconds, as handlers apply them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TtlPolicy {
-    /// Session TTL when L1 names none.
+    /// Session TTL when a session is opened without one.
     pub session_default_ms: u64,
-    /// Lease when L4 names none.
+    /// Lease when an acquire names none.
     pub lock_default_ms: u64,
     /// Shortest granted TTL.
     pub min_ms: u64,
@@ -174,9 +176,9 @@ pub const WAIT_ANSWER_MARGIN_MS: u64 = 500;
 /// Waiting and lock-delay limits, in milliseconds and counts, as handlers apply them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitPolicy {
-    /// Longest wait granted to one L4.
+    /// Longest wait granted to one acquire.
     pub max_wait_ms: u64,
-    /// Lock-delay when L4 names none.
+    /// Lock-delay when an acquire names none.
     pub default_lock_delay_ms: u64,
     /// Longest lock-delay granted.
     pub max_lock_delay_ms: u64,

@@ -1,9 +1,9 @@
 //! The lock service: stateless HTTP replicas in front of a [`store::LockStore`].
 //!
 //! Map: [`config`] (flags and env), [`store`] (the `lock-store` crate's contract, memory store
-//! and store-clock guard, plus the PostgreSQL and etcd backends), [`http`] (routes L1-L8,
+//! and store-clock guard, plus the PostgreSQL and etcd backends), [`http`] (the lock routes,
 //! errors, extractors, layers), [`state`] (what handlers share; every grant passes the
-//! replica's `ClockCheckedStore`), [`waiting`] (L4 requests parked for their key, woken by the
+//! replica's `ClockCheckedStore`), [`waiting`] (acquires parked for their key, woken by the
 //! store), [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run,
 //! drain), [`signing`] (key generation; grants are signed in the handlers with
 //! `lock_api::FenceSigner`). Plumbing shared with the other services (errors, layers, logs) is

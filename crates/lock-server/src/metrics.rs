@@ -18,9 +18,9 @@ pub const RELEASES_TOTAL: &str = "lock_releases_total";
 pub const REVOKED_TOTAL: &str = "lock_revoked_total";
 /// Mutations answered `NOT_LEADER`.
 pub const NOT_LEADER_TOTAL: &str = "lock_not_leader_total";
-/// L4 requests parked waiting for their key on this replica (gauge).
+/// Acquires parked waiting for their key on this replica (gauge).
 pub const WAITERS: &str = "lock_waiters";
-/// Waiting L4 requests by how they ended (`outcome`, [`WAIT_OUTCOMES`]).
+/// Waiting acquires by how they ended (`outcome`, [`WAIT_OUTCOMES`]).
 pub const WAITS_TOTAL: &str = "lock_waits_total";
 /// Acquires refused because the key was in a lock-delay.
 pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";

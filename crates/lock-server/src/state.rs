@@ -12,9 +12,9 @@ use crate::waiting::Waiters;
 /// The secrets a replica is configured with.
 #[derive(Debug, Default)]
 pub struct Credentials {
-    /// L8 revoke's bearer token.
+    /// Revoke's bearer token (the operators').
     pub admin_token: Option<String>,
-    /// L1-L7's bearer token.
+    /// The lock clients' bearer token (every lock route but revoke).
     pub client_token: Option<String>,
     /// Signs every grant's proof.
     pub signer: Option<FenceSigner>,
@@ -94,7 +94,7 @@ impl AppState {
         &self.inner.wait
     }
 
-    /// This replica's waiting L4 requests.
+    /// This replica's waiting acquires.
     pub fn waiters(&self) -> &Arc<Waiters> {
         &self.inner.waiters
     }
@@ -104,7 +104,7 @@ impl AppState {
         self.inner.draining.subscribe()
     }
 
-    /// The bearer token of L1-L7, if configured.
+    /// The lock clients' bearer token (every lock route but revoke), if configured.
     pub fn client_token(&self) -> Option<&str> {
         self.inner.client_token.as_deref()
     }

@@ -1,4 +1,4 @@
-//! Server-side waiting: an L4 with `wait_ms` is held until its key is granted
+//! Server-side waiting: an acquire with `wait_ms` is held until its key is granted
 //! or the wait ends. The FIFO order itself is the store's (a queue per key shared by every
 //! replica, `AcquireSpec::queue_ms`); this module only parks requests and wakes them.
 //!
@@ -46,7 +46,7 @@ struct Registry {
     total: usize,
 }
 
-/// The replica's parked L4 requests, by key and session.
+/// The replica's parked acquires, by key and session.
 #[derive(Debug)]
 pub struct Waiters {
     registry: Mutex<Registry>,
@@ -228,7 +228,7 @@ pub enum Waited {
     Refused(WaitRefused),
 }
 
-/// L4 with a wait: asks the store, parks in `waiters` until woken, asks again, until
+/// An acquire with a wait: asks the store, parks in `waiters` until woken, asks again, until
 /// granted or `wait_ms` has passed (then one last try), or until `draining` turns true.
 /// `spec.queue_ms` is set here.
 pub async fn acquire_waiting(

@@ -23,11 +23,11 @@ pub enum RailFault {
 /// A write to a payout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
-    /// P2.
+    /// Claim: raise the fence to the presented token.
     Claim,
     /// Reserve + rail + record.
     Submit,
-    /// P3.
+    /// Post the recorded outcome.
     Post,
 }
 
@@ -85,7 +85,7 @@ pub struct Bank {
     pub rail: Vec<Transfer>,
     /// Ledger entries per payout (two per settled payout).
     pub ledger: Vec<u32>,
-    /// Every fence each payout had, in order (I2's witness).
+    /// Every fence each payout had, in order (the witness that fences only rise).
     pub fence_history: Vec<Vec<i64>>,
     /// Planted bug: the resource ignores the fence.
     pub ignore_fence: bool,
@@ -153,7 +153,7 @@ impl Bank {
             match check_fence(rule, presented, fence, current.state) {
                 Ok(()) => {}
                 Err(FenceRefusal::FencedOut { .. }) => return Answer::FencedOut,
-                // P3 of a terminal payout by the fence holder answers it unchanged.
+                // Posting a terminal payout by the fence holder answers it unchanged.
                 Err(FenceRefusal::Terminal(state)) if write == Write::Post => {
                     return Answer::Ok(state);
                 }

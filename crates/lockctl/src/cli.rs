@@ -1,5 +1,6 @@
 //! The command line (clap): commands, flags, their environment fallbacks and value parsers.
-//! Flag > environment > default; durations need a unit (`10s`, `500ms`), as everywhere (C5).
+//! Flag > environment > default; durations need a unit (`10s`, `500ms`), as in every service's
+//! configuration.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -95,9 +96,9 @@ pub enum Command {
     Acquire(AcquireArgs),
     /// Release KEY's grant held by SESSION with TOKEN.
     Release(ReleaseArgs),
-    /// Show who holds KEY: token, owner and expiry (L7; never a session id).
+    /// Show who holds KEY: token, owner and expiry (never a session id).
     Inspect(KeyArgs),
-    /// Revoke KEY's grant (L8), with the operators' credential from LOCK_ADMIN_TOKEN.
+    /// Revoke KEY's grant, with the operators' credential from LOCK_ADMIN_TOKEN.
     Revoke(KeyArgs),
     /// Run CMD while holding KEY; stop CMD the moment the lock is lost.
     #[command(long_about = RUN_ABOUT)]
@@ -117,7 +118,7 @@ pub enum SessionCommand {
 /// `lockctl session open`.
 #[derive(Debug, Args)]
 pub struct OpenArgs {
-    /// Owner id of the session (1-128 bytes; L7 shows it to anyone with the client
+    /// Owner id of the session (1-128 bytes; inspect shows it to anyone with the client
     /// credential).
     #[arg(long, value_parser = owner_id)]
     pub owner: OwnerId,

@@ -10,10 +10,10 @@ use crate::cli::{AcquireArgs, CloseArgs, Global, KeyArgs, OpenArgs, ReleaseArgs}
 use crate::error::{CtlError, code};
 use crate::output::{self, Fields};
 
-/// The environment key of the operators' credential (L8).
+/// The environment key of the operators' credential (for revoke).
 pub const ADMIN_TOKEN_ENV: &str = "LOCK_ADMIN_TOKEN";
 
-/// The SDK's configuration: its environment keys (C5) as `LockClientConfig::from_env` reads
+/// The SDK's configuration: its environment keys as `LockClientConfig::from_env` reads
 /// them, the endpoints from `--endpoints` / `LOCK_ENDPOINTS`.
 pub fn config(global: &Global) -> Result<LockClientConfig, CtlError> {
     let mut config = LockClientConfig::from_env(|key| {
@@ -73,7 +73,7 @@ pub fn shown(duration: Duration) -> String {
     humantime::format_duration(duration).to_string()
 }
 
-/// `session open`: L1, then the session is detached (no L3) and its id printed.
+/// `session open`: opens a session, then detaches it (never closed here) and prints its id.
 pub async fn session_open(global: &Global, args: OpenArgs) -> Result<u8, CtlError> {
     let mut config = config(global)?;
     if let Some(ttl) = args.ttl {
@@ -93,7 +93,7 @@ pub async fn session_open(global: &Global, args: OpenArgs) -> Result<u8, CtlErro
     Ok(code::OK)
 }
 
-/// `session close`: L3.
+/// `session close`: closes the session on the server.
 pub async fn session_close(global: &Global, args: CloseArgs) -> Result<u8, CtlError> {
     let client = client(config(global)?)?;
     client.close_session(args.session).await?;
@@ -106,7 +106,7 @@ pub async fn session_close(global: &Global, args: CloseArgs) -> Result<u8, CtlEr
     Ok(code::OK)
 }
 
-/// `acquire`: L4 within the wait, through `LockClient::acquire_as`.
+/// `acquire`: an acquire within the wait, through `LockClient::acquire_as`.
 pub async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, CtlError> {
     let config = config(global)?;
     let ttl = args.ttl.unwrap_or(config.default_ttl);
@@ -133,7 +133,7 @@ pub async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, CtlError>
     Ok(code::OK)
 }
 
-/// `release`: L6, through `LockClient::release_as`.
+/// `release`: a release, through `LockClient::release_as`.
 pub async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, CtlError> {
     let client = client(config(global)?)?;
     let released = client
@@ -155,7 +155,7 @@ pub async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, CtlError>
     Ok(code::OK)
 }
 
-/// `inspect`: L7. A free key is an answer (`held=false`), not an error.
+/// `inspect`: who holds the key. A free key is an answer (`held=false`), not an error.
 pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
     let client = client(config(global)?)?;
     let info = client.inspect(&args.key).await?;
@@ -180,7 +180,8 @@ pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
     Ok(code::OK)
 }
 
-/// `revoke`: L8 with `LOCK_ADMIN_TOKEN`. Nothing to revoke is an answer (`revoked=false`).
+/// `revoke`: revokes the key's grant with `LOCK_ADMIN_TOKEN`. Nothing to revoke is an answer
+/// (`revoked=false`).
 pub async fn revoke(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
     let admin = std::env::var(ADMIN_TOKEN_ENV)
         .ok()

@@ -1,5 +1,5 @@
-//! Why a command failed, and the exit code each failure has (`lockctl --help` lists them; C5
-//! `ct5-lockctl`). The codes follow `sysexits.h` where one fits.
+//! Why a command failed, and the exit code each failure has (`lockctl --help` lists them, as does
+//! `docs/contracts/C5-config-build-and-naming.md`). The codes follow `sysexits.h` where one fits.
 
 use lock_api::{FencingToken, LockError, LockKey, LockLost};
 
@@ -54,7 +54,7 @@ pub enum CtlError {
     /// The lock service refused the request.
     #[error("refused: {0}")]
     Refused(LockError),
-    /// L6 found no live grant of this key with this token and session.
+    /// The release found no live grant of this key with this token and session.
     #[error(
         "{key} (token {token}): nothing released: no live grant with this token in this session (already released, expired or revoked)"
     )]

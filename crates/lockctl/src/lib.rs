@@ -1,16 +1,16 @@
-//! `lockctl`: fenced locks from the shell, over the SDK (`lock-client`), which is the only
-//! code that speaks the lock HTTP surface (C5 `ct5-modules`). The binary (`main.rs`) only
-//! parses the command line, runs [`execute`] on a current-thread runtime and turns the
-//! outcome into an exit code; flags, environment and exit codes: C5 `ct5-lockctl` and
-//! `lockctl --help`.
+//! `lockctl`: fenced locks from the shell, over the SDK (`lock-client`), which is the only code
+//! that speaks the lock HTTP surface (the workspace's module rule). The binary (`main.rs`) only
+//! parses the command line, runs [`execute`] on a current-thread runtime and turns the outcome into
+//! an exit code; flags, environment and exit codes: `lockctl --help` and the lockctl section of
+//! `docs/contracts/C5-config-build-and-naming.md`.
 //!
 //! - `session open --owner ID [--ttl 10s]` / `session close SESSION`: a session kept across
 //!   invocations. Nothing heartbeats it (lockctl exits after each command): it expires after
 //!   its TTL, with its grants.
 //! - `acquire KEY --session SESSION [--ttl 10s] [--wait 2s]`, `release KEY --session SESSION
-//!   --token N`: one-shot L4 and L6 in such a session (`LockClient::acquire_as`,
+//!   --token N`: one-shot acquire and release in such a session (`LockClient::acquire_as`,
 //!   `release_as`).
-//! - `inspect KEY` (L7), `revoke KEY` (L8, `LOCK_ADMIN_TOKEN`).
+//! - `inspect KEY` (who holds it), `revoke KEY` (with `LOCK_ADMIN_TOKEN`).
 //! - `run KEY [--ttl 10s] [--wait 30s] [--grace 1.5s] -- CMD ARGS…` ([`run`]): hold KEY, with
 //!   heartbeats, for as long as CMD runs; stop CMD the moment the SDK declares the lock lost.
 

@@ -303,7 +303,7 @@ fn spawn(command: &[OsString], handle: &LockHandle) -> Result<Child, CtlError> {
     })
 }
 
-/// Closes the session (L3) and the client (joins the heartbeat thread).
+/// Closes the session (ending it on the server) and the client (joins the heartbeat thread).
 async fn finish(session: LockClientSession, client: LockClient) {
     session.close().await;
     client.close();

@@ -1,4 +1,5 @@
-//! payment-resource settings: flags with environment fallbacks (C5).
+//! payment-resource settings: flags with environment fallbacks (the keys of
+//! `docs/contracts/C5-config-build-and-naming.md`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -28,10 +29,10 @@ pub struct Config {
     /// unset, those endpoints answer 403.
     #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
     pub proxy_token: Option<String>,
-    /// Bearer token of whoever creates payouts (P0). When unset, P0 answers 403.
+    /// Bearer token of whoever creates payouts. When unset, creating a payout answers 403.
     #[arg(long, env = "PAYMENT_CREATOR_TOKEN", hide_env_values = true)]
     pub creator_token: Option<String>,
-    /// Bearer token executors present to list claimable payouts, claim (P2) and post (P3).
+    /// Bearer token executors present to list claimable payouts, claim and post.
     /// When unset, those endpoints answer 403.
     #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]
     pub executor_token: Option<String>,

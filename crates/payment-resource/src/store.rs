@@ -252,7 +252,7 @@ impl PayStore {
         rows.iter().map(payout).collect()
     }
 
-    /// P2: claim with `fence`'s grant, raising the fence to it.
+    /// Claims with `fence`'s grant, raising the fence to it.
     pub async fn claim(&self, payout_id: i64, fence: &ProvenFence) -> Result<Payout, PayError> {
         let mut tx = self.pool.begin().await?;
         fenced(&mut tx, payout_id, fence, FenceRule::Claim).await?;
@@ -368,7 +368,7 @@ impl PayStore {
         submission(&row)
     }
 
-    /// P3: posts the recorded outcome for the current fence holder: `ACKED` → `SETTLED` with
+    /// Posts the recorded outcome for the current fence holder: `ACKED` → `SETTLED` with
     /// its ledger posting, `REJECTED` → `REJECTED`, `TIMEOUT` (or `IN_FLIGHT` older than the
     /// hop budget) → `RAIL_AMBIGUOUS`. Posting an outcome already posted returns the payout
     /// unchanged. The flag says whether this call posted it.
@@ -484,7 +484,8 @@ impl PayStore {
         Ok((payout(&row)?, current.fence))
     }
 
-    /// The ledger balance check of invariant I6.
+    /// The ledger check: every currency balances and each settled payout has exactly one
+    /// posting.
     pub async fn ledger_summary(&self) -> Result<LedgerSummary, PayError> {
         let balances: Vec<(String, i64)> = sqlx::query_as(
             "SELECT currency, sum(amount_minor)::bigint FROM ledger_entries GROUP BY currency ORDER BY currency",

@@ -15,16 +15,16 @@ pub enum FaultStep {
     Claim,
     /// Right after `check_still_held` passes, before the submit.
     Submit,
-    /// After the submit returned, before the guard of P3.
+    /// After the submit returned, before the guard of the post call.
     Post,
-    /// After the guard of P3 passed, before P3 is sent.
+    /// After the guard of the post call passed, before the post call is sent.
     PostSend,
 }
 
-/// `EXECUTOR_CONCURRENCY`'s default: one payout in flight per process, the behaviour before
-/// the key existed. A stalled or partitioned process then strands one payout for a lease and
-/// leaves at most one stale write to be fenced (the zombie stories of S4 and `harness demo`
-/// count exactly one); a deployment that wants throughput raises it (`compose.yaml` sets 4).
+/// `EXECUTOR_CONCURRENCY`'s default: one payout in flight per process, the behaviour before the key
+/// existed. A stalled or partitioned process then strands one payout for a lease and leaves at most
+/// one stale write to be fenced (the frozen-zombie end-to-end scenario and `harness demo` count
+/// exactly one); a deployment that wants throughput raises it (`compose.yaml` sets 4).
 pub const CONCURRENCY_DEFAULT: u32 = 1;
 
 /// `EXECUTOR_CONCURRENCY`'s upper bound. Every payout in flight holds one grant the process's
@@ -89,12 +89,13 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
     /// TEST-ONLY fault point: stop this whole process with SIGSTOP right after
-    /// `check_still_held` passes for this payout id (scenario S4). Off by default.
+    /// `check_still_held` passes for this payout id (the frozen-zombie end-to-end scenario). Off
+    /// by default.
     #[arg(long, env = "EXECUTOR_FAULT_SIGSTOP_PAYOUT")]
     pub fault_sigstop_payout: Option<i64>,
     /// TEST-ONLY: where the fault point stops the process: `submit` (after
-    /// `check_still_held`, before submitting; S4) or `post` (after the submit returned,
-    /// before the guard of P3).
+    /// `check_still_held`, before submitting, as in the frozen-zombie scenario) or `post` (after
+    /// the submit returned, before the guard of the post call).
     #[arg(
         long,
         env = "EXECUTOR_FAULT_SIGSTOP_STEP",

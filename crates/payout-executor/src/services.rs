@@ -189,7 +189,7 @@ impl Services {
         }
     }
 
-    /// P2.
+    /// Claim the payout at payment-resource.
     pub async fn claim(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/claim", self.payment_url);
         Self::read(self.fenced(url, fence)).await
@@ -202,7 +202,7 @@ impl Services {
         Self::read::<serde_json::Value>(request).await.map(|_| ())
     }
 
-    /// P3.
+    /// Post the recorded outcome at payment-resource.
     pub async fn post(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/post", self.payment_url);
         Self::read(self.fenced(url, fence)).await

@@ -290,7 +290,8 @@ async fn submit(
         )
         .await
     {
-        // The submission stays IN_FLIGHT; after the hop budget it is ambiguous at P3.
+        // The submission stays IN_FLIGHT; after the hop budget the executor's post declares it
+        // ambiguous.
         tracing::error!(event = "record_failed", payout_id, error = %err.message);
         return Err(err);
     }

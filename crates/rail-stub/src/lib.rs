@@ -1,6 +1,6 @@
-//! rail-stub: a fake bank. It accepts or rejects transfers with a rail reference, records
-//! every request it receives (no dedupe: it is the witness for duplicates, invariant I1), and
-//! takes scripted faults (delay, timeout, reject, 5xx; per payout or for all) through an
+//! rail-stub: a fake bank. It accepts or rejects transfers with a rail reference, records every
+//! request it receives (no dedupe: it is the witness that each payout reaches the rail at most
+//! once), and takes scripted faults (delay, timeout, reject, 5xx; per payout or for all) through an
 //! admin endpoint. Only callers with the proxy's credential may send transfers.
 
 use std::collections::HashMap;
@@ -222,7 +222,7 @@ fn router(state: AppState, request_timeout: Duration) -> Router {
     )
 }
 
-/// Transfers the stub received (C4).
+/// Transfers the stub received (name pinned by the observability contract).
 const TRANSFERS_RECEIVED_TOTAL: &str = "rail_transfers_received_total";
 
 /// Binds: a service ready to run.

@@ -40,7 +40,8 @@ const ACCEPT_ERROR_BACKOFF_MS: u64 = 100;
 /// rest are counted into the next one.
 const WARN_INTERVAL_MS: u64 = 5_000;
 
-/// Connection limits every service takes from its flags and environment (C5).
+/// Connection limits every service takes from its flags and environment (the same keys in
+/// every service).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HttpLimits {
     /// Time a client has to send a request head; also the idle timeout between keep-alive
@@ -94,9 +95,9 @@ impl Service {
     }
 }
 
-/// Connections refused at the cap (C4).
+/// Connections refused at the cap (name pinned by the observability contract).
 const CONNECTIONS_REFUSED_TOTAL: &str = "http_connections_refused_total";
-/// Failed accepts (C4).
+/// Failed accepts (name pinned by the observability contract).
 const ACCEPT_ERRORS_TOTAL: &str = "http_accept_errors_total";
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops

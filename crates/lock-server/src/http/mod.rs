@@ -1,4 +1,5 @@
-//! The HTTP surface: routes of L1-L8, health and metrics, and the layers every request
+//! The HTTP surface: the lock routes (open, heartbeat and close a session; acquire, renew,
+//! release, inspect and revoke a lock), health and metrics, and the layers every request
 //! passes: the drain guard and `NOT_LEADER` counter here, then `service_kit::common_layers`
 //! (body limit, timeout, metrics, JSON errors, tracing).
 
@@ -22,7 +23,7 @@ use crate::state::AppState;
 
 /// The router of one replica.
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
-    // L1-L7: the lock clients' credential, checked before anything else.
+    // Every lock route but revoke: the lock clients' credential, checked before anything else.
     let client_routes = Router::new()
         .route("/v1/sessions", post(handlers::create_session))
         .route(
@@ -43,7 +44,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         ));
     let routes = Router::new()
         .merge(client_routes)
-        // L8: the operators' credential, checked in the handler.
+        // Revoke: the operators' credential, checked in the handler.
         .route("/v1/locks/{lock_key}/revoke", post(handlers::revoke))
         .route("/health/live", get(service_kit::live))
         .route("/health/ready", get(handlers::ready))

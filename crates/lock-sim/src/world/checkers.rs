@@ -1,11 +1,14 @@
-//! The checkers, after every event and at the end: I1-I7, an accepted superseded write, and
-//! mutual exclusion of the clients' beliefs in true time.
+//! The checkers, after every event and at the end: the invariants of
+//! `docs/contracts/C1-domain.md` (at most once at the rail, fences only rise, tokens unique
+//! and rising per key, conservative expiry, ambiguity is terminal, the ledger balances,
+//! nothing is lost), an accepted superseded write, and mutual exclusion of the clients'
+//! beliefs in true time.
 
 use super::*;
 
 impl World {
-    /// I3 on the grant just made: above the key's previous token, unless it is the same
-    /// session's idempotent re-grant; never a token another session had.
+    /// Tokens unique and rising per key, on the grant just made: above the key's previous token,
+    /// unless it is the same session's idempotent re-grant; never a token another session had.
     pub(super) fn check_grant(&mut self, key: &LockKey, token: FencingToken, session: SessionId) {
         let previous = self
             .service

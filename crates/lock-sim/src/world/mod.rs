@@ -82,7 +82,7 @@ enum Fault {
     NotLeaderOff,
     Partition(Node, Node),
     Heal(Node, Node),
-    /// An operator revokes the payout's lock (L8).
+    /// An operator revokes the payout's lock.
     Revoke(usize),
     /// The store host's wall clock steps by this many nanoseconds.
     StoreClockStep(i64),
@@ -105,7 +105,7 @@ enum Event {
     /// The job of this id sends its next write: the scheduling point between the guard
     /// (or the grant) and the write, where a pause makes a zombie.
     Write(usize, u64, Write),
-    /// A parked L4 asks the store again (woken, or its nap ended).
+    /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
     Timeout(usize, u64),
     Nemesis(Fault),
@@ -201,7 +201,7 @@ impl Client {
     }
 }
 
-/// An L4 parked on a replica (`waiting::acquire_waiting`'s state).
+/// An acquire parked on a replica (`waiting::acquire_waiting`'s state).
 #[derive(Debug)]
 struct Parked {
     replica: usize,
@@ -247,7 +247,7 @@ pub struct World {
     /// Grants an operator revoked: their holders may believe they hold until their next
     /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
     revoked: BTreeSet<(LockKey, FencingToken)>,
-    /// L4 requests parked on a replica, by id.
+    /// Acquires parked on a replica, by id.
     parked: BTreeMap<u64, Parked>,
     /// Numbers parked requests.
     parks: u64,

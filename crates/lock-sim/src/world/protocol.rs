@@ -149,7 +149,7 @@ impl World {
         self.schedule_tick(c);
     }
 
-    /// What the session's core makes of a failed L2 or L5 (`None`: no answer).
+    /// What the session's core makes of a failed heartbeat or renew (`None`: no answer).
     pub(super) fn session_call_failed(
         &mut self,
         c: usize,
@@ -538,7 +538,7 @@ impl World {
         }
     }
 
-    /// Releases the job's grant (L6 on the last hold) and looks for the next payout.
+    /// Releases the job's grant (a release sent on the last hold) and looks for the next payout.
     pub(super) fn end_job(&mut self, c: usize) {
         let Some(job) = self.clients[c].job.take() else {
             return;

@@ -25,7 +25,7 @@ impl World {
                 self.check_grant(key, *token, *session);
             }
         }
-        // A refused L4 that may wait is parked on the replica, as `waiting::acquire_waiting`
+        // A refused acquire that may wait is parked on the replica, as `waiting::acquire_waiting`
         // parks it, and driven by the same plan.
         if let (
             LockAnswer::Held,
@@ -56,7 +56,7 @@ impl World {
         self.send(Node::Replica(r), from, req, Body::LockReply(answer));
     }
 
-    /// A parked L4 asks the store again (its queue place renewed), then answers or naps as
+    /// A parked acquire asks the store again (its queue place renewed), then answers or naps as
     /// its plan says.
     pub(super) fn wait_call(&mut self, id: u64) {
         let now = self.q.now();
