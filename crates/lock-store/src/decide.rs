@@ -3,9 +3,10 @@
 //! here once. PostgreSQL's `lock_acquire` (PL/pgSQL) keeps its own copy inside its
 //! transaction, held to the same answers by the conformance suite.
 //!
-//! The order is the contract (C3, ADR 0006): a live grant answers first (the caller's own:
-//! the same token again; another's: held), then a lock-delay in force, then the FIFO queue,
-//! and only then a new token, one above the key's last.
+//! The order is the contract (ADR 0006): a live grant answers first (the caller's own: the
+//! same token again; another's: held), then the FIFO queue (sessions ahead are served first,
+//! so only the head of the queue is told of a lock-delay and naps until it ends), then a
+//! lock-delay in force, and only then a new token, one above the key's last.
 
 use lock_api::{FencingToken, SessionId};
 
@@ -68,13 +69,13 @@ pub fn decide(view: &KeyView, caller: SessionId) -> Decision {
             })
         };
     }
+    if view.ahead > 0 {
+        return Decision::Refuse(Refusal::Queued { ahead: view.ahead });
+    }
     if view.delay_left_ms > 0 {
         return Decision::Refuse(Refusal::Delayed {
             remaining_ms: view.delay_left_ms,
         });
-    }
-    if view.ahead > 0 {
-        return Decision::Refuse(Refusal::Queued { ahead: view.ahead });
     }
     let token = FencingToken(view.last_token + 1);
     assert!(token.0 > view.last_token, "tokens only rise");
@@ -126,12 +127,7 @@ mod tests {
                 0,
                 Decision::Refuse(Refusal::Delayed { remaining_ms: 300 }),
             ),
-            (
-                None,
-                300,
-                2,
-                Decision::Refuse(Refusal::Delayed { remaining_ms: 300 }),
-            ),
+            (None, 300, 2, Decision::Refuse(Refusal::Queued { ahead: 2 })),
             (Some(mine), 0, 0, regrant),
             (Some(mine), 0, 2, regrant),
             (Some(mine), 300, 0, regrant),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_server::store::decide::{Decision, HolderView, KeyView, decide};
 use lock_server::store::{
     AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, StoreError, Wake,
 };
@@ -379,7 +380,7 @@ async fn ready_when_healthy(store: Arc<dyn LockStore>) {
     store.ready().await.expect("a fresh store is ready");
 }
 
-// ---- Issue 13: FIFO queues and lock-delay -------------------------------------------
+// ---- FIFO queues and lock-delay -------------------------------------------
 
 /// A queue place long enough for any case.
 const QUEUE_MS: u64 = 30_000;
@@ -600,6 +601,119 @@ async fn lock_delay_follows_expiry_and_revoke_but_not_release(store: Arc<dyn Loc
         assert!(t2 > t, "reaped: {reap}");
     }
 }
+/// The grant decision's table (`lock_store::decide`), run against the store: each situation
+/// the table names (holder: nobody, the caller, another; a lock-delay in force or not; two
+/// sessions queued or none) is built through the store's own calls, and the store must
+/// answer what `decide` answers for it. PostgreSQL's `lock_acquire` keeps its own copy of
+/// the rule in PL/pgSQL; this case is what holds every copy to the same answers.
+async fn answers_follow_the_decision_table(store: Arc<dyn LockStore>) {
+    const DELAY_MS: u64 = 20_000;
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Holder {
+        Nobody,
+        Caller,
+        Another,
+    }
+    for holder in [Holder::Nobody, Holder::Caller, Holder::Another] {
+        for delay in [false, true] {
+            for queue in [false, true] {
+                let row = format!("holder {holder:?}, delay {delay}, queue {queue}");
+                let k = key(&format!("table-{holder:?}-{delay}-{queue}"));
+                let me = session(&*store, "caller", LONG_MS).await;
+                let other = session(&*store, "other", LONG_MS).await;
+                let holder_session = match holder {
+                    Holder::Caller => me,
+                    _ => other,
+                };
+                let mut queued_already = false;
+                let mut last_token = if delay {
+                    // A delay in force: a grant with a lock-delay, revoked (an involuntary
+                    // end). Its session is exempt, so it may hold the key again below.
+                    let t = granted_token(
+                        &ask(&*store, &k, holder_session, delayed(LONG_MS, DELAY_MS)).await,
+                    )
+                    .unwrap();
+                    assert!(store.revoke(&k).await.unwrap().is_some(), "{row}");
+                    t
+                } else {
+                    // A grant released (no delay), so the key has a last token; places
+                    // taken while it is held stay queued once it is free.
+                    let t = session(&*store, "before", LONG_MS).await;
+                    let token = grant(&*store, &k, t, LONG_MS).await;
+                    if queue && holder == Holder::Nobody {
+                        take_two_places(&*store, &k).await;
+                        queued_already = true;
+                    }
+                    assert!(store.release(&k, t, token).await.unwrap(), "{row}");
+                    token
+                };
+                let mut holder_view = None;
+                if holder != Holder::Nobody {
+                    let token = grant(&*store, &k, holder_session, LONG_MS).await;
+                    last_token = token;
+                    holder_view = Some(HolderView {
+                        session: holder_session,
+                        token,
+                        free_in_ms: LONG_MS,
+                    });
+                }
+                if queue && !queued_already {
+                    take_two_places(&*store, &k).await;
+                }
+                let view = KeyView {
+                    holder: holder_view,
+                    delay_left_ms: if delay && holder_session != me {
+                        DELAY_MS
+                    } else {
+                        0
+                    },
+                    ahead: if queue { 2 } else { 0 },
+                    last_token: last_token.0,
+                };
+                let expected = decide(&view, me);
+                let answer = ask(&*store, &k, me, AcquireSpec::lease(LONG_MS)).await;
+                let agrees = match (expected, &answer) {
+                    (
+                        Decision::Regrant { token } | Decision::Grant { token },
+                        AcquireOutcome::Granted { grant, .. },
+                    ) => grant.fencing_token == token,
+                    (
+                        Decision::Refuse(Refusal::Held { holder_token, .. }),
+                        AcquireOutcome::Refused(Refusal::Held {
+                            holder_token: t, ..
+                        }),
+                    ) => *t == holder_token,
+                    (
+                        Decision::Refuse(Refusal::Delayed { .. }),
+                        AcquireOutcome::Refused(Refusal::Delayed { remaining_ms }),
+                    ) => (1..=DELAY_MS).contains(remaining_ms),
+                    (
+                        Decision::Refuse(Refusal::Queued { ahead }),
+                        AcquireOutcome::Refused(Refusal::Queued { ahead: a }),
+                    ) => *a == ahead,
+                    _ => false,
+                };
+                assert!(
+                    agrees,
+                    "{row}: the decision table says {expected:?}, the store answered {answer:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Two new sessions take queue places on `k`, which must be held or in a delay.
+async fn take_two_places(store: &dyn LockStore, k: &LockKey) {
+    for name in ["q1", "q2"] {
+        let q = session(store, name, LONG_MS).await;
+        let outcome = ask(store, k, q, queued(LONG_MS)).await;
+        assert!(
+            matches!(outcome, AcquireOutcome::Refused(_)),
+            "{name} queues behind the holder or the delay: {outcome:?}"
+        );
+    }
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod postgres {
@@ -644,12 +758,13 @@ conformance!(
     concurrent_acquirers_exactly_one_wins,
     a_hot_key_under_many_cycling_acquirers_answers_held_never_an_error,
     ready_when_healthy,
-    // Issue 13: queues and lock-delay.
+    // Queues and lock-delay.
     waiters_are_granted_in_fifo_order,
     a_waiter_that_leaves_lapses_or_dies_blocks_nobody,
     a_place_renewed_for_longer_keeps_its_turn,
     wakes_name_the_head_waiter_when_its_key_frees,
     lock_delay_follows_expiry_and_revoke_but_not_release,
+    answers_follow_the_decision_table,
 );
 
 /// etcd only: the wake-up watch is one long call, which must outlive the request timeout

@@ -230,7 +230,11 @@ impl EtcdStore {
                     }));
             }
             Decision::Refuse(refusal) => {
-                if let (Refusal::Delayed { .. }, Some(dead)) = (refusal, delay_to_start) {
+                // The delay runs from when the store first notices the end (etcd does not say
+                // when a lease ended), so any acquire that finds it free starts it, queued or not.
+                if let (Refusal::Delayed { .. } | Refusal::Queued { .. }, Some(dead)) =
+                    (refusal, delay_to_start)
+                {
                     if !self.start_delay(key, dead, delay.as_ref()).await? {
                         return Ok(None);
                     }
