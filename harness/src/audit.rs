@@ -1,12 +1,14 @@
-//! Invariants I3 and I4 from the services' logs: the lock-server's audit trail (every grant,
-//! renewal, release and session event with the store's own `expires_at`) and the SDK's loss
-//! lines in the executors' logs (`session_lost` / `lease_expired` with `deadline_offset_ms`).
+//! Two invariants, unique rising tokens and conservative expiry, from the services' logs: the
+//! lock-server's audit trail (every grant, renewal, release and session event with the store's
+//! own `expires_at`) and the SDK's loss lines in the executors' logs (`session_lost` /
+//! `lease_expired` with `deadline_offset_ms`).
 //!
-//! - I3: per key, tokens strictly rise in grant order and no token is granted to two
+//! - Tokens (I3): per key, tokens strictly rise in grant order and no token is granted to two
 //!   sessions; every token a payout's fence, submission or rail transfer carries was granted
 //!   for that payout's key.
-//! - I4: every loss a client declared by its own deadline lies before the server's expiry of
-//!   that grant (the earlier of the grant's and its session's last `expires_at`).
+//! - Conservative expiry (I4): every loss a client declared by its own deadline lies before the
+//!   server's expiry of that grant (the earlier of the grant's and its session's last
+//!   `expires_at`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -52,7 +54,7 @@ pub struct Audit {
     session_expiry: HashMap<String, DateTime<Utc>>,
     /// Sessions by owner, in creation order.
     pub sessions_by_owner: BTreeMap<String, Vec<String>>,
-    /// Sessions closed (L3).
+    /// Sessions closed by their owners.
     pub closed: BTreeSet<String>,
 }
 
@@ -143,8 +145,8 @@ impl Audit {
             .collect()
     }
 
-    /// I3 over every key: tokens strictly rise in grant order (a same-session re-grant
-    /// repeats its token), and no token goes to two sessions.
+    /// The token check (I3) over every key: tokens strictly rise in grant order (a
+    /// same-session re-grant repeats its token), and no token goes to two sessions.
     pub fn check_tokens(&self) -> anyhow::Result<()> {
         let mut by_key: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
         for grant in &self.grants {
@@ -190,9 +192,9 @@ impl Audit {
         Some(lease.min(session))
     }
 
-    /// I4: for every loss in `losses` by a deadline or an expiry, the client's deadline lies
-    /// before the server's expiry of that grant (or of that session, when it held nothing).
-    /// Returns how many losses it checked.
+    /// Conservative expiry (I4): for every loss in `losses` by a deadline or an expiry, the
+    /// client's deadline lies before the server's expiry of that grant (or of that session,
+    /// when it held nothing). Returns how many losses it checked.
     pub fn check_conservative(&self, losses: &[DeclaredLoss]) -> anyhow::Result<usize> {
         let mut checked = 0;
         // A loss by the client's own deadline, or one the server reported as an expiry: either

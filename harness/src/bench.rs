@@ -189,7 +189,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
             ("LOCK_SESSION_TTL", "60s".into()),
             ("RUST_LOG", "warn".into()),
-            // The waiters-memory figure parks 1,000 L4s, each on a connection of its own.
+            // The waiters-memory figure parks 1,000 waiting acquires, each on its own connection.
             ("HTTP_CONNECTIONS_MAX", "4096".into()),
         ],
         log_dir.path(),

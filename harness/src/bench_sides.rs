@@ -5,7 +5,7 @@
 //! - [`sdk_side`]: one `LockClient` and session per client, `acquire` with
 //!   `AcquirePolicy::DEFAULT` (its own jittered retries within a 2 s budget), then `release`:
 //!   the path users take.
-//! - [`http_side`]: raw L4/L6 over HTTP, a refused acquire retried at once.
+//! - [`http_side`]: raw acquire and release over HTTP, a refused acquire retried at once.
 //! - [`pgbench_side`]: the lock-server's own SQL driven by `pgbench`.
 //! - [`etcd_lock_side`]: etcd's lock API (`lock` with a lease, `unlock`): etcd queues waiters.
 
@@ -149,7 +149,7 @@ pub async fn sdk_side(
     Ok(SideFigures::of(&tallies, elapsed, false))
 }
 
-/// Opens a session over raw HTTP (L1).
+/// Opens a session over raw HTTP.
 pub(crate) async fn open_session(
     http: &reqwest::Client,
     base: &str,
@@ -169,7 +169,7 @@ pub(crate) async fn open_session(
         .context("no session_id")
 }
 
-/// Raw HTTP: L4, and on a 409 L4 again at once; L6 after each grant.
+/// Raw HTTP: acquire, and on a 409 acquire again at once; release after each grant.
 pub async fn http_side(
     http: &reqwest::Client,
     base: &str,
@@ -350,13 +350,13 @@ pub async fn etcd_lock_side(
     Ok(SideFigures::of(&tallies, elapsed, false))
 }
 
-/// Waiting L4s parked at once for the waiters-memory figure; the goal names 1,000.
+/// Waiting acquires parked at once for the waiters-memory figure; the goal names 1,000.
 pub const PARKED_WAITERS: usize = 1_000;
-/// How long each parked L4 asks to wait: under the bench server's `lock.max.wait`.
+/// How long each parked acquire asks to wait: under the bench server's `lock.max.wait`.
 const PARKED_WAIT_MS: u64 = 3_000;
 
-/// Parks `count` waiting L4s on `key` (held by another session) and returns once the
-/// lock-server's L7 shows them all queued; the tasks end when their wait does (409). The
+/// Parks `count` waiting acquires on `key` (held by another session) and returns once the
+/// lock-server's inspect shows them all queued; the tasks end when their wait does (409). The
 /// caller reads the lock-server's memory meanwhile.
 pub async fn park_waiters(
     http: &reqwest::Client,

@@ -3,13 +3,14 @@
 //! executors' `write` and loss lines), what the rail recorded, and the nemesis's own log; the
 //! checker then decides, without trusting any single process:
 //!
-//! - I1 at most once at the rail; I3 tokens unique and rising per key, every accepted and rail
-//!   token granted for its payout's key;
-//!   I4 every declared loss before the server's expiry; I5 no accepted write to a payout after
-//!   it went `RAIL_AMBIGUOUS` reached the rail again (by I1);
-//! - I2 with windows: no write was accepted whose token the resource had already superseded
-//!   (a higher claim answered before the write was sent), so a paused executor whose grant
-//!   expired and was taken over is refused and never reaches the rail (refusals are counted);
+//! - no double payment: each payout at the rail at most once (I1); tokens unique and rising per
+//!   key, every accepted and rail token granted for its payout's key (I3); every declared loss
+//!   before the server's expiry (I4); ambiguity is terminal: no accepted write to a payout
+//!   after it went `RAIL_AMBIGUOUS` reached the rail again (it follows from the first check);
+//! - fences only rise, with windows: no write was accepted whose token the resource had already
+//!   superseded (a higher claim answered before the write was sent), so a paused executor whose
+//!   grant expired and was taken over is refused and never reaches the rail (refusals are
+//!   counted);
 //! - mutual exclusion per key, in the spirit of Knossos' and Porcupine's mutex model: each
 //!   grant took effect somewhere between its request and its log line, each end somewhere
 //!   after its release was invoked or its expiry; a violation is a grant certainly inside the
@@ -263,7 +264,7 @@ impl History {
     /// Every check; the first violation is the error. Returns the stale writes refused after
     /// a pause that outlived the lease.
     pub fn check(&self) -> anyhow::Result<Vec<WriteOp>> {
-        // I1.
+        // No double payment (I1): each payout at the rail at most once.
         let mut per_payout: BTreeMap<i64, usize> = BTreeMap::new();
         for t in &self.rail {
             *per_payout.entry(t.payout_id).or_default() += 1;
@@ -271,7 +272,7 @@ impl History {
         if let Some((id, n)) = per_payout.iter().find(|(_, n)| **n > 1) {
             bail!("I1: the rail received payout {id} {n} times");
         }
-        // I3.
+        // Tokens unique and rising per key (I3), and granted for the payout the rail saw.
         self.audit.check_tokens()?;
         let granted = |payout: i64, token: i64| {
             self.audit
@@ -287,7 +288,7 @@ impl History {
                 );
             }
         }
-        // I3 for accepted writes: each token was granted for its payout's key.
+        // The same for accepted writes (I3): each token was granted for its payout's key.
         for w in self.writes.iter().filter(|w| w.result == "ok") {
             if !granted(w.payout_id, w.token) {
                 bail!(
@@ -298,10 +299,10 @@ impl History {
                 );
             }
         }
-        // I4 for every grant a write was made under: the deadline the guard before the
-        // write believed never lies after the lock-server's last expiry of that grant. (A
-        // write sent after the expiry is a zombie the fence must stop; a deadline after it
-        // is a client that believed too long.)
+        // Conservative expiry (I4) for every grant a write was made under: the deadline the
+        // guard before the write believed never lies after the lock-server's last expiry of
+        // that grant. (A write sent after the expiry is a zombie the fence must stop; a
+        // deadline after it is a client that believed too long.)
         for w in &self.writes {
             let key = format!("payout:{}", w.payout_id);
             let expiry = self.audit.server_expiry(&key, w.token).with_context(|| {
@@ -341,10 +342,10 @@ impl History {
                 }
             }
         }
-        // I2, with windows: no write was accepted whose token the resource had already
-        // superseded (a higher claim answered before the write was even sent). Ordering
-        // writes by their answers alone would be wrong: an answer can be logged seconds after
-        // the resource applied it (a paused executor, a stalled store).
+        // Fences only rise, checked with windows: no write was accepted whose token the
+        // resource had already superseded (a higher claim answered before the write was even
+        // sent). Ordering writes by their answers alone would be wrong: an answer can be logged
+        // seconds after the resource applied it (a paused executor, a stalled store).
         let claims: Vec<&WriteOp> = self
             .writes
             .iter()

@@ -6,7 +6,8 @@
 //! - [`demo`]: the whole stack, payouts, a frozen executor and a report (`harness demo`).
 //! - [`stack`]: the real services as processes, or (`HARNESS_STACK=compose`) containers.
 //! - [`compose`]: the compose project and containers behind compose mode.
-//! - [`audit`], [`metrics`]: invariants I3/I4 from the services' logs; `/metrics` parsing.
+//! - [`audit`], [`metrics`]: unique rising tokens and conservative expiry, checked from the
+//!   services' logs; `/metrics` parsing.
 //! - [`chaos`], [`history`], [`timeline`]: the fault campaign, its checked history and its
 //!   pictures (`harness chaos`).
 

@@ -1,5 +1,5 @@
-//! The workspace module rule (C5 `ct5-modules`), checked on `cargo metadata` output so it
-//! holds where cargo-deny is not installed:
+//! The workspace module rule (`ct5-modules` in `docs/contracts/C5-config-build-and-naming.md`),
+//! checked on `cargo metadata` output so it holds where cargo-deny is not installed:
 //! - among workspace crates, `payout-executor` depends on `lock-api`, `lock-client` and
 //!   `process-kit` only (directly or through them; not `service-kit`, the HTTP kit), and
 //!   `lockctl` on `lock-api` and `lock-client` only (the SDK is its only door

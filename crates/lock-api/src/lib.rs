@@ -1,10 +1,11 @@
 //! Wire and domain types of the lock service.
 //!
 //! Everything a client and a server must agree on lives here and nowhere else: the validated
-//! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the L1-L8 surface
+//! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the lock surface
 //! (`docs/contracts/C3-http-surfaces.md`), the error codes with their HTTP statuses, the
 //! client's [`LockHandle`] record, and the typed errors an SDK caller sees ([`LockError`],
-//! [`LockLost`]), and the log [`Throttle`] the services and the executor share. This crate does no I/O.
+//! [`LockLost`]), and the log [`Throttle`] the services and the executor share. This crate
+//! does no I/O.
 
 mod error;
 mod handle;

@@ -1,4 +1,4 @@
-//! JSON bodies of the lock service's HTTP surface (L1-L8), pinned in
+//! JSON bodies of the lock service's HTTP surface, pinned in
 //! `docs/contracts/C3-http-surfaces.md`. Requests refuse unknown fields.
 
 use chrono::{DateTime, Utc};

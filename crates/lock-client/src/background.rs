@@ -8,14 +8,14 @@ use lock_api::{FencingToken, LockKey, SessionId};
 pub(crate) enum Background {
     /// Recompute the period (a grant with a shorter lease arrived).
     Wake,
-    /// L6 for a handle dropped without release.
+    /// Release, on the server, a handle dropped without release.
     Release {
         endpoint: String,
         session: SessionId,
         key: LockKey,
         token: FencingToken,
     },
-    /// L3 for a session dropped without close.
+    /// Close, on the server, a session dropped without close.
     DeleteSession {
         endpoint: String,
         session: SessionId,

@@ -1,7 +1,8 @@
 //! One heartbeat tick for one session, driving the pure core: the core applies the local
-//! deadlines and plans the tick (L2, and L5 for grants under two periods of remaining time),
-//! stamping when each request leaves; this sends it, hands the answers back with their
-//! stamps, applies the deadlines again and delivers losses. Runs on the heartbeat thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
+//! deadlines and plans the tick (a heartbeat, and a renewal for each grant under two periods of
+//! remaining time), stamping when each request leaves; this sends it, hands the answers back
+//! with their stamps, applies the deadlines again and delivers losses. Runs on the heartbeat
+//! thread; errors other than 404/410/`LOCK_LOST` are retried on the next tick (the next
 //! endpoint after `NOT_LEADER` or no answer): only the deadline decides loss.
 
 use std::time::Duration;

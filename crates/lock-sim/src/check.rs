@@ -8,10 +8,10 @@ use crate::sched::{MS, Nanos};
 /// Everything a seed run must reach at least once across the CI seed count: each fault kind,
 /// each loss reason, a stale write fenced, a lease-short skip, a NOT_LEADER retry, a
 /// failover. A counter missing from a run of many seeds means the fault model or the
-/// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while
-/// I4 holds the client's own deadline always passes first, so it is not owed; nor is
-/// `SESSION_UNKNOWN` while the client still believes in its session, which takes a store that
-/// forgets a live session, outside this fault model.)
+/// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
+/// client's deadline never lies after the server's expiry, that deadline always passes first,
+/// so it is not owed; nor is `SESSION_UNKNOWN` while the client still believes in its session,
+/// which takes a store that forgets a live session, outside this fault model.)
 pub const MUST_REACH: &[&str] = &[
     "fault: client pause",
     "fault: pause longer than the TTL",

@@ -61,7 +61,7 @@ pub struct Config {
     pub drift: f64,
     /// Faults are injected in `[0, fault_until)`.
     pub fault_until_ms: u64,
-    /// Every payout must be terminal this long after the faults stop (I7).
+    /// Every payout must be terminal this long after the faults stop: nothing is lost.
     pub liveness_ms: u64,
     /// Pauses per client, at most (each 0 to 3 × TTL).
     pub max_pauses: usize,

@@ -9,9 +9,9 @@
 //! rail that records every transfer. A nemesis delays, loses, duplicates and reorders
 //! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its
 //! write), crashes replicas, opens store `NOT_LEADER` windows, revokes grants and skews each
-//! client's clock rate. Checkers run after every event (I1-I7, an accepted superseded write,
-//! and mutual exclusion in true time). `docs/simulation.md` says what is production code and
-//! what is a model.
+//! client's clock rate. Checkers run after every event (every invariant of the domain contract,
+//! an accepted superseded write, and mutual exclusion in true time). `docs/simulation.md` says
+//! what is production code and what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
 //! [`service`] (replicas over the store), [`bank`] (resource and rail), [`world`] (the run:

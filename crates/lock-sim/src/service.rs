@@ -117,24 +117,24 @@ fn now_or_never<F: Future>(future: F) -> F::Output {
 /// A lock-surface request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockCall {
-    /// L1.
+    /// Open a session.
     Open { owner: String, ttl_ms: u64 },
-    /// L2.
+    /// Heartbeat a session: keep it alive.
     Heartbeat(SessionId),
-    /// L4, with the wait the SDK's loop asked for (`None`: a try).
+    /// Acquire a key, with the wait the SDK's loop asked for (`None`: a try).
     Acquire {
         key: LockKey,
         session: SessionId,
         lease_ms: u64,
         wait_ms: Option<u64>,
     },
-    /// L5.
+    /// Renew a lease.
     Renew {
         key: LockKey,
         session: SessionId,
         token: FencingToken,
     },
-    /// L6.
+    /// Release a grant.
     Release {
         key: LockKey,
         session: SessionId,
@@ -146,15 +146,15 @@ pub enum LockCall {
 /// clock's offset at the answer; a later step of that clock moves the real expiry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockAnswer {
-    /// L1.
+    /// A session was opened.
     Opened {
         session: SessionId,
         ttl_ms: u64,
         expires: Nanos,
     },
-    /// L2.
+    /// A heartbeat extended the session.
     Extended { ttl_ms: u64, expires: Nanos },
-    /// L4/L5.
+    /// A grant, from an acquire or a renew.
     Granted {
         key: LockKey,
         token: FencingToken,
@@ -164,9 +164,9 @@ pub enum LockAnswer {
         /// How long the replica held the request before the store call that granted it.
         waited_ms: u64,
     },
-    /// L4: another session holds it.
+    /// An acquire refused: another session holds it.
     Held,
-    /// L6.
+    /// A release's answer (whatever it found).
     Released,
     /// 503.
     NotLeader,
@@ -206,7 +206,8 @@ pub struct LockService {
     pub up: Vec<bool>,
     /// The store refuses writes.
     pub not_leader: bool,
-    /// Every grant the store made: (true time, key, token, session). I3's witness.
+    /// Every grant the store made: (true time, key, token, session), the witness that tokens
+    /// are unique and rise per key.
     pub grants: Vec<(Nanos, LockKey, FencingToken, SessionId)>,
     /// Acquires a replica's store-clock guard refused or withheld (the memory store itself
     /// is never unavailable).
@@ -255,7 +256,8 @@ impl LockService {
         if !self.up[replica] {
             return None;
         }
-        // Every lock-surface call the clients make writes (L1-L6): all are refused.
+        // Every lock-surface call the clients make (open, heartbeat, acquire, renew, release)
+        // writes: all are refused.
         if self.not_leader {
             return Some(LockAnswer::NotLeader);
         }
@@ -314,8 +316,8 @@ impl LockService {
         Some(answer.unwrap_or_else(refusal))
     }
 
-    /// The L4 answer for a store outcome at `now`, after the request waited `waited_ms` (a
-    /// grant is recorded as I3's witness).
+    /// The acquire's answer for a store outcome at `now`, after the request waited `waited_ms`
+    /// (a grant is recorded as the witness that tokens are unique and rise per key).
     pub fn answer_acquire(
         &mut self,
         now: Nanos,
@@ -343,7 +345,7 @@ impl LockService {
         }
     }
 
-    /// A waiting L4's store call on replica `replica` at `now` (its queue place kept for
+    /// A waiting acquire's store call on replica `replica` at `now` (its queue place kept for
     /// `spec.queue_ms`): the outcome, a refusal, or `None` when the replica is down.
     pub fn acquire_queued(
         &mut self,
@@ -375,7 +377,7 @@ impl LockService {
         Some(outcome.map_err(refusal))
     }
 
-    /// A waiting L4 gave up: its queue place goes now.
+    /// A waiting acquire gave up: its queue place goes now.
     pub fn leave_queue(&mut self, now: Nanos, key: &LockKey, session: SessionId) {
         self.env.set_now(now);
         let _ = now_or_never(self.store.leave_queue(key, session));
@@ -392,7 +394,7 @@ impl LockService {
         )
     }
 
-    /// An operator's L8 at `now`: the key's live grant, if any, ends (its token is never
+    /// An operator's revoke at `now`: the key's live grant, if any, ends (its token is never
     /// reused). Returns the revoked token.
     pub fn revoke(&mut self, now: Nanos, key: &LockKey) -> Option<FencingToken> {
         self.env.set_now(now);

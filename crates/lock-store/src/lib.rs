@@ -6,7 +6,7 @@
 //!   [`StoreEnv`] clock seam;
 //! - [`decide`]: the grant decision (held, delayed, queued, granted), pure, which a store
 //!   reads for, calls, and writes after;
-//! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting L4) and
+//! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting acquire) and
 //!   [`ClockGuard`] (steps of the store's clock), with [`ClockCheckedStore`], the wrapper every
 //!   replica serves through.
 //!
@@ -46,7 +46,7 @@ pub struct SessionRecord {
     pub expires_at: DateTime<Utc>,
 }
 
-/// What an L4 asks of the store beyond the key and the session.
+/// What an acquire asks of the store beyond the key and the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireSpec {
     /// The lease to grant (already clamped).
@@ -236,20 +236,20 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
 
-    /// L1: creates a session that lives `ttl_ms` past each heartbeat.
+    /// Open: creates a session that lives `ttl_ms` past each heartbeat.
     async fn create_session(
         &self,
         owner: &OwnerId,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError>;
 
-    /// L2: extends a live session by its TTL.
+    /// Heartbeat: extends a live session by its TTL.
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError>;
 
-    /// L3: deletes a session and releases its locks. Returns whether it existed.
+    /// Close: deletes a session and releases its locks. Returns whether it existed.
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError>;
 
-    /// L4 as a try-acquire without lock-delay: [`LockStore::acquire_with`] with
+    /// Acquire as a try, without lock-delay: [`LockStore::acquire_with`] with
     /// [`AcquireSpec::lease`].
     async fn acquire(
         &self,
@@ -261,7 +261,7 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
             .await
     }
 
-    /// L4: grants `key` to `session` for `spec.lease_ms`, unless another live session holds
+    /// Acquire: grants `key` to `session` for `spec.lease_ms`, unless another live session holds
     /// it, the key is in a lock-delay for this session, or live waiters queued before this
     /// session (or at all, for a caller not queued). With `spec.queue_ms > 0` a refused
     /// caller holds a place in the key's FIFO queue; a grant removes it.
@@ -283,7 +283,7 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
-    /// L5: extends a live grant by its lease. Never changes the token.
+    /// Renew: extends a live grant by its lease. Never changes the token.
     async fn renew(
         &self,
         key: &LockKey,
@@ -291,7 +291,7 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         token: FencingToken,
     ) -> Result<LockGrant, StoreError>;
 
-    /// L6: compare-and-delete on (key, holding session, token). Returns whether a grant was
+    /// Release: compare-and-delete on (key, holding session, token). Returns whether a grant was
     /// deleted: a stale token or another session's is `false`, never an error.
     async fn release(
         &self,
@@ -300,10 +300,10 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         token: FencingToken,
     ) -> Result<bool, StoreError>;
 
-    /// L7: the live grant of `key`, if any, with the number of live waiters queued for it.
+    /// Inspect: the live grant of `key`, if any, with the number of live waiters queued for it.
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;
 
-    /// L8: deletes the live grant of `key`, if any, and returns its token. An involuntary
+    /// Revoke: deletes the live grant of `key`, if any, and returns its token. An involuntary
     /// end: the grant's lock-delay starts.
     async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError>;
 

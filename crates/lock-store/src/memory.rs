@@ -372,7 +372,8 @@ impl LockStore for MemoryStore {
                 let Some(current) = current else {
                     unreachable!("a regrant is decided on a live grant");
                 };
-                // Lease and expiry only grow (invariant I4 for every answer).
+                // Lease and expiry only grow: for every answer, the client's deadline never
+                // lies after the server's expiry.
                 let lease_ms = current.lease_ms.max(spec.lease_ms);
                 let expires = current.expires.max(after(now, lease_ms));
                 state.locks.insert(

@@ -1,6 +1,7 @@
-//! The payout pipeline's own error codes (C3 sections P and R), and the tolerant reading of
-//! any code a service may answer. The codes of the lock surface and of shared HTTP plumbing
-//! (`INVALID_ARGUMENT`, `FENCED_OUT`, `STORE_UNAVAILABLE`, ...) are `lock_api::ErrorCode`'s.
+//! The payout pipeline's own error codes (payment-resource's and rail-proxy's), and the
+//! tolerant reading of any code a service may answer. The codes of the lock surface and of
+//! shared HTTP plumbing (`INVALID_ARGUMENT`, `FENCED_OUT`, `STORE_UNAVAILABLE`, ...) are
+//! `lock_api::ErrorCode`'s.
 
 use lock_api::{ErrorCode, WireCode};
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,7 @@ use crate::PayoutState;
 /// Which tokens a fenced write accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceRule {
-    /// Claim (P2): a token above the fence, or the fence's own grant again; it then sets
+    /// Claim: a token above the fence, or the fence's own grant again; it then sets
     /// the fence to itself.
     Claim,
     /// Every later write: only the grant that claimed last (the current fence holder).

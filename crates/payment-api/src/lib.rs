@@ -1,5 +1,5 @@
-//! Wire types of the payout pipeline's HTTP surfaces (`docs/contracts/C3-http-surfaces.md`,
-//! sections P, R and S): payment-resource, rail-proxy and rail-stub. No I/O.
+//! Wire types of the payout pipeline's HTTP surfaces (`docs/contracts/C3-http-surfaces.md`):
+//! payment-resource, rail-proxy and rail-stub. No I/O.
 //!
 //! The executor may depend on `lock-api` and `lock-client` only, so it reads these bodies
 //! with its own tolerant structs; this crate serves the services and the harness.

@@ -1,5 +1,5 @@
-//! Routes of payment-resource (C3 section P): create (creators), get, list claimable (executors),
-//! claim (P2) and post (P3) (executors), reserve and record a rail submission (rail-proxy
+//! Routes of payment-resource (its section of the HTTP contract): create (creators), get, list
+//! claimable, claim and post (executors), reserve and record a rail submission (rail-proxy
 //! only), re-fence (operators), ledger summary. Each write checks, in this order: the
 //! caller's role credential, the path, the token and its signed proof, then the fence.
 

@@ -1,8 +1,8 @@
 //! The payout loop: list claimable payouts and visit them in this process's own shuffled
 //! order, up to `EXECUTOR_CONCURRENCY` at once (a [`JoinSet`] of attempts in the process's
-//! one session); for each, acquire `payout:{id}` through the SDK, claim (P2) with the
+//! one session); for each, acquire `payout:{id}` through the SDK, claim with the
 //! handle's token, guard, check the remaining lease covers the hop budget, submit through
-//! rail-proxy, guard, post (P3), release. The token is threaded unchanged from the handle
+//! rail-proxy, guard, post, release. The token is threaded unchanged from the handle
 //! through every write. The guard ([`guard`]) is a clause that stops the payout with the
 //! typed loss reason, never a boolean.
 
@@ -16,7 +16,10 @@ use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession
 use tokio::task::{JoinError, JoinSet};
 
 use crate::config::{CONCURRENCY_MAX, Config, FaultStep};
+use crate::guard::{guard, logged};
 use crate::loss::{SessionLossHandler, Watch};
+use crate::outcome::Outcome;
+use crate::quarantine::{QUARANTINED, Quarantine, error_backoff};
 use crate::services::{CallError, Fence, Refusal, Services};
 
 /// `payout_execute_seconds{outcome}`: one sample per payout attempt.
@@ -27,145 +30,9 @@ pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
 /// payouts in its own shuffled order, so two rarely want the same payout at once.
 pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
 
-/// Longest pause between scans while a service keeps failing.
-pub const ERROR_BACKOFF_MAX_MS: u64 = 5_000;
 /// At most one line per this interval for each repeated warning (scan, acquire, step,
 /// session failures); the count of suppressed ones rides on the next line.
 pub const WARN_INTERVAL_MS: u64 = 5_000;
-/// How long a payout whose claim was fenced while this worker held its lock is skipped at
-/// first: such a fence was raised by a token the lock service has not issued yet (a forged
-/// or foreign one), or by a worker that took over this one's expired lease and is on it.
-/// Doubles per repeat, up to [`QUARANTINE_MAX_MS`].
-pub const QUARANTINE_FIRST_MS: u64 = 30_000;
-/// Longest quarantine.
-pub const QUARANTINE_MAX_MS: u64 = 600_000;
-
-/// The pause after `failures` consecutive failed scans: the poll interval doubled per
-/// failure, capped at [`ERROR_BACKOFF_MAX_MS`], with up to a quarter of jitter so that
-/// workers do not return in step.
-pub fn error_backoff(poll_interval: Duration, failures: u32) -> Duration {
-    let cap = Duration::from_millis(ERROR_BACKOFF_MAX_MS);
-    let doubled = poll_interval.saturating_mul(1_u32 << failures.min(16).saturating_sub(1));
-    let base = doubled.min(cap);
-    base.mul_f64(0.75 + fastrand::f64() * 0.25)
-}
-
-/// Payouts this worker skips for a while: fenced at claim while it held their lock.
-#[derive(Debug, Default)]
-pub struct Quarantine {
-    /// payout id -> (skipped until, times fenced in a row).
-    entries: Mutex<std::collections::HashMap<i64, (Instant, u32)>>,
-}
-
-impl Quarantine {
-    /// Skips `payout_id` for the next period (doubling per repeat).
-    pub fn add(&self, payout_id: i64, now: Instant) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let repeats = entries.get(&payout_id).map_or(0, |(_, n)| *n);
-        let period_ms = QUARANTINE_FIRST_MS
-            .saturating_mul(1_u64 << repeats.min(16))
-            .min(QUARANTINE_MAX_MS);
-        entries.insert(
-            payout_id,
-            (
-                now + Duration::from_millis(period_ms),
-                repeats.saturating_add(1),
-            ),
-        );
-        metrics::gauge!(QUARANTINED).set(entries.len() as f64);
-    }
-
-    /// Forgets `payout_id` (its attempt got somewhere).
-    pub fn clear(&self, payout_id: i64) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.remove(&payout_id).is_some() {
-            metrics::gauge!(QUARANTINED).set(entries.len() as f64);
-        }
-    }
-
-    /// Whether `payout_id` is to be skipped at `now`.
-    pub fn is_skipped(&self, payout_id: i64, now: Instant) -> bool {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries
-            .get(&payout_id)
-            .is_some_and(|(until, _)| now < *until)
-    }
-}
-
-/// `executor_quarantined_payouts`: payouts this worker currently skips.
-pub const QUARANTINED: &str = "executor_quarantined_payouts";
-
-/// How one payout attempt ended (the `outcome` tag, pinned in C4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The rail accepted; the payout is `SETTLED`.
-    Acked,
-    /// The rail refused; the payout is `REJECTED`.
-    Rejected,
-    /// The rail's answer is unknown; the payout is `RAIL_AMBIGUOUS`.
-    Ambiguous,
-    /// Another worker holds the lock: no state change, no failure.
-    Contended,
-    /// The payout was already terminal.
-    AlreadyTerminal,
-    /// A claim or submit was refused by the fence: never re-acquired in this attempt.
-    Fenced,
-    /// The remaining lease does not cover a worst-case submit: released for a fresh token.
-    LeaseShort,
-    /// The lock was lost: abandoned by this worker, no write after the loss.
-    Lost,
-    /// A service was unreachable or answered unexpectedly; retried on a later scan.
-    Error,
-}
-
-impl Outcome {
-    /// Whether the attempt changed the payout (or must be retried at once, as a short
-    /// lease is): a fenced, contended, terminal or failed attempt is no progress, so a
-    /// worker facing only such payouts sleeps instead of spinning.
-    pub fn is_progress(self) -> bool {
-        matches!(
-            self,
-            Self::Acked | Self::Rejected | Self::Ambiguous | Self::LeaseShort
-        )
-    }
-
-    /// Every outcome, so each series is exported from start (at zero).
-    pub const ALL: [Self; 9] = [
-        Self::Acked,
-        Self::Rejected,
-        Self::Ambiguous,
-        Self::Contended,
-        Self::AlreadyTerminal,
-        Self::Fenced,
-        Self::LeaseShort,
-        Self::Lost,
-        Self::Error,
-    ];
-
-    /// The tag value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Acked => "acked",
-            Self::Rejected => "rejected",
-            Self::Ambiguous => "ambiguous",
-            Self::Contended => "contended",
-            Self::AlreadyTerminal => "already_terminal",
-            Self::Fenced => "fenced",
-            Self::LeaseShort => "lease_short",
-            Self::Lost => "lost",
-            Self::Error => "error",
-        }
-    }
-}
 
 /// The payouts this process has an attempt on. At most one attempt per payout at a time in a
 /// process: a second `acquire` of a key the session holds would return the same grant (the
@@ -677,7 +544,7 @@ impl Executor {
         }
     }
 
-    /// Closes the session (L3) and the client (joins the heartbeat thread), once
+    /// Closes the session and the client (joins the heartbeat thread), once
     /// [`run`](Self::run) has returned: its attempts, which share the executor, have ended.
     pub async fn shutdown(self: Arc<Self>) {
         match Arc::try_unwrap(self) {
@@ -714,111 +581,4 @@ fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<
         );
     }
     Ok(())
-}
-
-/// Runs one write and logs it with its answer (`write`: payout, step, token, result, the
-/// wall time it was sent, and the grant's deadline as the guard before it saw it): the fault
-/// campaign's history reads these lines, and checks each deadline against the lock-server's
-/// expiry of the grant (I4).
-async fn logged<T>(
-    payout_id: i64,
-    step: &'static str,
-    token: lock_api::FencingToken,
-    belief: Belief,
-    call: impl std::future::Future<Output = Result<T, CallError>>,
-) -> Result<T, CallError> {
-    let invoked_at = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
-    let deadline_at = humantime::format_rfc3339_micros(belief.deadline_at).to_string();
-    let result = call.await;
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(err) => match err.code() {
-            Some(Refusal::FencedOut) => "fenced",
-            Some(Refusal::AlreadyTerminal) => "terminal",
-            Some(Refusal::AlreadySubmitted) => "submitted",
-            _ => "error",
-        },
-    };
-    tracing::info!(event = "write", payout_id, step, token = token.0, result = outcome, invoked_at = %invoked_at, deadline_at = %deadline_at);
-    result
-}
-
-/// The guard clause before every write: the listener has not reported the grant lost, and
-/// the grant is within the SDK's conservative deadline. `Err` carries the typed reason; the
-/// caller stops with `?`. `Ok` is no permission for a side effect: the fence is the safety.
-pub fn guard(
-    session: &LockClientSession,
-    handle: &LockHandle,
-    watch: &Watch,
-) -> Result<Belief, LockLost> {
-    watch.check()?;
-    let remaining = session.remaining(handle)?;
-    Ok(Belief {
-        remaining,
-        deadline_at: std::time::SystemTime::now() + remaining,
-    })
-}
-
-/// What a passed guard saw: the time left before the grant's conservative deadline, and that
-/// deadline in wall time (for the log; the SDK itself counts on its monotonic clock).
-#[derive(Debug, Clone, Copy)]
-pub struct Belief {
-    /// Time left before the deadline.
-    pub remaining: Duration,
-    /// The deadline, wall time.
-    pub deadline_at: std::time::SystemTime,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_changed_payout_is_progress() {
-        let progress: Vec<_> = Outcome::ALL
-            .into_iter()
-            .filter(|o| o.is_progress())
-            .collect();
-        assert_eq!(
-            progress,
-            [
-                Outcome::Acked,
-                Outcome::Rejected,
-                Outcome::Ambiguous,
-                Outcome::LeaseShort
-            ]
-        );
-    }
-
-    #[test]
-    fn a_fenced_payout_is_skipped_for_a_doubling_period() {
-        let q = Quarantine::default();
-        let t0 = Instant::now();
-        assert!(!q.is_skipped(7, t0));
-        q.add(7, t0);
-        let first = Duration::from_millis(QUARANTINE_FIRST_MS);
-        assert!(q.is_skipped(7, t0 + first - Duration::from_millis(1)));
-        assert!(!q.is_skipped(7, t0 + first));
-        assert!(!q.is_skipped(8, t0), "other payouts are not skipped");
-        q.add(7, t0 + first);
-        assert!(
-            q.is_skipped(7, t0 + first + first + first / 2),
-            "the second period doubles"
-        );
-        q.clear(7);
-        assert!(!q.is_skipped(7, t0 + first));
-    }
-
-    #[test]
-    fn backoff_doubles_from_the_poll_interval_to_its_cap() {
-        let poll = Duration::from_millis(100);
-        for (failures, base_ms) in [(1, 100), (2, 200), (3, 400), (7, 5_000), (40, 5_000)] {
-            let pause = error_backoff(poll, failures);
-            let base = Duration::from_millis(base_ms);
-            assert!(
-                pause <= base && pause >= base.mul_f64(0.75),
-                "{failures}: {pause:?}"
-            );
-        }
-    }
 }

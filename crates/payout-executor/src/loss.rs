@@ -5,7 +5,7 @@
 //! logged once per lost grant by the SDK that delivers the loss.
 //!
 //! The executor's guard before every write asks the watch first (the listener's verdict),
-//! then `check_still_held` (the SDK's conservative clock): see `executor::guard`.
+//! then `check_still_held` (the SDK's conservative clock): see `guard::guard`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -12,7 +12,7 @@
 //! - [`binaries`]: workspace binaries built on demand.
 //! - [`bad_input`]: table-driven bad-request checks.
 //! - [`keys`]: the test signing key and its public entry.
-//! - [`openapi`]: the checked-in OpenAPI documents and their agreement with C3.
+//! - [`openapi`]: the checked-in OpenAPI documents and their agreement with the HTTP contract.
 
 pub mod bad_input;
 pub mod binaries;

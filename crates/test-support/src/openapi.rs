@@ -1,7 +1,7 @@
 //! Checks every service's OpenAPI document gets: the checked-in file under
 //! `docs/openapi/` is what the code generates, and the statuses of each operation agree with
-//! the C3 contract's tables. The C3 readers (which differ per surface) stay with each
-//! service's tests; what they produce is compared here.
+//! the tables of `docs/contracts/C3-http-surfaces.md`. The contract's readers (which differ per
+//! surface) stay with each service's tests; what they produce is compared here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -87,17 +87,17 @@ mod tests {
     }
 }
 
-/// What C3 says of one operation: the statuses it must document (`listed`), and the
+/// What the HTTP contract says of one operation: the statuses it must document (`listed`), and the
 /// statuses it may document besides (`allowed`: the contract's common answers).
 #[derive(Debug, Clone, Default)]
 pub struct ContractOperation {
-    /// Statuses C3 names for this operation.
+    /// Statuses the contract names for this operation.
     pub listed: BTreeSet<u16>,
-    /// Statuses C3 allows every operation of its group.
+    /// Statuses the contract allows every operation of its group.
     pub allowed: BTreeSet<u16>,
 }
 
-/// Compares `doc`'s operations with `contract` (`(method, path)` → what C3 says): every
+/// Compares `doc`'s operations with `contract` (`(method, path)` → what the contract says): every
 /// listed status is documented, and every documented status is listed or allowed. Also
 /// fails when an operation of the contract is missing from the document.
 pub fn assert_statuses_agree(

@@ -117,8 +117,8 @@ pub(super) fn lock_client_config_with(
     config
 }
 
-/// An HTTP client that presents the lock clients' credential (raw L1-L7 calls of tests and
-/// benchmarks).
+/// An HTTP client that presents the lock clients' credential (raw calls of tests and
+/// benchmarks, on every lock route but revoke).
 pub fn lock_http(credential: &str) -> anyhow::Result<reqwest::Client> {
     let headers = lock_client::bearer_headers(credential)
         .context("the lock client credential is not a valid header value")?;

@@ -122,7 +122,7 @@ impl Stack {
             .header(lock_api::FENCING_PROOF_HEADER, self.proof(payout_id, token))
     }
 
-    /// P2 with `token` (and its genuine proof), as a stale executor would send it: the
+    /// A claim with `token` (and its genuine proof), as a stale executor would send it: the
     /// status and the error code, if any.
     pub async fn try_claim(&self, id: i64, token: i64) -> anyhow::Result<(u16, Option<String>)> {
         let url = format!("{}/v1/payouts/{id}/claim", self.payment_url);
@@ -151,7 +151,7 @@ impl Stack {
         Ok((status, body["code"].as_str().map(str::to_owned)))
     }
 
-    /// L7 on the first replica: the holder's token of `key`, or `None` when nobody holds it.
+    /// Inspect on the first replica: the holder's token of `key`, or `None` when nobody holds it.
     pub async fn lock_holder(&self, key: &str) -> anyhow::Result<Option<i64>> {
         let response = self
             .http

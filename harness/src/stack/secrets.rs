@@ -3,18 +3,18 @@
 
 use super::*;
 
-/// The secrets of a stack's roles (C5): each service gets only those of its own roles.
+/// The secrets of a stack's roles: each service gets only those of its own roles.
 #[derive(Debug, Clone)]
 pub struct Secrets {
-    /// P0 (`PAYMENT_CREATOR_TOKEN`).
+    /// Payout creators, to create payouts (`PAYMENT_CREATOR_TOKEN`).
     pub creator: String,
     /// Executors to payment-resource and rail-proxy (`PAYOUT_EXECUTOR_TOKEN`).
     pub executor: String,
     /// Operators' repairs at payment-resource (`PAYMENT_ADMIN_TOKEN`).
     pub payment_admin: String,
-    /// Lock clients on L1-L7 (`LOCK_CLIENT_TOKEN`).
+    /// Lock clients, on every lock route but revoke (`LOCK_CLIENT_TOKEN`).
     pub lock_client: String,
-    /// L8 (`LOCK_ADMIN_TOKEN`).
+    /// Operators' revokes at the lock-server (`LOCK_ADMIN_TOKEN`).
     pub lock_admin: String,
     /// rail-proxy to payment-resource (`PAYMENT_PROXY_TOKEN`).
     pub proxy: String,

@@ -12,7 +12,7 @@ use lock_api::{ErrorCode, LossReason, RetryVerdict};
 use crate::backoff;
 use crate::config::AcquirePolicy;
 
-/// What a waiting L4 leaves of the request timeout for the server's last store call and the
+/// What a waiting acquire leaves of the request timeout for the server's last store call and the
 /// answer's way back.
 pub const WAIT_REPLY_MARGIN_MS: u64 = 250;
 
@@ -89,7 +89,7 @@ impl Attempt {
 /// See [`Attempt::grant_basis_nanos`]. The server's `waited_ms` are its clock's; on this
 /// client's clock, running slow by up to the margin the SDK allows for drift, they may have
 /// lasted only `waited × (1 − margin)`, so that is all the credit a wait earns (crediting it
-/// whole let a slow client's deadline pass the server's expiry: I4, found by the simulation).
+/// whole let a slow client's deadline lie after the server's expiry, as the simulation found).
 pub fn grant_basis_nanos(
     send_nanos: u64,
     received_nanos: u64,

@@ -4,7 +4,8 @@
 //! replies the caller received; outputs are decisions (what to send on a tick, how long to
 //! wait) and the losses to deliver. No I/O, no clock reads, no threads, no async, no locks.
 //!
-//! The acquire loop's decisions live in [`acquire`]. Two drivers run this exact code:
+//! The acquire loop's decisions live in [`acquire`], the deadline arithmetic in `deadline`,
+//! the heartbeat's grid in `tick_grid`. Two drivers run this exact code:
 //! `LockClientSession` with the heartbeat thread (over a `Transport` and a `Clock`), and the
 //! deterministic simulation (`crates/lock-sim`). Every instant a deadline counts from is
 //! stamped here, when the core plans the request ([`Sent`], [`acquire::Attempt`]): a driver
@@ -21,49 +22,15 @@ use lock_api::{ErrorCode, FencingToken, LockKey, LockLost, LossReason};
 use crate::clock::{deadline_passed, nanos_until};
 
 pub mod acquire;
+mod deadline;
+mod tick_grid;
 
 pub use acquire::{AcquireLoop, AfterFailure, Attempt, Next, grant_basis_nanos};
-
-/// Heartbeat divisor (the seed's assumption): three periods fit in the usable lease, so two
-/// consecutive lost heartbeats are tolerated before the local deadline passes.
-pub const HEARTBEAT_DIVISOR: u32 = 3;
-/// A grant is renewed on the tick that finds less than this many periods left.
-pub const RENEW_BELOW_PERIODS: u32 = 2;
-/// Shortest heartbeat period, whatever the leases: bounds the tick rate.
-pub const MIN_HEARTBEAT_PERIOD_MS: u64 = 10;
-
-/// The usable part of a lease in nanoseconds: `lease × (1 − margin)`, the margin rounded up
-/// so a deadline errs early.
-pub fn usable_nanos(safety_margin: f64, lease_ms: u64) -> u64 {
-    let lease_nanos = lease_ms.saturating_mul(1_000_000);
-    let margin_nanos = (lease_nanos as f64 * safety_margin).ceil() as u64;
-    lease_nanos.saturating_sub(margin_nanos)
-}
-
-/// The longest a supervisor may give a process between telling it to stop (at the grant's
-/// conservative deadline) and killing it: half of the margin, `(lease − usable) / 2`. The
-/// server keeps the lease at least `lease × margin` past that deadline on a true clock; the
-/// other half is left for clock-rate drift and for delivering the loss.
-pub fn stop_grace_limit(safety_margin: f64, lease_ms: u64) -> Duration {
-    let lease_nanos = lease_ms.saturating_mul(1_000_000);
-    Duration::from_nanos(lease_nanos.saturating_sub(usable_nanos(safety_margin, lease_ms)) / 2)
-}
-
-/// The heartbeat period for a basis (the session TTL, or a shorter live lease):
-/// usable basis / [`HEARTBEAT_DIVISOR`], at least [`MIN_HEARTBEAT_PERIOD_MS`].
-pub fn heartbeat_period(safety_margin: f64, basis_ms: u64) -> Duration {
-    let period_nanos = usable_nanos(safety_margin, basis_ms) / u64::from(HEARTBEAT_DIVISOR);
-    Duration::from_nanos(period_nanos).max(Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS))
-}
-
-/// The guarantee the heartbeat gives a caller: right after a tick, every live grant whose
-/// lease is at least `basis_ms` has at least this much time before its conservative deadline
-/// (a tick renews anything under [`RENEW_BELOW_PERIODS`] periods; a renewal restores the
-/// whole usable lease). A worst-case write that needs more can never be guarded.
-pub fn remaining_after_tick(safety_margin: f64, basis_ms: u64) -> Duration {
-    let usable = usable_nanos(safety_margin, basis_ms);
-    Duration::from_nanos(usable / u64::from(HEARTBEAT_DIVISOR) * u64::from(RENEW_BELOW_PERIODS))
-}
+pub use deadline::{
+    HEARTBEAT_DIVISOR, MIN_HEARTBEAT_PERIOD_MS, RENEW_BELOW_PERIODS, heartbeat_period,
+    remaining_after_tick, stop_grace_limit, usable_nanos,
+};
+pub use tick_grid::TickGrid;
 
 /// One held grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +71,7 @@ pub struct Losses {
 pub enum Unhold {
     /// Other holds remain; the grant's loss, if any.
     StillHeld(Option<LossReason>),
-    /// The last hold: send L6. The grant's loss, if any.
+    /// The last hold: send the release. The grant's loss, if any.
     Last(Option<LossReason>),
     /// The registry does not know this grant (already released, or never registered).
     Unknown,
@@ -156,7 +123,7 @@ impl Sent {
     }
 }
 
-/// An L5 a tick sends, and when.
+/// A renewal a tick sends, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {
     /// The key.
@@ -167,13 +134,13 @@ pub struct Renewal {
     pub sent: Sent,
 }
 
-/// What a heartbeat tick sends: always L2 (unless the session is lost or closed), and L5 for
-/// every live grant under [`RENEW_BELOW_PERIODS`] periods.
+/// What a heartbeat tick sends: always a heartbeat (unless the session is lost or closed), and a
+/// renewal for every live grant under [`RENEW_BELOW_PERIODS`] periods.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickPlan {
-    /// Send L2, stamped.
+    /// Send the heartbeat, stamped.
     pub heartbeat: Option<Sent>,
-    /// Send L5 for these.
+    /// Send a renewal for each of these.
     pub renew: Vec<Renewal>,
 }
 
@@ -228,15 +195,15 @@ impl SessionCore {
         self.closed
     }
 
-    /// A successful L2 planned as `sent`: the session lives `ttl × (1 − margin)` past its
-    /// send. A lost session stays lost.
+    /// A successful heartbeat planned as `sent`: the session lives `ttl × (1 − margin)` past
+    /// its send. A lost session stays lost.
     pub fn heartbeat_ok(&mut self, sent: Sent, ttl_ms: u64) {
         if self.lost.is_none() && !self.closed {
             self.session_deadline_nanos = self.deadline_after(sent.nanos, ttl_ms);
         }
     }
 
-    /// A successful L5 of `renewal`: the grant's new deadline (its send plus the usable
+    /// A successful renew of `renewal`: the grant's new deadline (its send plus the usable
     /// `lease_ms`), or `None` when the grant is lost or gone (a late answer never revives it).
     pub fn renew_ok(&mut self, renewal: &Renewal, lease_ms: u64) -> Option<u64> {
         if self.lost.is_some() || self.closed {
@@ -252,8 +219,8 @@ impl SessionCore {
         Some(deadline)
     }
 
-    /// A failed L2 (`code`: the refusal's, `None` when nothing answered): the session is
-    /// lost when the code says so. Returns whether the next call goes to the next endpoint.
+    /// A failed heartbeat (`code`: the refusal's, `None` when nothing answered): the session
+    /// is lost when the code says so. Returns whether the next call goes to the next endpoint.
     pub fn heartbeat_failed(&mut self, code: Option<ErrorCode>) -> bool {
         if let Some(reason) = code.and_then(acquire::session_loss) {
             self.lose_session(reason);
@@ -262,8 +229,8 @@ impl SessionCore {
         acquire::rotates(code)
     }
 
-    /// A failed L5 of `renewal`: `LOCK_LOST` loses the grant (`RenewRefused`), a session code
-    /// the session. Returns whether the next call goes to the next endpoint.
+    /// A failed renew of `renewal`: `LOCK_LOST` loses the grant (`RenewRefused`), a session
+    /// code the session. Returns whether the next call goes to the next endpoint.
     pub fn renew_failed(&mut self, renewal: &Renewal, code: Option<ErrorCode>) -> bool {
         if code == Some(ErrorCode::LockLost) {
             self.lose_grant(&renewal.key, renewal.token, LossReason::RenewRefused);
@@ -566,54 +533,6 @@ impl SessionCore {
     }
 }
 
-/// The heartbeat's tick grid: ticks stay on a grid (a slow tick does not push the next one
-/// back); after a stall longer than a period, a fresh grid starts from now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TickGrid {
-    next_tick_nanos: u64,
-}
-
-fn duration_nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl TickGrid {
-    /// The first tick one `period` after `now_nanos`.
-    pub fn new(now_nanos: u64, period: Duration) -> Self {
-        Self {
-            next_tick_nanos: now_nanos.wrapping_add(duration_nanos(period)),
-        }
-    }
-
-    /// When the next tick is due.
-    pub fn next_tick_nanos(&self) -> u64 {
-        self.next_tick_nanos
-    }
-
-    /// How long to wait at `now_nanos` before the next tick.
-    pub fn wait(&self, now_nanos: u64) -> Duration {
-        Duration::from_nanos(nanos_until(now_nanos, self.next_tick_nanos))
-    }
-
-    /// The period shrank (a shorter lease arrived): tick no later than one new `period`
-    /// from `now_nanos`.
-    pub fn tighten(&mut self, now_nanos: u64, period: Duration) {
-        let sooner = now_nanos.wrapping_add(duration_nanos(period));
-        if nanos_until(sooner, self.next_tick_nanos) > 0 {
-            self.next_tick_nanos = sooner;
-        }
-    }
-
-    /// A tick ran; `now_nanos` is after it.
-    pub fn advance(&mut self, now_nanos: u64, period: Duration) {
-        let period_nanos = duration_nanos(period);
-        self.next_tick_nanos = self.next_tick_nanos.wrapping_add(period_nanos);
-        if nanos_until(self.next_tick_nanos, now_nanos) > period_nanos {
-            self.next_tick_nanos = now_nanos;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
 
@@ -664,17 +583,6 @@ mod tests {
         assert_eq!(
             c.remaining(&key("k"), FencingToken(4), START.wrapping_add(2_100 * MS)),
             Err(LossReason::DeadlinePassed)
-        );
-    }
-
-    #[test]
-    fn the_margin_rounds_up_so_deadlines_err_early() {
-        assert_eq!(usable_nanos(0.3, 1), 700_000);
-        assert_eq!(usable_nanos(0.333_333_333, 1), 666_666);
-        let huge = usable_nanos(0.3, u64::MAX);
-        assert!(
-            huge > u64::MAX / 2 && huge < u64::MAX,
-            "saturates, never wraps: {huge}"
         );
     }
 
@@ -776,45 +684,5 @@ mod tests {
         );
         c.release_answered(&key("a"), FencingToken(1));
         assert!(grant(&mut c, "a", 2, 3_000).is_ok());
-    }
-
-    #[test]
-    fn a_stop_grace_fits_in_half_the_margin() {
-        assert_eq!(stop_grace_limit(0.3, 10_000), Duration::from_millis(1_500));
-        assert_eq!(stop_grace_limit(0.25, 1_000), Duration::from_millis(125));
-        assert_eq!(stop_grace_limit(0.3, 0), Duration::ZERO);
-    }
-
-    #[test]
-    fn the_guarantee_after_a_tick_is_two_periods_of_the_usable_lease() {
-        assert_eq!(
-            remaining_after_tick(0.3, 10_000),
-            Duration::from_nanos(7_000 * MS / 3 * 2)
-        );
-        assert_eq!(
-            heartbeat_period(0.3, 1),
-            Duration::from_millis(MIN_HEARTBEAT_PERIOD_MS)
-        );
-    }
-
-    #[test]
-    fn the_tick_grid_stays_on_its_grid_and_restarts_after_a_stall() {
-        let period = Duration::from_millis(100);
-        let mut grid = TickGrid::new(START, period);
-        assert_eq!(grid.wait(START), period);
-        grid.advance(START.wrapping_add(130 * MS), period);
-        assert_eq!(grid.next_tick_nanos(), START.wrapping_add(200 * MS));
-        grid.advance(START.wrapping_add(1_000 * MS), period);
-        assert_eq!(
-            grid.next_tick_nanos(),
-            START.wrapping_add(1_000 * MS),
-            "fresh grid"
-        );
-        grid.tighten(START.wrapping_add(1_000 * MS), Duration::from_millis(10));
-        assert_eq!(
-            grid.next_tick_nanos(),
-            START.wrapping_add(1_000 * MS),
-            "never later"
-        );
     }
 }

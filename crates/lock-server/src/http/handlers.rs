@@ -1,4 +1,4 @@
-//! Handlers of L1-L8 and the health and metrics endpoints.
+//! Handlers of the lock surface (sessions and locks) and the health and metrics endpoints.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -29,7 +29,8 @@ fn session_from_path(raw: &str) -> ApiResult<SessionId> {
 
 // The audit trail: every grant, renewal, release, session creation, extension and close is
 // one `info` line with the store's own expiry (`expires_at`, RFC 3339), logged before the
-// answer leaves. The harness checks invariants I3 and I4 from it.
+// answer leaves. From it the harness checks that tokens are unique and rise per key, and that
+// a client's deadline never lies after the server's expiry.
 
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", operation_id = "L1_create_session",
     request_body = CreateSessionRequest, security(("lock_client" = [])),

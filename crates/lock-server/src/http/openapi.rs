@@ -1,10 +1,11 @@
 //! The lock-server's OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]`
 //! annotations and lock-api's wire types, served at `GET /openapi.json` and checked in as
 //! `docs/openapi/lock-server.json` (a test fails when the two drift apart; another compares
-//! every operation's statuses with C3's tables).
+//! every operation's statuses with the tables of `docs/contracts/C3-http-surfaces.md`).
 //!
-//! Each handler documents the statuses of its own C3 table; the answers every operation of
-//! a group can give (C3 ct3-lock's preamble) are added here once, in [`CommonAnswers`].
+//! Each handler documents the statuses of its own table in that contract; the answers every
+//! operation of a group can give (the preamble of its `ct3-lock` section) are added here once,
+//! in [`CommonAnswers`].
 
 use std::sync::OnceLock;
 

@@ -1,10 +1,11 @@
 //! payment-resource's OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]`
 //! annotations and payment-api's wire types, served at `GET /openapi.json` and checked in as
 //! `docs/openapi/payment-resource.json` (a test fails when they drift apart; another compares
-//! every operation's statuses with C3's table).
+//! every operation's statuses with the table of `docs/contracts/C3-http-surfaces.md`).
 //!
-//! Each handler documents the statuses of its own C3 row; the answers every endpoint can
-//! give (C3 ct3-payment's first paragraph) are added once, in [`CommonAnswers`].
+//! Each handler documents the statuses of its own row of that table; the answers every
+//! endpoint can give (the first paragraph of the contract's `ct3-payment` section) are added
+//! once, in [`CommonAnswers`].
 
 use std::sync::OnceLock;
 

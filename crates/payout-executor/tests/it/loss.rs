@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_api::{LockKey, LossReason};
 use lock_client::AcquirePolicy;
 use lock_client::testing::Rig;
-use payout_executor::executor::guard;
+use payout_executor::guard::guard;
 use payout_executor::loss::SessionLossHandler;
 
 /// Heartbeat period of the rig.

@@ -31,7 +31,8 @@ impl EtcdStore {
         Ok((self.liveness(&grant.value).await? == Liveness::Live).then_some(grant))
     }
 
-    /// The session's record, or the L2-L5 error for a session that is not live.
+    /// The session's record, or the error that heartbeat, acquire and renew answer for a
+    /// session that is not live.
     pub(super) fn live_session(
         session: SessionId,
         record: Option<&KeyValue>,
@@ -46,8 +47,8 @@ impl EtcdStore {
         decode(record.value(), "session record")
     }
 
-    /// Same session again: the same token; the lease only grows (invariant I4). The
-    /// session's queue place, if it has one, goes.
+    /// Same session again: the same token; the lease only grows (so the client's deadline
+    /// never lies after the server's expiry). The session's queue place, if it has one, goes.
     pub(super) async fn regrant(
         &self,
         key: &LockKey,

@@ -5,18 +5,18 @@
 //!
 //! | key | value | lease | lives until |
 //! |---|---|---|---|
-//! | `P/s/{session}` | [`SessionValue`] | none | L3, or the reaper after expiry |
+//! | `P/s/{session}` | [`SessionValue`] | none | a close, or the reaper after expiry |
 //! | `P/sl/{session}` | empty | the session's | the session's lease ends |
-//! | `P/g/{lock_key}` | [`GrantValue`] | none | L6, L8, or the reaper after expiry |
+//! | `P/g/{lock_key}` | [`GrantValue`] | none | a release or a revoke, or the reaper after expiry |
 //! | `P/gl/{lease}` | empty | the grant's own | the grant's lease ends |
-//! | `P/f/{lock_key}` | last token issued | none | never (invariant I3) |
+//! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
 //! | `P/w/{lock_key}/{session}` | the place's TTL in seconds | the place's own | granted, left, lapsed, or the reaper once its session ended |
 //! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant, or the reaper once the delay is over |
 //! | `P/dl/{lease}` | empty | the delay's own | the lock-delay ends |
 //!
 //! A session is live while its `sl` marker exists, expired while its record outlives the
-//! marker (so L2 can say `SESSION_EXPIRED` until the reaper runs, as on PostgreSQL). A grant
-//! is live while its record, its `gl` marker and its holder's `sl` marker all exist. Leases
+//! marker (so a heartbeat can say `SESSION_EXPIRED` until the reaper runs, as on PostgreSQL). A
+//! grant is live while its record, its `gl` marker and its holder's `sl` marker all exist. Leases
 //! are etcd's: the store's clock is the etcd leader's, never a lock-server's. etcd counts
 //! lease TTLs in whole seconds, so TTLs are rounded *up* (a holder keeps a lock at least as
 //! long as it was told, never less).

@@ -64,7 +64,7 @@ impl EtcdStore {
                 kept.insert(lock_key, grant.value.token);
                 continue;
             }
-            // L3 deleted the session: its grants went with it, as on PostgreSQL (no report,
+            // A close deleted the session: its grants went with it, as on PostgreSQL (no report,
             // no lock-delay).
             let session_closed =
                 !session_records.contains(self.session_key(grant.value.session).as_bytes());
