@@ -20,7 +20,8 @@ pub const REVOKED_TOTAL: &str = "lock_revoked_total";
 pub const NOT_LEADER_TOTAL: &str = "lock_not_leader_total";
 /// Acquires parked waiting for their key on this replica (gauge).
 pub const WAITERS: &str = "lock_waiters";
-/// Waiting acquires by how they ended (`outcome`, [`WAIT_OUTCOMES`]).
+/// Acquires that waited (parked, or were refused a place), by how they ended (`outcome`,
+/// [`WAIT_OUTCOMES`]); one granted by its first try did not wait and is not counted.
 pub const WAITS_TOTAL: &str = "lock_waits_total";
 /// Acquires refused because the key was in a lock-delay.
 pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
@@ -56,7 +57,7 @@ pub fn describe(backend: &'static str) {
         ),
         (
             WAITS_TOTAL,
-            "Waiting L4 requests (wait_ms) by outcome: granted, timed_out, draining, too_many_waiters.",
+            "Acquires with wait_ms that waited (parked, or were refused a place) by outcome: granted, timed_out, draining, too_many_waiters. A grant at the first try is no wait.",
         ),
         (
             LOCK_DELAYED_TOTAL,

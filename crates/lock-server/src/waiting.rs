@@ -218,7 +218,9 @@ impl Drop for QueuePlace {
 /// How a waiting acquire ended, short of a store error.
 #[derive(Debug)]
 pub enum Waited {
-    /// The store's last answer (a grant, or the refusal at the deadline) and the
+    /// Granted by the first try, without parking: no wait.
+    AtOnce(AcquireOutcome),
+    /// Parked, then the store's last answer (a grant, or the refusal at the deadline) and the
     /// milliseconds between the request's start and the store call that gave it.
     Answer(AcquireOutcome, u64),
     /// The replica started draining: the client should go to another replica, where its
@@ -248,7 +250,7 @@ pub async fn acquire_waiting(
     // with waiters is refused here (it has no place) and queues at the back below.
     let tried = store.acquire_with(key, session, spec).await?;
     if matches!(tried, AcquireOutcome::Granted { .. }) {
-        return Ok(Waited::Answer(tried, 0));
+        return Ok(Waited::AtOnce(tried));
     }
     // Parked before the first queued store call, so a wake-up racing it leaves a permit.
     let ticket = match waiters.join(key, session) {

@@ -311,6 +311,19 @@ async fn s2_two_executors_share_the_work_without_paying_twice() {
         mean_wait > 1.5,
         "a contended acquire waited its budget (2 s), not a refused try: {mean_wait:.3} s on average over {contended}"
     );
+    // The lock service saw the same: waits that parked behind A's lock and ran out (an
+    // acquire granted by its first try is no wait, and is not counted).
+    let mut timed_out = 0.0;
+    for server in &stack.lock_servers {
+        let metrics = stack.metrics(&server.url).await.unwrap();
+        timed_out += metrics
+            .sum("lock_waits_total", &[("outcome", "timed_out")])
+            .unwrap_or_else(|e| panic!("the lock-server's wait counter is exported: {e}"));
+    }
+    assert!(
+        timed_out >= 1.0,
+        "a replica parked B's acquire behind A's lock until its wait ran out: {timed_out}"
+    );
     // One LockClient session per executor process over the whole run.
     let audit = stack.audit().unwrap();
     for name in ["executor-a", "executor-b"] {

@@ -161,17 +161,20 @@ pub async fn acquire(
         )
         .await
         .map_err(api_error)?;
+        // A wait is counted when it parked (or was refused a place): an acquire with
+        // `wait_ms` granted by its first try never waited.
         let (label, answer) = match waited {
+            Waited::AtOnce(outcome) => (None, Ok((outcome, 0))),
             Waited::Answer(outcome, waited_ms) => {
                 let label = if matches!(outcome, AcquireOutcome::Granted { .. }) {
                     "granted"
                 } else {
                     "timed_out"
                 };
-                (label, Ok((outcome, waited_ms)))
+                (Some(label), Ok((outcome, waited_ms)))
             }
             Waited::Draining => (
-                "draining",
+                Some("draining"),
                 Err(ApiError::new(
                     ErrorCode::NotLeader,
                     format!(
@@ -180,14 +183,17 @@ pub async fn acquire(
                 )),
             ),
             Waited::Refused(refused) => (
-                "too_many_waiters",
+                Some("too_many_waiters"),
                 Err(ApiError::new(
                     ErrorCode::TooManyWaiters,
                     format!("cannot wait for {key}: {refused}"),
                 )),
             ),
         };
-        metrics::counter!(m::WAITS_TOTAL, "backend" => backend, "outcome" => label).increment(1);
+        if let Some(label) = label {
+            metrics::counter!(m::WAITS_TOTAL, "backend" => backend, "outcome" => label)
+                .increment(1);
+        }
         answer?
     };
     let waited = if wait_ms == 0 {

@@ -121,7 +121,71 @@ async fn restart_keeps_tokens_rising_and_sigterm_drains_cleanly(at: StoreAt) {
     stop(second).await;
 }
 
-on_both_backends!(restart_keeps_tokens_rising_and_sigterm_drains_cleanly);
+on_both_backends!(
+    restart_keeps_tokens_rising_and_sigterm_drains_cleanly,
+    only_acquires_that_parked_count_as_waits,
+);
+
+/// `lock_waits_total{outcome}` of the replica at `api`, from `/metrics` (absent: a failure).
+async fn waits(api: &Api, outcome: &str) -> u64 {
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("a body");
+    let series = format!("outcome=\"{outcome}\"");
+    text.lines()
+        .find(|l| l.starts_with("lock_waits_total{") && l.contains(&series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("lock_waits_total{{{series}}} missing:\n{text}"))
+}
+
+/// A real process, so that its counters are its own.
+async fn only_acquires_that_parked_count_as_waits(at: StoreAt) {
+    let logs = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let api = Api::new(format!("http://127.0.0.1:{port}"));
+    let server = spawn("lock-server", &at, port, logs.path());
+    ready(&api).await;
+    let path = "/v1/locks/counted/acquire";
+    let ask = |session: &str, wait_ms: u64| serde_json::json!({"session_id": session, "ttl_ms": 30_000, "wait_ms": wait_ms});
+    let (holder, late, next) = (
+        api.session("holder", 30_000).await,
+        api.session("late", 30_000).await,
+        api.session("next", 30_000).await,
+    );
+    // A free key, asked with a wait: granted by the first try, no wait.
+    let (status, grant) = api.post(path, ask(&holder, 3_000)).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    assert_eq!(
+        waits(&api, "granted").await,
+        0,
+        "a grant at once is no wait"
+    );
+    // Parked until its wait ran out.
+    let (status, body) = api.post(path, ask(&late, 200)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(waits(&api, "timed_out").await, 1);
+    // Parked, then granted on the release.
+    let waiting = {
+        let (api, body) = (api.clone(), ask(&next, 3_000));
+        tokio::spawn(async move { api.post(path, body).await })
+    };
+    poll_until("the waiter to park", START_DEADLINE, || async {
+        let (_, info) = api.call(Method::GET, "/v1/locks/counted", None).await;
+        (info["waiters"] == 1).then_some(())
+    })
+    .await;
+    assert!(api.release("counted", &holder, token(&grant)).await);
+    let (status, body) = waiting.await.expect("the waiter");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(waits(&api, "granted").await, 1);
+    stop(server).await;
+}
 
 /// Runs the binary to its exit (it must exit by itself); its status and stderr.
 async fn run_to_exit(env: &[(&str, String)]) -> (std::process::ExitStatus, String) {

@@ -1,4 +1,4 @@
-//! Issue 13 over HTTP: L4 `wait_ms` (FIFO across two replicas, bounds, a waiter that goes
+//! Waiting over HTTP: L4 `wait_ms` (FIFO across two replicas, bounds, a waiter that goes
 //! away, draining) and `lock_delay_ms` (after expiry and revoke, not after release).
 
 use std::sync::{Arc, Mutex};
@@ -262,3 +262,59 @@ crate::support::on_both_backends!(
     lock_delay_holds_others_back_after_expiry_and_revoke_only,
     bad_waits_and_delays_are_refused_by_name,
 );
+
+/// PostgreSQL: a release in flight while a waiter takes its queue place cannot see the place
+/// (it is not committed), so its wake-up names nobody; the waiter must still be woken by it,
+/// not by its recheck a second later. The test holds a release open (the grant row deleted,
+/// not committed) until the waiter has reached the race, then commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_release_racing_a_new_queue_place_still_wakes_the_waiter() {
+    use sqlx::{Connection, Executor};
+    let (store, url) = crate::support::pg_store().await;
+    let a = TestServer::start(store, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let waiter = a.api.session("waiter", 30_000).await;
+    let (status, grant) = a.api.acquire("race", &holder, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+
+    let mut release = sqlx::PgConnection::connect(&url).await.unwrap();
+    release.execute("BEGIN").await.unwrap();
+    release
+        .execute("DELETE FROM locks WHERE lock_key = 'race'")
+        .await
+        .unwrap();
+    let asking = {
+        let api = a.api.clone();
+        tokio::spawn(async move {
+            let answer = acquire_with(&api, "race", &waiter, json!({"wait_ms": WAIT_MS})).await;
+            (answer, tokio::time::Instant::now())
+        })
+    };
+    // The race is reached when the waiter's place is committed (it looked, and parked) or
+    // its store call waits on a row lock (it waits for the release to end).
+    let look = sqlx::PgPool::connect(&url).await.unwrap();
+    poll_until("the waiter to reach the release", DEADLINE, || {
+        let look = look.clone();
+        async move {
+            let (places, blocked): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM lock_waiters WHERE lock_key = 'race'),
+                        (SELECT count(*) FROM pg_stat_activity
+                          WHERE datname = current_database() AND wait_event_type = 'Lock')",
+            )
+            .fetch_one(&look)
+            .await
+            .unwrap();
+            (places + blocked > 0).then_some(())
+        }
+    })
+    .await;
+    release.execute("COMMIT").await.unwrap();
+    let committed = tokio::time::Instant::now();
+    let ((status, body), answered) = asking.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let woken_after = answered - committed;
+    assert!(
+        woken_after < Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS / 2),
+        "the waiter was granted {woken_after:?} after the release: by its recheck, not by the release"
+    );
+}
