@@ -127,6 +127,39 @@ pub struct CreatePayout {
     pub beneficiary: String,
 }
 
+/// Longest executor name an offer may carry: an owner id's bound, since an executor names
+/// itself by its lock session's owner id.
+pub const OFFER_EXECUTOR_MAX_BYTES: usize = lock_api::OWNER_ID_MAX_BYTES;
+/// Most payouts one offer request may take.
+pub const OFFER_LIMIT_MAX: i64 = 500;
+/// Shortest an offer may last, in milliseconds.
+pub const OFFER_MS_MIN: i64 = 100;
+/// Longest an offer may last, in milliseconds.
+pub const OFFER_MS_MAX: i64 = 600_000;
+
+/// `POST /v1/offers` body: offer the asking executor claimable payouts that no executor holds
+/// a live offer for, each its alone for `offer_ms`. Advisory: it keeps executors off each
+/// other's payouts; the lock and the fence still decide who may write.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfferRequest {
+    /// The executor asking (its `EXECUTOR_ID`): 1 to 128 bytes with a visible character and no
+    /// control, invisible or bidirectional-override characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 128, example = "executor-1")
+    )] // OFFER_EXECUTOR_MAX_BYTES
+    pub executor: String,
+    /// How many payouts at most.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 500))] // OFFER_LIMIT_MAX
+    pub limit: i64,
+    /// How long each offer is the executor's alone, in milliseconds.
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 600_000))]
+    // OFFER_MS_MIN, OFFER_MS_MAX
+    pub offer_ms: i64,
+}
+
 /// A payout as payment-resource reports it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,8 @@ use axum::{Json, Router};
 use lock_api::{ErrorBody, ErrorCode, FenceVerifier, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
-    IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, PaymentCode, Payout, RecordOutcome, Reservation,
+    IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, OFFER_EXECUTOR_MAX_BYTES, OFFER_LIMIT_MAX,
+    OFFER_MS_MAX, OFFER_MS_MIN, OfferRequest, PaymentCode, Payout, RecordOutcome, Reservation,
     Submission,
 };
 use serde::Deserialize;
@@ -74,6 +75,7 @@ impl From<PayError> for ApiError {
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
     let routes = Router::new()
         .route("/v1/payouts", post(create).get(list))
+        .route("/v1/offers", post(offer))
         .route("/v1/payouts/{payout_id}", get(get_payout))
         .route("/v1/payouts/{payout_id}/claim", post(claim))
         .route("/v1/payouts/{payout_id}/submissions", post(reserve))
@@ -293,6 +295,50 @@ async fn list(
         ));
     }
     Ok(Json(state.store.list_claimable(after, limit).await?))
+}
+
+#[utoipa::path(post, path = "/v1/offers", tag = "payouts", operation_id = "offer",
+    request_body = OfferRequest, security(("payout_executor" = [])),
+    responses((status = 200, description = "payouts offered to this executor alone for offer_ms, in id order (empty: none free)", body = Vec<Payout>),
+        (status = 400, description = "INVALID_ARGUMENT: executor, limit, offer_ms or body", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: not the executors' credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYOUT_EXECUTOR_TOKEN unset", body = ErrorBody)))]
+async fn offer(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<OfferRequest>,
+) -> ApiResult<Json<Vec<Payout>>> {
+    Role::Executor.check(&state, &headers)?;
+    let name = &req.executor;
+    if name.len() > OFFER_EXECUTOR_MAX_BYTES
+        || name.chars().any(payment_api::is_hidden_char)
+        || !name.chars().any(|c| !c.is_whitespace())
+    {
+        return Err(ApiError::invalid(
+            "executor",
+            format!(
+                "must be 1 to {OFFER_EXECUTOR_MAX_BYTES} bytes with a visible character and no control, invisible or bidirectional-override characters"
+            ),
+        ));
+    }
+    if !(1..=OFFER_LIMIT_MAX).contains(&req.limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {OFFER_LIMIT_MAX}"),
+        ));
+    }
+    if !(OFFER_MS_MIN..=OFFER_MS_MAX).contains(&req.offer_ms) {
+        return Err(ApiError::invalid(
+            "offer_ms",
+            format!("must be between {OFFER_MS_MIN} and {OFFER_MS_MAX}"),
+        ));
+    }
+    Ok(Json(
+        state
+            .store
+            .offer(&req.executor, req.limit, req.offer_ms)
+            .await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/payouts/{payout_id}", tag = "payouts", operation_id = "P1_get",

@@ -252,6 +252,43 @@ impl PayStore {
         rows.iter().map(payout).collect()
     }
 
+    /// Offers `executor` up to `limit` non-terminal payouts that no executor holds a live offer
+    /// for, oldest first, each its alone for `offer_ms`. Rows another offer call is taking at
+    /// the same moment are skipped, not waited for: two executors asking at once get disjoint
+    /// payouts.
+    pub async fn offer(
+        &self,
+        executor: &str,
+        limit: i64,
+        offer_ms: i64,
+    ) -> Result<Vec<Payout>, PayError> {
+        let rows = sqlx::query(&format!(
+            "WITH free AS (
+                 SELECT payout_id FROM payouts
+                  WHERE state IN ('PENDING', 'CLAIMED', 'SUBMITTED')
+                    AND (offered_until IS NULL OR offered_until <= now())
+                  ORDER BY payout_id LIMIT $2
+                    FOR UPDATE SKIP LOCKED)
+             UPDATE payouts p
+                SET offered_to = $1, offered_until = now() + $3 * interval '1 millisecond'
+               FROM free WHERE p.payout_id = free.payout_id
+             RETURNING {}",
+            PAYOUT_COLUMNS
+                .split(", ")
+                .map(|c| format!("p.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .bind(executor)
+        .bind(limit)
+        .bind(offer_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut payouts = rows.iter().map(payout).collect::<Result<Vec<_>, _>>()?;
+        payouts.sort_by_key(|p| p.payout_id);
+        Ok(payouts)
+    }
+
     /// Claims with `fence`'s grant, raising the fence to it.
     pub async fn claim(&self, payout_id: i64, fence: &ProvenFence) -> Result<Payout, PayError> {
         let mut tx = self.pool.begin().await?;

@@ -30,6 +30,16 @@ pub const EXECUTE_SECONDS: &str = "payout_execute_seconds";
 /// payouts in its own shuffled order, so two rarely want the same payout at once.
 pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
 
+/// Offers a scan takes per free attempt slot: one to start now and one to start when an
+/// attempt ends, without waiting for the next scan's round trip.
+pub const OFFERS_PER_SLOT: usize = 2;
+/// An offer lasts this fraction of a lease (see `Executor::offer`), within payment-resource's
+/// bounds.
+const OFFER_LEASE_DIVISOR: u32 = 4;
+/// payment-resource's bounds on an offer (`OFFER_MS_MIN`, `OFFER_MS_MAX`).
+const OFFER_MIN: Duration = Duration::from_millis(100);
+const OFFER_MAX: Duration = Duration::from_secs(600);
+
 /// At most one line per this interval for each repeated warning (scan, acquire, step,
 /// session failures); the count of suppressed ones rides on the next line.
 pub const WARN_INTERVAL_MS: u64 = 5_000;
@@ -113,6 +123,11 @@ pub struct Executor {
     services: Services,
     config: Config,
     lease: Duration,
+    /// How long an offer is this worker's alone: a quarter of a lease. A live worker starts
+    /// its offers within milliseconds; a payout whose worker froze goes to another while the
+    /// frozen worker's lock still holds, so the other queues for the lock and takes the payout
+    /// over the moment the lock lapses, as it would without offers.
+    offer: Duration,
     sigstop_armed: AtomicBool,
     /// This process's scan order: seeded from the OS, so no two processes share it.
     scan_rng: Mutex<fastrand::Rng>,
@@ -182,6 +197,7 @@ impl Executor {
             services,
             config,
             lease,
+            offer: (lease / OFFER_LEASE_DIVISOR).clamp(OFFER_MIN, OFFER_MAX),
             sigstop_armed,
             scan_rng: Mutex::new(fastrand::Rng::new()),
             quarantine: Quarantine::default(),
@@ -194,23 +210,33 @@ impl Executor {
     }
 
     /// Scans and executes until `stop` turns true, then waits for the attempts in flight.
-    /// A scan visits one page of claimable payouts (keyset-paged by id, so payouts this worker
-    /// cannot finish at the head of the queue never hide the ones behind them), skipping
-    /// quarantined ones and its own (in flight, or ended since the scan was sent: the page
-    /// may show them as they were before), and starts an attempt on each as
-    /// soon as fewer than `EXECUTOR_CONCURRENCY` are in flight. It sleeps the poll interval
-    /// (or until an attempt finishes) when a whole pass changed no payout, and backs off
-    /// exponentially (up to [`ERROR_BACKOFF_MAX_MS`]) while a service fails: a failed attempt
-    /// stops the page, and the attempts already in flight finish on their own.
+    /// A scan takes offers: payouts payment-resource hands to this worker alone for a while
+    /// (so workers side by side take disjoint payouts instead of meeting on the same locks),
+    /// as many as it can start soon ([`OFFERS_PER_SLOT`] per free slot, at most
+    /// `EXECUTOR_BATCH`). It skips quarantined ones and its own (in flight, or ended since the
+    /// scan was sent), and starts an attempt on each as soon as fewer than
+    /// `EXECUTOR_CONCURRENCY` are in flight. It sleeps the poll interval (or until an attempt
+    /// finishes) when a scan changed no payout, and backs off exponentially (up to
+    /// [`ERROR_BACKOFF_MAX_MS`](crate::quarantine::ERROR_BACKOFF_MAX_MS)) while a service
+    /// fails: a failed attempt stops the scan, and the attempts already in flight finish on
+    /// their own. An offer this worker does not get to lapses after a quarter of a lease and goes to
+    /// whoever asks next, as the payout of a worker that froze does.
     pub async fn run(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         let limit = usize::try_from(self.config.concurrency.clamp(1, CONCURRENCY_MAX)).unwrap_or(1);
         let mut attempts: JoinSet<(i64, Outcome)> = JoinSet::new();
-        let mut cursor = 0_i64;
         let mut pass_worked = false;
         let mut failures = 0_u32;
         while !*stop.borrow() {
             self.in_flight.scan_sent();
-            let page = match self.services.claimable(cursor, self.config.batch).await {
+            let free_slots = limit.saturating_sub(attempts.len()).max(1);
+            let wanted = u32::try_from(free_slots * OFFERS_PER_SLOT)
+                .unwrap_or(u32::MAX)
+                .min(self.config.batch);
+            let offered = self
+                .services
+                .offers(&self.config.executor_id, wanted, self.offer)
+                .await;
+            let page = match offered {
                 Ok(page) => Some(page),
                 Err(err) => {
                     if let Some(suppressed) = self.warn_scan.allow() {
@@ -220,14 +246,7 @@ impl Executor {
                 }
             };
             let mut failed = page.is_none();
-            let full_page = page
-                .as_ref()
-                .is_some_and(|p| p.len() >= self.config.batch as usize);
             let mut payouts = page.unwrap_or_default();
-            cursor = match payouts.last() {
-                Some(last) if full_page => last.payout_id,
-                _ => 0,
-            };
             // Book the attempts that ended before now (a fenced one is quarantined before its
             // row is filtered); the ones ending from now on are in `ended` for this scan.
             while let Some(done) = attempts.try_join_next() {
@@ -269,9 +288,8 @@ impl Executor {
                 Some(error_backoff(self.config.poll_interval, failures))
             } else {
                 failures = 0;
-                // A pass ends where paging wraps to the start; only an idle pass sleeps.
-                let pass_ended = cursor == 0;
-                let idle = pass_ended && !std::mem::take(&mut pass_worked);
+                // Only a scan that changed no payout sleeps.
+                let idle = !std::mem::take(&mut pass_worked);
                 idle.then_some(self.config.poll_interval)
             };
             if let Some(pause) = pause {

@@ -168,12 +168,21 @@ impl Services {
         }
     }
 
-    /// One page of non-terminal payouts with ids above `after`, oldest first.
-    pub async fn claimable(&self, after: i64, limit: u32) -> Result<Vec<PayoutView>, CallError> {
-        Self::read(self.http.get(format!(
-            "{}/v1/payouts?claimable=true&limit={limit}&after={after}",
-            self.payment_url
-        )))
+    /// Up to `limit` non-terminal payouts offered to `executor` alone for `offer`, oldest
+    /// first: none another executor holds a live offer for.
+    pub async fn offers(
+        &self,
+        executor: &str,
+        limit: u32,
+        offer: Duration,
+    ) -> Result<Vec<PayoutView>, CallError> {
+        let offer_ms = u64::try_from(offer.as_millis()).unwrap_or(u64::MAX);
+        let body = serde_json::json!({"executor": executor, "limit": limit, "offer_ms": offer_ms});
+        Self::read(
+            self.http
+                .post(format!("{}/v1/offers", self.payment_url))
+                .json(&body),
+        )
         .await
     }
 

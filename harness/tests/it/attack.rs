@@ -65,7 +65,7 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
             .metric(
                 &stack.payment_url,
                 "http_requests_total",
-                &[("route", "/v1/payouts"), ("method", "GET")],
+                &[("route", "/v1/offers"), ("method", "POST")],
             )
             .await
             .unwrap()

@@ -254,9 +254,9 @@ async fn s1_at_concurrency_4_one_executor_works_on_several_payouts_at_once() {
 async fn s2_two_executors_share_the_work_without_paying_twice() {
     let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
     // The executors meet on a payout: A claims it and stops right there (its whole process,
-    // heartbeat too, while its lease runs); B comes for the same payout (the lowest open id,
-    // the first it scans), waits its whole acquire budget (2 s) behind A's lock, and answers
-    // `contended`. Then A goes on, and both share the rest of the work.
+    // heartbeat too, while its lease runs). Its offer of the payout lapses at a quarter of the lease;
+    // then B is offered it, waits its whole acquire budget (2 s) behind A's lock, and answers
+    // `contended`. Then A goes on, and both share the work that arrives.
     let held = stack.create_payouts("s2-met", 1).await.unwrap()[0];
     start_frozen_on(&mut stack, "executor-a", held).await;
     stack.start_executor("executor-b", &[]).await.unwrap();
@@ -269,6 +269,8 @@ async fn s2_two_executors_share_the_work_without_paying_twice() {
     )
     .await;
     stack.executors[0].process.signal(Signal::SIGCONT);
+    // Work that arrives once both run is shared: each takes the payouts offered to it alone.
+    ids.extend(stack.create_payouts("s2-both", 40).await.unwrap());
     let payouts = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
     assert!(
         payouts.iter().all(|p| p.state == PayoutState::Settled),
@@ -276,19 +278,20 @@ async fn s2_two_executors_share_the_work_without_paying_twice() {
     );
     check_invariants(&stack, &payouts, 0.0).await;
     // Attempts are counted after their release, a moment after P3.
+    let total = ids.len() as f64;
     let (a, b) = poll_until(
-        "the executors to count 40 payouts acked between them",
+        "the executors to count every payout acked between them",
         SETTLE_DEADLINE,
         || async {
             let (a, b) = (
                 outcomes(&stack, 0, "acked").await,
                 outcomes(&stack, 1, "acked").await,
             );
-            (a + b >= 40.0).then_some((a, b))
+            (a + b >= total).then_some((a, b))
         },
     )
     .await;
-    assert_eq!(a + b, 40.0, "every payout settled by exactly one executor");
+    assert_eq!(a + b, total, "every payout settled by exactly one executor");
     assert!(a > 0.0 && b > 0.0, "both did work: {a} and {b}");
     // T-047 criterion 5, the executors meet: at least one attempt ended `contended` (the
     // executor's own outcome), after waits that really waited: the SDK's wait histogram for
@@ -497,9 +500,9 @@ async fn s4_a_frozen_zombie_is_fenced_and_the_rail_sees_the_payout_once() {
     );
 }
 
-/// How many claimable scans payment-resource has served.
+/// How many executor scans (offer requests) payment-resource has served.
 async fn scans(stack: &Stack) -> f64 {
-    let labels = [("route", "/v1/payouts"), ("method", "GET")];
+    let labels = [("route", "/v1/offers"), ("method", "POST")];
     stack
         .metric(&stack.payment_url, "http_requests_total", &labels)
         .await

@@ -26,6 +26,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         super::create,
         super::list,
+        super::offer,
         super::get_payout,
         super::claim,
         super::reserve,

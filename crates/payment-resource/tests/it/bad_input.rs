@@ -253,6 +253,41 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         )
         .expect(400, invalid, "colour"),
         BadRequest::new(
+            "offer to nobody",
+            post.clone(),
+            "/v1/offers",
+            r#"{"executor":"","limit":5,"offer_ms":1000}"#,
+        )
+        .expect(400, invalid, "executor"),
+        BadRequest::new(
+            "offer to a name with a bidirectional override",
+            post.clone(),
+            "/v1/offers",
+            "{\"executor\":\"exec\\u202eutor\",\"limit\":5,\"offer_ms\":1000}",
+        )
+        .expect(400, invalid, "executor"),
+        BadRequest::new(
+            "offer 0 payouts",
+            post.clone(),
+            "/v1/offers",
+            r#"{"executor":"e1","limit":0,"offer_ms":1000}"#,
+        )
+        .expect(400, invalid, "limit"),
+        BadRequest::new(
+            "offer for 50 ms",
+            post.clone(),
+            "/v1/offers",
+            r#"{"executor":"e1","limit":5,"offer_ms":50}"#,
+        )
+        .expect(400, invalid, "offer_ms"),
+        BadRequest::new(
+            "offer with a stray field",
+            post.clone(),
+            "/v1/offers",
+            r#"{"executor":"e1","limit":5,"offer_ms":1000,"colour":"red"}"#,
+        )
+        .expect(400, invalid, "colour"),
+        BadRequest::new(
             "post an unknown payout",
             post.clone(),
             "/v1/payouts/424242/post",

@@ -3,5 +3,6 @@
 
 mod bad_input;
 mod fences;
+mod offers;
 mod openapi;
 mod support;

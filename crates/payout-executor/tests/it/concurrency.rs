@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Query, State};
-use axum::routing::{get, post};
+use axum::extract::{Path, State};
+use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
 use lock_api::{LockKey, LossReason};
@@ -52,7 +52,7 @@ async fn poll<T>(waiting_for: &str, mut what: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// payment-resource and rail-proxy in one: the claimable list, P2, submit (held at the
+/// payment-resource and rail-proxy in one: offers, P2, submit (held at the
 /// gate), P3; what the executor did, in order.
 #[derive(Debug)]
 struct Fake {
@@ -101,17 +101,17 @@ impl Fake {
     /// Serves on a loopback port; returns its base URL.
     async fn serve(self: &Arc<Self>) -> String {
         #[derive(serde::Deserialize)]
-        struct Page {
+        struct OfferAsk {
             limit: usize,
-            after: i64,
         }
-        async fn list(State(fake): State<Arc<Fake>>, Query(page): Query<Page>) -> Json<Value> {
+        /// The offers of one executor: its pending payouts, oldest first (nobody else asks).
+        async fn offers(State(fake): State<Arc<Fake>>, Json(ask): Json<OfferAsk>) -> Json<Value> {
             let states = fake.states.lock().unwrap();
             let open: Vec<Value> = states
                 .iter()
                 // Only unclaimed ones: a payout abandoned mid-attempt is not retried here.
-                .filter(|(id, state)| **id > page.after && **state == "PENDING")
-                .take(page.limit)
+                .filter(|(_, state)| **state == "PENDING")
+                .take(ask.limit)
                 .map(|(id, state)| json!({ "payout_id": id, "state": state }))
                 .collect();
             Json(Value::Array(open))
@@ -142,7 +142,7 @@ impl Fake {
             fake.set(id, "SETTLED")
         }
         let router = Router::new()
-            .route("/v1/payouts", get(list))
+            .route("/v1/offers", post(offers))
             .route("/v1/payouts/{id}/claim", post(claim))
             .route("/v1/payouts/{id}/submit", post(submit))
             .route("/v1/payouts/{id}/post", post(post_outcome))
