@@ -56,7 +56,7 @@ const SETUP_CONCURRENCY: usize = 32;
 const BENCH_DB_CONNECTIONS: usize = 32;
 
 /// The stores a run needs, kept alive until it ends.
-struct Stores {
+pub(crate) struct Stores {
     _work: tempfile::TempDir,
     _postgres: Option<ThrowawayCluster>,
     /// lockdb's URL and the pgbench binary (PostgreSQL backend).
@@ -65,11 +65,11 @@ struct Stores {
     /// A client of the etcd member, for etcd's lock API.
     etcd: Option<etcd_client::Client>,
     /// Where the lock-server keeps its state.
-    lock_store: LockStoreAt,
+    pub(crate) lock_store: LockStoreAt,
 }
 
 impl Stores {
-    async fn start(backend: BenchBackend) -> anyhow::Result<Self> {
+    pub(crate) async fn start(backend: BenchBackend) -> anyhow::Result<Self> {
         let work = tempfile::Builder::new().prefix("lock-bench-").tempdir()?;
         let etcd = match EtcdCluster::start_on_disk(1, work.path()).await {
             Ok(cluster) => Some(cluster),
@@ -269,7 +269,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rss_kib(server: &crate::stack::Proc) -> anyhow::Result<u64> {
+pub(crate) fn rss_kib(server: &crate::stack::Proc) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))?;
     status
         .lines()

