@@ -4,7 +4,7 @@
 -- deletes the grant and its trigger looks for the head waiter. Each ran before the other
 -- committed, so neither saw the other: the release woke nobody and the waiter, told the key
 -- was held, slept until its recheck (1 s; the p99 of a hot key's wait sat on it). lock_acquire
--- now takes the grant row FOR KEY SHARE after taking its place, which orders it against any
+-- now takes the grant row FOR KEY SHARE before taking its place, which orders it against any
 -- delete of that row. Unchanged otherwise.
 
 CREATE OR REPLACE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms bigint,
@@ -33,17 +33,17 @@ BEGIN
     END IF;
 
     IF p_queue_ms > 0 THEN
+        -- A release, revoke or reap of the grant that is in flight now could not see this
+        -- place (not committed yet), so its wake-up would name nobody, and the look below
+        -- would still see the grant: the waiter would sleep until its recheck. FOR KEY SHARE
+        -- conflicts only with deleting the grant row: such a delete either commits first (and
+        -- the look below sees the key free) or waits for this transaction (and its wake-up
+        -- sees this place). Taken before the place, so that a wait here holds nothing.
+        PERFORM 1 FROM locks l WHERE l.lock_key = p_key FOR KEY SHARE;
         INSERT INTO lock_waiters AS w (lock_key, session_id, expires_at)
         VALUES (p_key, p_session, now() + p_queue_ms * interval '1 millisecond')
         ON CONFLICT (lock_key, session_id) DO UPDATE
            SET expires_at = GREATEST(w.expires_at, EXCLUDED.expires_at);
-        -- A release, revoke or reap of the grant that is in flight now cannot see this place
-        -- (not committed yet), so its wake-up would name nobody, and this look would still
-        -- see the grant: the waiter would sleep until its recheck. FOR KEY SHARE conflicts
-        -- only with deleting the grant row: such a delete either commits first (and the look
-        -- below sees the key free) or waits for this transaction (and its wake-up sees this
-        -- place).
-        PERFORM 1 FROM locks l WHERE l.lock_key = p_key FOR KEY SHARE;
     END IF;
 
     -- First look, without a write: somebody else holds it, or this session does; and

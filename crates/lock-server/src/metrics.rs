@@ -54,7 +54,7 @@ pub fn describe(backend: &'static str) {
     let _ = histogram!(REAPER_PASS_SECONDS, "backend" => backend);
     describe_gauge!(
         WAITERS,
-        "L4 requests with wait_ms parked on this replica, waiting for their key."
+        "Acquires with wait_ms parked on this replica, waiting for their key."
     );
     gauge!(WAITERS).set(0.0);
     let families: [(&'static str, &'static str); 13] = [

@@ -128,8 +128,10 @@ pub struct CreatePayout {
 }
 
 /// Longest executor name an offer may carry: an owner id's bound, since an executor names
-/// itself by its lock session's owner id.
+/// itself by its lock session's owner id (and the same rule: no control characters).
 pub const OFFER_EXECUTOR_MAX_BYTES: usize = lock_api::OWNER_ID_MAX_BYTES;
+/// Most payout ids an offer request may ask to skip.
+pub const OFFER_SKIP_MAX: usize = 1_000;
 /// Most payouts one offer request may take.
 pub const OFFER_LIMIT_MAX: i64 = 500;
 /// Shortest an offer may last, in milliseconds.
@@ -144,8 +146,8 @@ pub const OFFER_MS_MAX: i64 = 600_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OfferRequest {
-    /// The executor asking (its `EXECUTOR_ID`): 1 to 128 bytes with a visible character and no
-    /// control, invisible or bidirectional-override characters.
+    /// The executor asking (its `EXECUTOR_ID`, a lock owner id): 1 to 128 bytes, no control
+    /// characters.
     #[cfg_attr(
         feature = "openapi",
         schema(min_length = 1, max_length = 128, example = "executor-1")
@@ -158,6 +160,11 @@ pub struct OfferRequest {
     #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 600_000))]
     // OFFER_MS_MIN, OFFER_MS_MAX
     pub offer_ms: i64,
+    /// Payouts not to offer (the executor would not work on them now: in flight, or skipped
+    /// for a while after a fenced claim), so that they stay free for the others.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1000))] // OFFER_SKIP_MAX
+    pub skip: Vec<i64>,
 }
 
 /// A payout as payment-resource reports it.

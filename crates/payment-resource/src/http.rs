@@ -16,8 +16,8 @@ use lock_api::{ErrorBody, ErrorCode, FenceVerifier, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, OFFER_EXECUTOR_MAX_BYTES, OFFER_LIMIT_MAX,
-    OFFER_MS_MAX, OFFER_MS_MIN, OfferRequest, PaymentCode, Payout, RecordOutcome, Reservation,
-    Submission,
+    OFFER_MS_MAX, OFFER_MS_MIN, OFFER_SKIP_MAX, OfferRequest, PaymentCode, Payout, RecordOutcome,
+    Reservation, Submission,
 };
 use serde::Deserialize;
 use service_kit::{ApiError, ApiJson, ProvenFence, RequestMetrics, common_layers};
@@ -300,7 +300,7 @@ async fn list(
 #[utoipa::path(post, path = "/v1/offers", tag = "payouts", operation_id = "offer",
     request_body = OfferRequest, security(("payout_executor" = [])),
     responses((status = 200, description = "payouts offered to this executor alone for offer_ms, in id order (empty: none free)", body = Vec<Payout>),
-        (status = 400, description = "INVALID_ARGUMENT: executor, limit, offer_ms or body", body = ErrorBody),
+        (status = 400, description = "INVALID_ARGUMENT: executor, limit, offer_ms, skip or body", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED: not the executors' credential", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: PAYOUT_EXECUTOR_TOKEN unset", body = ErrorBody)))]
 async fn offer(
@@ -309,16 +309,21 @@ async fn offer(
     ApiJson(req): ApiJson<OfferRequest>,
 ) -> ApiResult<Json<Vec<Payout>>> {
     Role::Executor.check(&state, &headers)?;
+    // The lock service's owner-id rule: the executor names itself by its session's owner.
     let name = &req.executor;
-    if name.len() > OFFER_EXECUTOR_MAX_BYTES
-        || name.chars().any(payment_api::is_hidden_char)
-        || !name.chars().any(|c| !c.is_whitespace())
+    if name.is_empty()
+        || name.len() > OFFER_EXECUTOR_MAX_BYTES
+        || name.chars().any(char::is_control)
     {
         return Err(ApiError::invalid(
             "executor",
-            format!(
-                "must be 1 to {OFFER_EXECUTOR_MAX_BYTES} bytes with a visible character and no control, invisible or bidirectional-override characters"
-            ),
+            format!("must be 1 to {OFFER_EXECUTOR_MAX_BYTES} bytes without control characters"),
+        ));
+    }
+    if req.skip.len() > OFFER_SKIP_MAX {
+        return Err(ApiError::invalid(
+            "skip",
+            format!("at most {OFFER_SKIP_MAX} payout ids"),
         ));
     }
     if !(1..=OFFER_LIMIT_MAX).contains(&req.limit) {
@@ -336,7 +341,7 @@ async fn offer(
     Ok(Json(
         state
             .store
-            .offer(&req.executor, req.limit, req.offer_ms)
+            .offer(&req.executor, req.limit, req.offer_ms, &req.skip)
             .await?,
     ))
 }

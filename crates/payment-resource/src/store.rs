@@ -252,21 +252,23 @@ impl PayStore {
         rows.iter().map(payout).collect()
     }
 
-    /// Offers `executor` up to `limit` non-terminal payouts that no executor holds a live offer
-    /// for, oldest first, each its alone for `offer_ms`. Rows another offer call is taking at
-    /// the same moment are skipped, not waited for: two executors asking at once get disjoint
-    /// payouts.
+    /// Offers `executor` up to `limit` non-terminal payouts that no executor (itself
+    /// included) holds a live offer for, and that are not in `skip`, oldest first, each its
+    /// alone for `offer_ms`. Rows another offer call is taking at the same moment are skipped,
+    /// not waited for: two executors asking at once get disjoint payouts.
     pub async fn offer(
         &self,
         executor: &str,
         limit: i64,
         offer_ms: i64,
+        skip: &[i64],
     ) -> Result<Vec<Payout>, PayError> {
         let rows = sqlx::query(&format!(
             "WITH free AS (
                  SELECT payout_id FROM payouts
                   WHERE state IN ('PENDING', 'CLAIMED', 'SUBMITTED')
                     AND (offered_until IS NULL OR offered_until <= now())
+                    AND payout_id <> ALL($4)
                   ORDER BY payout_id LIMIT $2
                     FOR UPDATE SKIP LOCKED)
              UPDATE payouts p
@@ -282,6 +284,7 @@ impl PayStore {
         .bind(executor)
         .bind(limit)
         .bind(offer_ms)
+        .bind(skip)
         .fetch_all(&self.pool)
         .await?;
         let mut payouts = rows.iter().map(payout).collect::<Result<Vec<_>, _>>()?;

@@ -33,6 +33,9 @@ pub const ACQUIRE_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
 /// Offers a scan takes per free attempt slot: one to start now and one to start when an
 /// attempt ends, without waiting for the next scan's round trip.
 pub const OFFERS_PER_SLOT: usize = 2;
+/// Most payout ids a scan asks payment-resource to skip (its bound); past it, the rest are
+/// offered and dropped here, as before.
+const OFFER_SKIP_MAX: usize = 1_000;
 /// An offer lasts this fraction of a lease (see `Executor::offer`), within payment-resource's
 /// bounds.
 const OFFER_LEASE_DIVISOR: u32 = 4;
@@ -85,6 +88,11 @@ impl InFlightSet {
     fn is_own(&self, payout_id: i64) -> bool {
         let attempts = self.lock();
         attempts.active.contains(&payout_id) || attempts.ended.contains(&payout_id)
+    }
+
+    /// The payouts with an attempt in flight.
+    fn active(&self) -> Vec<i64> {
+        self.lock().active.iter().copied().collect()
     }
 }
 
@@ -232,9 +240,13 @@ impl Executor {
             let wanted = u32::try_from(free_slots * OFFERS_PER_SLOT)
                 .unwrap_or(u32::MAX)
                 .min(self.config.batch);
+            // Payouts this worker would not start now stay free for the others.
+            let mut skip = self.in_flight.active();
+            skip.extend(self.quarantine.skipped(Instant::now()));
+            skip.truncate(OFFER_SKIP_MAX);
             let offered = self
                 .services
-                .offers(&self.config.executor_id, wanted, self.offer)
+                .offers(&self.config.executor_id, wanted, self.offer, &skip)
                 .await;
             let page = match offered {
                 Ok(page) => Some(page),

@@ -64,6 +64,19 @@ impl Quarantine {
         }
     }
 
+    /// The payouts skipped at `now`.
+    pub fn skipped(&self, now: Instant) -> Vec<i64> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries
+            .iter()
+            .filter(|(_, (until, _))| now < *until)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Whether `payout_id` is to be skipped at `now`.
     pub fn is_skipped(&self, payout_id: i64, now: Instant) -> bool {
         let entries = self

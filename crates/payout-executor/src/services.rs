@@ -169,15 +169,18 @@ impl Services {
     }
 
     /// Up to `limit` non-terminal payouts offered to `executor` alone for `offer`, oldest
-    /// first: none another executor holds a live offer for.
+    /// first: none that any executor (this one too) holds a live offer for, none in `skip`.
     pub async fn offers(
         &self,
         executor: &str,
         limit: u32,
         offer: Duration,
+        skip: &[i64],
     ) -> Result<Vec<PayoutView>, CallError> {
         let offer_ms = u64::try_from(offer.as_millis()).unwrap_or(u64::MAX);
-        let body = serde_json::json!({"executor": executor, "limit": limit, "offer_ms": offer_ms});
+        let body = serde_json::json!({
+            "executor": executor, "limit": limit, "offer_ms": offer_ms, "skip": skip
+        });
         Self::read(
             self.http
                 .post(format!("{}/v1/offers", self.payment_url))

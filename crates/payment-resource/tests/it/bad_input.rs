@@ -260,12 +260,23 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         )
         .expect(400, invalid, "executor"),
         BadRequest::new(
-            "offer to a name with a bidirectional override",
+            "offer to a name with a control character",
             post.clone(),
             "/v1/offers",
-            "{\"executor\":\"exec\\u202eutor\",\"limit\":5,\"offer_ms\":1000}",
+            "{\"executor\":\"exec\\u0007utor\",\"limit\":5,\"offer_ms\":1000}",
         )
         .expect(400, invalid, "executor"),
+        BadRequest::new(
+            "offer skipping too many payouts",
+            post.clone(),
+            "/v1/offers",
+            format!(
+                r#"{{"executor":"e1","limit":5,"offer_ms":1000,"skip":[{}]}}"#,
+                vec!["1"; 1_001].join(",")
+            )
+            .leak(),
+        )
+        .expect(400, invalid, "skip"),
         BadRequest::new(
             "offer 0 payouts",
             post.clone(),

@@ -10,10 +10,20 @@ use test_support::poll_until;
 use crate::support::{EXECUTOR_TOKEN, create, start};
 
 async fn offer(base: &str, executor: &str, limit: i64, offer_ms: i64) -> Vec<i64> {
+    offer_skipping(base, executor, limit, offer_ms, &[]).await
+}
+
+async fn offer_skipping(
+    base: &str,
+    executor: &str,
+    limit: i64,
+    offer_ms: i64,
+    skip: &[i64],
+) -> Vec<i64> {
     let response = reqwest::Client::new()
         .post(format!("{base}/v1/offers"))
         .bearer_auth(EXECUTOR_TOKEN)
-        .json(&json!({"executor": executor, "limit": limit, "offer_ms": offer_ms}))
+        .json(&json!({"executor": executor, "limit": limit, "offer_ms": offer_ms, "skip": skip}))
         .send()
         .await
         .unwrap();
@@ -33,8 +43,17 @@ async fn executors_asking_side_by_side_get_disjoint_payouts_until_an_offer_lapse
     for i in 0..6 {
         ids.push(create(base, &format!("offer-{i}")).await);
     }
-    let a = offer(base, "executor-a", 4, 60_000).await;
-    assert_eq!(a, ids[..4], "the oldest first");
+    let a = offer_skipping(base, "executor-a", 3, 60_000, &[ids[0]]).await;
+    assert_eq!(
+        a,
+        ids[1..4],
+        "the oldest first, but none the executor skips"
+    );
+    assert_eq!(
+        offer(base, "executor-a", 1, 60_000).await,
+        [ids[0]],
+        "a skipped payout stays free"
+    );
     let b = offer(base, "executor-b", 4, 60_000).await;
     assert_eq!(b, ids[4..], "only what nobody holds an offer for");
     assert!(
