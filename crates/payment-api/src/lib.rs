@@ -136,8 +136,10 @@ pub const OFFER_SKIP_MAX: usize = 1_000;
 pub const OFFER_LIMIT_MAX: i64 = 500;
 /// Shortest an offer may last, in milliseconds.
 pub const OFFER_MS_MIN: i64 = 100;
-/// Longest an offer may last, in milliseconds.
-pub const OFFER_MS_MAX: i64 = 600_000;
+/// Longest an offer may last, in milliseconds: a minute, the lock service's longest lease
+/// (`lock.ttl.max`), which bounds how long one credential holder can keep payouts from the
+/// other executors.
+pub const OFFER_MS_MAX: i64 = 60_000;
 
 /// `POST /v1/offers` body: offer the asking executor claimable payouts that no executor holds
 /// a live offer for, each its alone for `offer_ms`. Advisory: it keeps executors off each
@@ -157,7 +159,7 @@ pub struct OfferRequest {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 500))] // OFFER_LIMIT_MAX
     pub limit: i64,
     /// How long each offer is the executor's alone, in milliseconds.
-    #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 600_000))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 60_000))]
     // OFFER_MS_MIN, OFFER_MS_MAX
     pub offer_ms: i64,
     /// Payouts not to offer (the executor would not work on them now: in flight, or skipped

@@ -41,7 +41,7 @@ const OFFER_SKIP_MAX: usize = 1_000;
 const OFFER_LEASE_DIVISOR: u32 = 4;
 /// payment-resource's bounds on an offer (`OFFER_MS_MIN`, `OFFER_MS_MAX`).
 const OFFER_MIN: Duration = Duration::from_millis(100);
-const OFFER_MAX: Duration = Duration::from_secs(600);
+const OFFER_MAX: Duration = Duration::from_secs(60);
 
 /// At most one line per this interval for each repeated warning (scan, acquire, step,
 /// session failures); the count of suppressed ones rides on the next line.

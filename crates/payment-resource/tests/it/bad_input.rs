@@ -292,6 +292,13 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         )
         .expect(400, invalid, "offer_ms"),
         BadRequest::new(
+            "offer for longer than a lease can be",
+            post.clone(),
+            "/v1/offers",
+            r#"{"executor":"e1","limit":5,"offer_ms":60001}"#,
+        )
+        .expect(400, invalid, "offer_ms"),
+        BadRequest::new(
             "offer with a stray field",
             post.clone(),
             "/v1/offers",
