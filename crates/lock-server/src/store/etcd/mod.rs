@@ -473,23 +473,8 @@ impl LockStore for EtcdStore {
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let mut read = self
-            .read(vec![
-                TxnOp::get(self.grant_key(key), None),
-                TxnOp::get(
-                    self.queue_prefix(key),
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                ),
-            ])
-            .await?;
-        let places = self.read_places(&read.pop().unwrap_or_default())?;
-        let Some(grant) = read
-            .pop()
-            .unwrap_or_default()
-            .first()
-            .map(read_grant)
-            .transpose()?
-        else {
+        let (grant, places) = self.grant_and_places(key).await?;
+        let Some(grant) = grant else {
             return Ok(None);
         };
         let mut checks = vec![

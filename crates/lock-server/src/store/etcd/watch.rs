@@ -155,8 +155,11 @@ impl EtcdStore {
         }
     }
 
-    /// The session first in `key`'s queue with a live session, if the key is free.
-    pub(super) async fn queue_head(&self, key: &LockKey) -> Result<Option<SessionId>, StoreError> {
+    /// `key`'s grant record (live or not) and its queue places in arrival order, in one read.
+    pub(super) async fn grant_and_places(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Option<ReadGrant>, Vec<Place>), StoreError> {
         let mut read = self
             .read(vec![
                 TxnOp::get(self.grant_key(key), None),
@@ -167,15 +170,21 @@ impl EtcdStore {
             ])
             .await?;
         let places = self.read_places(&read.pop().unwrap_or_default())?;
-        if places.is_empty() {
-            return Ok(None);
-        }
         let grant = read
             .pop()
             .unwrap_or_default()
             .first()
             .map(read_grant)
             .transpose()?;
+        Ok((grant, places))
+    }
+
+    /// The session first in `key`'s queue with a live session, if the key is free.
+    pub(super) async fn queue_head(&self, key: &LockKey) -> Result<Option<SessionId>, StoreError> {
+        let (grant, places) = self.grant_and_places(key).await?;
+        if places.is_empty() {
+            return Ok(None);
+        }
         let mut fixed: Vec<String> = grant
             .iter()
             .flat_map(|g| {
