@@ -195,6 +195,24 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         log_dir.path(),
     )
     .await?;
+    // The baseline in the same run: the same store, each write committed alone.
+    let alone = match options.backend {
+        BenchBackend::Postgres => Some(
+            spawn_lock_server_at(
+                "lock-server-alone",
+                &stores.lock_store,
+                &[
+                    ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
+                    ("LOCK_SESSION_TTL", "60s".into()),
+                    ("RUST_LOG", "warn".into()),
+                    ("LOCK_DB_GROUP_COMMIT", "false".into()),
+                ],
+                log_dir.path(),
+            )
+            .await?,
+        ),
+        BenchBackend::Etcd => None,
+    };
     let base = server.url.clone();
     let http = crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?;
     let mut sdk_config = crate::stack::lock_client_config([base.clone()]);
@@ -230,6 +248,24 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 "{}",
                 row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
             );
+            if let Some(alone) = &alone {
+                let mut config = sdk_config.clone();
+                config.endpoints = vec![alone.url.clone()];
+                let cpu_before = cpu_micros(alone.process.pid())?;
+                let sdk = bench_sides::sdk_side(&config, clients, duration, hot).await?;
+                let cpu = cpu_micros(alone.process.pid())? - cpu_before;
+                println!(
+                    "{}",
+                    row(
+                        clients,
+                        keys,
+                        "SDK, a commit per write",
+                        &sdk,
+                        etcd_rate,
+                        Some(cpu)
+                    )
+                );
+            }
             let cpu_before = cpu_micros(server.process.pid())?;
             let raw = bench_sides::http_side(&http, &base, clients, duration, hot).await?;
             let cpu_raw = cpu_micros(server.process.pid())? - cpu_before;
@@ -262,11 +298,41 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             }
         }
     }
+    if options.backend == BenchBackend::Postgres {
+        let (batches, writes) = histogram_totals(&http, &base, "lock_store_batch_writes").await?;
+        println!(
+            "\nGroup commit: {writes:.0} writes in {batches} batches, {:.2} writes per batch (lock_store_batch_writes).",
+            writes / batches.max(1) as f64
+        );
+    }
     if options.sessions > 0 {
         memory_side(&http, &base, &server.process, options.sessions).await?;
     }
     drop(server);
     Ok(())
+}
+
+/// A histogram's `_count` and `_sum` from a server's `/metrics` (absent: an error, never 0).
+pub(crate) async fn histogram_totals(
+    http: &reqwest::Client,
+    base: &str,
+    family: &str,
+) -> anyhow::Result<(u64, f64)> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let value = |suffix: &str| {
+        let name = format!("{family}_{suffix}");
+        text.lines()
+            .find(|l| l.starts_with(&name))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .with_context(|| format!("{name} missing from /metrics"))
+    };
+    Ok((value("count")? as u64, value("sum")?))
 }
 
 pub(crate) fn rss_kib(server: &crate::stack::Proc) -> anyhow::Result<u64> {

@@ -236,23 +236,9 @@ impl Passes {
 
 /// `lock_reaper_pass_seconds` from the server's `/metrics` (absent: an error).
 async fn reaper_passes(http: &reqwest::Client, base: &str) -> anyhow::Result<Passes> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let value = |suffix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("lock_reaper_pass_seconds_{suffix}")))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .with_context(|| format!("lock_reaper_pass_seconds_{suffix} missing from /metrics"))
-    };
-    Ok(Passes {
-        count: value("count")? as u64,
-        seconds: value("sum")?,
-    })
+    let (count, seconds) =
+        crate::bench::histogram_totals(http, base, "lock_reaper_pass_seconds").await?;
+    Ok(Passes { count, seconds })
 }
 
 fn load_row(phase: &str, rss_mib: f64, figures: &SideFigures) -> String {

@@ -43,6 +43,12 @@ pub struct Config {
     #[arg(long, env = "LOCK_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
 
+    /// Group commit on PostgreSQL: heartbeats, acquires, renews and releases that arrive
+    /// while the previous batch is being committed go together, in one transaction (one WAL
+    /// flush). A lone request goes at once. `false` commits each alone (for comparison).
+    #[arg(long, env = "LOCK_DB_GROUP_COMMIT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub db_group_commit: bool,
+
     /// etcd members, comma-separated `http://host:port` (required for the etcd backend).
     #[arg(long, env = "LOCK_ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,

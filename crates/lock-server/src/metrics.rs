@@ -10,6 +10,8 @@ pub const EXPIRED_TOTAL: &str = "lock_expired_total";
 pub const SESSIONS_EXPIRED_TOTAL: &str = "lock_sessions_expired_total";
 /// How long each reaper pass took, store call and logging (histogram, seconds).
 pub const REAPER_PASS_SECONDS: &str = "lock_reaper_pass_seconds";
+/// Writes per batch committed by group commit (histogram; PostgreSQL with group commit on).
+pub use crate::store::STORE_BATCH_WRITES;
 /// Sessions created.
 pub const SESSIONS_CREATED_TOTAL: &str = "lock_sessions_created_total";
 /// Renewals refused with `LOCK_LOST`.
@@ -50,8 +52,13 @@ pub fn describe(backend: &'static str) {
         metrics::Unit::Seconds,
         "Reaper passes, from the store call to the last lease_expired line logged."
     );
+    describe_histogram!(
+        STORE_BATCH_WRITES,
+        "Writes (heartbeats, acquires, renews, releases) per batch committed in one transaction (group commit)."
+    );
     // Registered without a sample: the series exists from start.
     let _ = histogram!(REAPER_PASS_SECONDS, "backend" => backend);
+    let _ = histogram!(STORE_BATCH_WRITES, "backend" => backend);
     describe_gauge!(
         WAITERS,
         "Acquires with wait_ms parked on this replica, waiting for their key."

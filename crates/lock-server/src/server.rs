@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::config::{BackendChoice, Config, TtlPolicy};
 use crate::state::{AppState, Credentials};
-use crate::store::{EtcdStore, LockStore, MemoryStore, PostgresStore, StoreError};
+use crate::store::{Batched, EtcdStore, LockStore, MemoryStore, PostgresStore, StoreError};
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,12 @@ impl Server {
                 let url = config.database_url.as_deref().ok_or_else(|| {
                     StartError::Config("DATABASE_URL is required for the postgres backend".into())
                 })?;
-                Arc::new(PostgresStore::connect(url, config.db_max_connections).await?)
+                let store = Arc::new(PostgresStore::connect(url, config.db_max_connections).await?);
+                if config.db_group_commit {
+                    Arc::new(Batched::new(store))
+                } else {
+                    store
+                }
             }
             BackendChoice::Etcd => {
                 if config.etcd_endpoints.is_empty() {

@@ -49,6 +49,8 @@ pub const MUST_REACH: &[&str] = &[
     "a payout settled",
     "a payout rejected",
     "a payout ambiguous",
+    "a batch of several writes committed together",
+    "a batch carried two writes on one key",
 ];
 
 /// How often each interesting thing happened.

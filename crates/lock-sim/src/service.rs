@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
     StoreEnv, StoreError, Wake,
@@ -142,6 +143,18 @@ pub enum LockCall {
     },
 }
 
+impl LockCall {
+    /// The key a call is about, if any.
+    pub fn key(&self) -> Option<&LockKey> {
+        match self {
+            Self::Open { .. } | Self::Heartbeat(_) => None,
+            Self::Acquire { key, .. } | Self::Renew { key, .. } | Self::Release { key, .. } => {
+                Some(key)
+            }
+        }
+    }
+}
+
 /// A lock-surface answer (`expires` in true nanoseconds: the store's expiry read through its
 /// clock's offset at the answer; a later step of that clock moves the real expiry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,69 +264,130 @@ impl LockService {
         }
     }
 
-    /// Replica `replica` handles `call` at true time `now`; `None` when it is down.
+    /// Replica `replica` handles `call` at true time `now`; `None` when it is down. A write
+    /// other than an open goes as a batch of one.
     pub fn handle(&mut self, now: Nanos, replica: usize, call: &LockCall) -> Option<LockAnswer> {
+        let LockCall::Open { owner, ttl_ms } = call else {
+            return self
+                .handle_batch(now, replica, std::slice::from_ref(call))
+                .map(|mut answers| answers.remove(0));
+        };
         if !self.up[replica] {
             return None;
         }
-        // Every lock-surface call the clients make (open, heartbeat, acquire, renew, release)
-        // writes: all are refused.
         if self.not_leader {
             return Some(LockAnswer::NotLeader);
         }
         self.env.set_now(now);
-        let store = &self.replicas[replica];
-        let answer = match call {
-            LockCall::Open { owner, ttl_ms } => {
-                let owner = OwnerId::parse(owner.clone()).unwrap_or_else(|e| panic!("{e}"));
-                now_or_never(store.create_session(&owner, *ttl_ms)).map(|r| LockAnswer::Opened {
+        let owner = OwnerId::parse(owner.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let answer =
+            now_or_never(self.replicas[replica].create_session(&owner, *ttl_ms)).map(|r| {
+                LockAnswer::Opened {
                     session: r.session_id,
                     ttl_ms: r.ttl_ms,
                     expires: self.env.true_time(store_nanos(r.expires_at)),
-                })
-            }
-            LockCall::Heartbeat(session) => {
-                now_or_never(store.heartbeat(*session)).map(|r| LockAnswer::Extended {
-                    ttl_ms: r.ttl_ms,
-                    expires: self.env.true_time(store_nanos(r.expires_at)),
-                })
-            }
+                }
+            });
+        Some(answer.unwrap_or_else(refusal))
+    }
+
+    /// Replica `replica` commits a batch of writes (heartbeats, acquires, renews, releases)
+    /// at `now`, through the store's `apply_batch` as lock-server's group commit does: each
+    /// call's answer, in order; `None` when the replica is down.
+    ///
+    /// # Panics
+    /// On an open in `calls` (opens are not batched).
+    pub fn handle_batch(
+        &mut self,
+        now: Nanos,
+        replica: usize,
+        calls: &[LockCall],
+    ) -> Option<Vec<LockAnswer>> {
+        if !self.up[replica] {
+            return None;
+        }
+        // Every write is refused.
+        if self.not_leader {
+            return Some(vec![LockAnswer::NotLeader; calls.len()]);
+        }
+        self.env.set_now(now);
+        let ops: Vec<BatchOp> = calls.iter().map(|c| self.batch_op(c)).collect();
+        let results = now_or_never(self.replicas[replica].apply_batch(&ops));
+        assert_eq!(results.len(), calls.len(), "one result per write");
+        Some(
+            calls
+                .iter()
+                .zip(results)
+                .map(|(call, result)| self.answer(now, call, result))
+                .collect(),
+        )
+    }
+
+    /// A write as the replica hands it to the store.
+    fn batch_op(&self, call: &LockCall) -> BatchOp {
+        match call {
+            LockCall::Open { .. } => panic!("an open is not a batched write"),
+            LockCall::Heartbeat(session) => BatchOp::Heartbeat { session: *session },
             LockCall::Acquire {
                 key,
                 session,
                 lease_ms,
                 ..
-            } => {
-                let spec = AcquireSpec {
+            } => BatchOp::Acquire {
+                key: key.clone(),
+                session: *session,
+                spec: AcquireSpec {
                     lease_ms: *lease_ms,
                     queue_ms: 0,
                     lock_delay_ms: self.lock_delay_ms,
-                };
-                now_or_never(store.acquire_with(key, *session, spec))
-                    .map(|o| self.answer_acquire(now, key, &o, 0))
-            }
+                },
+            },
             LockCall::Renew {
                 key,
                 session,
                 token,
-            } => now_or_never(store.renew(key, *session, *token)).map(|g| LockAnswer::Granted {
+            } => BatchOp::Renew {
+                key: key.clone(),
+                session: *session,
+                token: *token,
+            },
+            LockCall::Release {
+                key,
+                session,
+                token,
+            } => BatchOp::Release {
+                key: key.clone(),
+                session: *session,
+                token: *token,
+            },
+        }
+    }
+
+    /// The lock surface's answer to `call` from its store result.
+    fn answer(&mut self, now: Nanos, call: &LockCall, result: BatchResult) -> LockAnswer {
+        if let Err(StoreError::Unavailable(_)) = &result {
+            self.withheld += 1;
+        }
+        match (call, result) {
+            (_, Err(err)) => refusal(err),
+            (LockCall::Heartbeat(_), Ok(BatchAnswer::Heartbeat(r))) => LockAnswer::Extended {
+                ttl_ms: r.ttl_ms,
+                expires: self.env.true_time(store_nanos(r.expires_at)),
+            },
+            (LockCall::Acquire { key, .. }, Ok(BatchAnswer::Acquire(outcome))) => {
+                self.answer_acquire(now, key, &outcome, 0)
+            }
+            (LockCall::Renew { .. }, Ok(BatchAnswer::Renew(g))) => LockAnswer::Granted {
                 key: g.lock_key,
                 token: g.fencing_token,
                 lease_ms: g.lease_ms,
                 expires: self.env.true_time(store_nanos(g.expires_at)),
                 session: g.session_id,
                 waited_ms: 0,
-            }),
-            LockCall::Release {
-                key,
-                session,
-                token,
-            } => now_or_never(store.release(key, *session, *token)).map(|_| LockAnswer::Released),
-        };
-        if let Err(StoreError::Unavailable(_)) = &answer {
-            self.withheld += 1;
+            },
+            (LockCall::Release { .. }, Ok(BatchAnswer::Release(_))) => LockAnswer::Released,
+            (call, Ok(answer)) => panic!("the store answered {call:?} with {answer:?}"),
         }
-        Some(answer.unwrap_or_else(refusal))
     }
 
     /// The acquire's answer for a store outcome at `now`, after the request waited `waited_ms`

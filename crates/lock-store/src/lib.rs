@@ -6,6 +6,7 @@
 //!   [`StoreEnv`] clock seam;
 //! - [`decide`]: the grant decision (held, delayed, queued, granted), pure, which a store
 //!   reads for, calls, and writes after;
+//! - [`batch`]: group commit's policy (which writes go together, whose answer is whose);
 //! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting acquire) and
 //!   [`ClockGuard`] (steps of the store's clock), with [`ClockCheckedStore`], the wrapper every
 //!   replica serves through.
@@ -18,6 +19,7 @@
 //! Architecture Invariant: no networking, no database driver, no HTTP here; the store's
 //! clock is read only through `StoreEnv` or `LockStore::clock_now`.
 
+pub mod batch;
 mod checked;
 mod clock_guard;
 pub mod decide;
@@ -315,6 +317,17 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// follow a wall clock.
     async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         Ok(None)
+    }
+
+    /// Applies gathered writes, one result per write in the order given (a store that can
+    /// commits them together: one transaction, one flush). A write's failure is its own: it
+    /// never fails the others. By default each write is applied alone, in order.
+    async fn apply_batch(&self, ops: &[batch::BatchOp]) -> Vec<batch::BatchResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            results.push(op.apply_alone(self).await);
+        }
+        results
     }
 
     /// Whether the store answers and takes writes.

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
 
+use super::batch::{BatchAnswer, BatchOp, BatchResult};
 use super::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Refusal, SessionRecord,
     StoreError, Wake, WakeSink,
@@ -135,6 +136,232 @@ fn session_error(outcome: &str, session: SessionId) -> StoreError {
     }
 }
 
+/// One row of `lock_acquire` (or of `lock_batch` for an acquire) with the transaction's
+/// `now()`: outcome, token, lease, expiry, took over, wait, waiters ahead, now.
+type AcquireRow = (
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+    Option<bool>,
+    Option<i64>,
+    Option<i64>,
+    DateTime<Utc>,
+);
+
+/// A row of `lock_batch` (`ord` is 1-based) with the transaction's `now()`.
+type BatchRow = (
+    i32,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+    Option<bool>,
+    Option<i64>,
+    Option<i64>,
+    DateTime<Utc>,
+);
+
+fn acquire_answer(
+    key: &LockKey,
+    session: SessionId,
+    row: AcquireRow,
+) -> Result<AcquireOutcome, StoreError> {
+    let (outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now) = row;
+    let token_of = || {
+        required(token, "fencing_token")
+            .and_then(to_u64)
+            .map(FencingToken)
+    };
+    // A negative wait means the deadline passed between two of the function's now()
+    // readings (they are equal within a transaction, so never in practice): ask again.
+    let waited = || Ok::<_, StoreError>(required(wait_ms, "wait_ms")?.max(0).unsigned_abs());
+    match outcome.as_str() {
+        "GRANTED" => Ok(AcquireOutcome::Granted {
+            grant: LockGrant {
+                lock_key: key.clone(),
+                fencing_token: token_of()?,
+                lease_ms: to_u64(required(lease, "lease_ms")?)?,
+                expires_at: required(expires_at, "expires_at")?,
+                session_id: session,
+                proof: None,
+                waited_ms: 0,
+            },
+            took_over_expired: took_over.unwrap_or(false),
+            store_now: Some(store_now),
+        }),
+        "LOCK_HELD" => Ok(Refusal::Held {
+            holder_token: token_of()?,
+            free_in_ms: waited()?,
+        }
+        .into()),
+        "LOCK_DELAYED" => Ok(Refusal::Delayed {
+            remaining_ms: waited()?,
+        }
+        .into()),
+        "QUEUED" => Ok(Refusal::Queued {
+            ahead: to_u64(required(ahead, "ahead")?)?,
+        }
+        .into()),
+        other => Err(session_error(other, session)),
+    }
+}
+
+fn renew_answer(
+    key: &LockKey,
+    session: SessionId,
+    token: FencingToken,
+    outcome: &str,
+    lease: Option<i64>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<LockGrant, StoreError> {
+    match outcome {
+        "RENEWED" => Ok(LockGrant {
+            lock_key: key.clone(),
+            fencing_token: token,
+            lease_ms: to_u64(required(lease, "lease_ms")?)?,
+            expires_at: required(expires_at, "expires_at")?,
+            session_id: session,
+            proof: None,
+            waited_ms: 0,
+        }),
+        "LOCK_LOST" => Err(StoreError::LockLost {
+            lock_key: key.clone(),
+            fencing_token: token,
+        }),
+        other => Err(session_error(other, session)),
+    }
+}
+
+fn heartbeat_answer(
+    session: SessionId,
+    outcome: &str,
+    ttl_ms: Option<i64>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<SessionRecord, StoreError> {
+    if outcome != "OK" {
+        return Err(session_error(outcome, session));
+    }
+    Ok(SessionRecord {
+        session_id: session,
+        ttl_ms: to_u64(required(ttl_ms, "ttl_ms")?)?,
+        expires_at: required(expires_at, "expires_at")?,
+    })
+}
+
+/// The answer of `op` from its row of `lock_batch`.
+fn batch_answer(op: &BatchOp, row: BatchRow) -> BatchResult {
+    let (_, outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now) = row;
+    Ok(match op {
+        BatchOp::Heartbeat { session } => {
+            BatchAnswer::Heartbeat(heartbeat_answer(*session, &outcome, lease, expires_at)?)
+        }
+        BatchOp::Acquire { key, session, .. } => BatchAnswer::Acquire(acquire_answer(
+            key,
+            *session,
+            (
+                outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now,
+            ),
+        )?),
+        BatchOp::Renew {
+            key,
+            session,
+            token,
+        } => BatchAnswer::Renew(renew_answer(
+            key, *session, *token, &outcome, lease, expires_at,
+        )?),
+        BatchOp::Release { .. } => match outcome.as_str() {
+            "RELEASED" => BatchAnswer::Release(true),
+            "NOT_HELD" => BatchAnswer::Release(false),
+            other => {
+                return Err(StoreError::Internal(format!(
+                    "unexpected release outcome {other}"
+                )));
+            }
+        },
+    })
+}
+
+impl PostgresStore {
+    /// `ops` as one `lock_batch` statement: one transaction, one flush. Each row names its
+    /// write by position (`ord`), and every write must get exactly one.
+    async fn batch_statement(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>, StoreError> {
+        let n = ops.len();
+        let (mut kinds, mut keys, mut sessions) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut tokens, mut leases, mut queues, mut delays) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for op in ops {
+            let (kind, key, session, token, spec) = match op {
+                BatchOp::Heartbeat { session } => ("heartbeat", "", session, 0, None),
+                BatchOp::Acquire { key, session, spec } => {
+                    ("acquire", key.as_str(), session, 0, Some(spec))
+                }
+                BatchOp::Renew {
+                    key,
+                    session,
+                    token,
+                } => ("renew", key.as_str(), session, token.0, None),
+                BatchOp::Release {
+                    key,
+                    session,
+                    token,
+                } => ("release", key.as_str(), session, token.0, None),
+            };
+            kinds.push(kind);
+            keys.push(key);
+            sessions.push(session.0);
+            tokens.push(to_i64(token)?);
+            leases.push(to_i64(spec.map_or(0, |s| s.lease_ms))?);
+            queues.push(to_i64(spec.map_or(0, |s| s.queue_ms))?);
+            delays.push(to_i64(spec.map_or(0, |s| s.lock_delay_ms))?);
+        }
+        let rows: Vec<BatchRow> =
+            sqlx::query_as("SELECT *, now() FROM lock_batch($1, $2, $3, $4, $5, $6, $7)")
+                .bind(&kinds)
+                .bind(&keys)
+                .bind(&sessions)
+                .bind(&tokens)
+                .bind(&leases)
+                .bind(&queues)
+                .bind(&delays)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_err)?;
+        // Committed: from here on a fault is a bug in the statement, reported to the writes it
+        // leaves in doubt, never a reason to apply the batch again.
+        let mut results: Vec<Option<BatchResult>> = vec![None; n];
+        for row in rows {
+            let slot = usize::try_from(row.0)
+                .ok()
+                .and_then(|ord| ord.checked_sub(1))
+                .filter(|&i| i < n && results[i].is_none());
+            let Some(i) = slot else {
+                let err = StoreError::Internal(format!("lock_batch answered position {}", row.0));
+                return Ok(vec![Err(err); n]);
+            };
+            results[i] = Some(batch_answer(&ops[i], row));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(StoreError::Internal(
+                        "lock_batch left a write unanswered".into(),
+                    ))
+                })
+            })
+            .collect())
+    }
+}
+
 #[async_trait]
 impl LockStore for PostgresStore {
     fn backend(&self) -> Backend {
@@ -172,14 +399,7 @@ impl LockStore for PostgresStore {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_err)?;
-        if outcome != "OK" {
-            return Err(session_error(&outcome, session));
-        }
-        Ok(SessionRecord {
-            session_id: session,
-            ttl_ms: to_u64(required(ttl_ms, "ttl_ms")?)?,
-            expires_at: required(expires_at, "expires_at")?,
-        })
+        heartbeat_answer(session, &outcome, ttl_ms, expires_at)
     }
 
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
@@ -197,18 +417,8 @@ impl LockStore for PostgresStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
-        type Row = (
-            String,
-            Option<i64>,
-            Option<i64>,
-            Option<DateTime<Utc>>,
-            Option<bool>,
-            Option<i64>,
-            Option<i64>,
-            DateTime<Utc>,
-        );
         // now() is the transaction's start, the same instant the function decided by.
-        let (outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now): Row =
+        let row: AcquireRow =
             sqlx::query_as("SELECT *, now() FROM lock_acquire($1, $2, $3, $4, $5)")
                 .bind(key.as_str())
                 .bind(session.0)
@@ -218,43 +428,7 @@ impl LockStore for PostgresStore {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_err)?;
-        let token = || {
-            required(token, "fencing_token")
-                .and_then(to_u64)
-                .map(FencingToken)
-        };
-        // A negative wait means the deadline passed between two of the function's now()
-        // readings (they are equal within a transaction, so never in practice): ask again.
-        let wait_ms = || Ok::<_, StoreError>(required(wait_ms, "wait_ms")?.max(0).unsigned_abs());
-        match outcome.as_str() {
-            "GRANTED" => Ok(AcquireOutcome::Granted {
-                grant: LockGrant {
-                    lock_key: key.clone(),
-                    fencing_token: token()?,
-                    lease_ms: to_u64(required(lease, "lease_ms")?)?,
-                    expires_at: required(expires_at, "expires_at")?,
-                    session_id: session,
-                    proof: None,
-                    waited_ms: 0,
-                },
-                took_over_expired: took_over.unwrap_or(false),
-                store_now: Some(store_now),
-            }),
-            "LOCK_HELD" => Ok(Refusal::Held {
-                holder_token: token()?,
-                free_in_ms: wait_ms()?,
-            }
-            .into()),
-            "LOCK_DELAYED" => Ok(Refusal::Delayed {
-                remaining_ms: wait_ms()?,
-            }
-            .into()),
-            "QUEUED" => Ok(Refusal::Queued {
-                ahead: to_u64(required(ahead, "ahead")?)?,
-            }
-            .into()),
-            other => Err(session_error(other, session)),
-        }
+        acquire_answer(key, session, row)
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
@@ -306,22 +480,7 @@ impl LockStore for PostgresStore {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_err)?;
-        match outcome.as_str() {
-            "RENEWED" => Ok(LockGrant {
-                lock_key: key.clone(),
-                fencing_token: token,
-                lease_ms: to_u64(required(lease, "lease_ms")?)?,
-                expires_at: required(expires_at, "expires_at")?,
-                session_id: session,
-                proof: None,
-                waited_ms: 0,
-            }),
-            "LOCK_LOST" => Err(StoreError::LockLost {
-                lock_key: key.clone(),
-                fencing_token: token,
-            }),
-            other => Err(session_error(other, session)),
-        }
+        renew_answer(key, session, token, &outcome, lease, expires_at)
     }
 
     async fn release(
@@ -453,6 +612,27 @@ impl LockStore for PostgresStore {
             }
         }
         Ok(report)
+    }
+
+    async fn apply_batch(&self, ops: &[BatchOp]) -> Vec<BatchResult> {
+        // A lone write calls its own function: the same decision, without the arrays.
+        if let [op] = ops {
+            return vec![op.apply_alone(self).await];
+        }
+        match self.batch_statement(ops).await {
+            Ok(results) => results,
+            // One statement: its failure may be any one write's (an overflowing lease, a
+            // deadlock with another replica's batch), so none is failed for it. Each write
+            // goes alone and fails, if at all, alone.
+            Err(err) => {
+                tracing::debug!(event = "batch_failed_applying_alone", writes = ops.len(), error = %err);
+                let mut results = Vec::with_capacity(ops.len());
+                for op in ops {
+                    results.push(op.apply_alone(self).await);
+                }
+                results
+            }
+        }
     }
 
     async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {

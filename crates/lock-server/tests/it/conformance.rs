@@ -737,7 +737,18 @@ async fn take_two_places(store: &dyn LockStore, k: &LockKey) {
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
+        // PostgreSQL as lock-server runs it (group commit), and each write alone (group
+        // commit off, and the path a failed batch falls back to).
         mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _url) = crate::support::pg_store().await;
+                    super::$case(std::sync::Arc::new(lock_server::store::Batched::new(store))).await;
+                }
+            )*
+        }
+        mod postgres_alone {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
@@ -759,6 +770,16 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     super::$case(std::sync::Arc::new(super::MemoryStore::new())).await;
+                }
+            )*
+        }
+        // Batching's shell over a store without a batch statement (writes applied one by one).
+        mod memory_batched {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let store = std::sync::Arc::new(super::MemoryStore::new());
+                    super::$case(std::sync::Arc::new(lock_server::store::Batched::new(store))).await;
                 }
             )*
         }

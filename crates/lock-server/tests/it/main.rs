@@ -5,6 +5,7 @@ mod bad_input;
 mod clock_step;
 mod conformance;
 mod failover;
+mod group_commit;
 mod http_api;
 mod openapi;
 mod process;

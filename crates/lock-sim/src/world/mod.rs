@@ -28,6 +28,7 @@ use crate::check::{Coverage, Violation};
 use crate::config::Config;
 use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
+use lock_store::batch::Gatherer;
 use lock_store::wait_plan::{WaitPlan, WaitStep};
 use lock_store::{AcquireSpec, Wake};
 
@@ -107,6 +108,9 @@ enum Event {
     Write(usize, u64, Write),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
+    /// Replica r's batch of this number commits (group commit): its writes are applied
+    /// together and each is answered.
+    Flush(usize, u64),
     Timeout(usize, u64),
     Nemesis(Fault),
     Reap,
@@ -251,6 +255,11 @@ pub struct World {
     parked: BTreeMap<u64, Parked>,
     /// Numbers parked requests.
     parks: u64,
+    /// Per replica: its group commit, the writes that arrived while a batch was in flight.
+    gathered: Vec<Gatherer<(Node, u64, LockCall), LockCall>>,
+    /// Per replica: the batches in flight (by number, their writes), each committed at its
+    /// `Flush`.
+    flushing: Vec<BTreeMap<u64, Vec<LockCall>>>,
     events: u64,
 }
 
@@ -326,6 +335,8 @@ impl World {
             revoked: BTreeSet::new(),
             parked: BTreeMap::new(),
             parks: 0,
+            gathered: (0..cfg.replicas).map(|_| Gatherer::default()).collect(),
+            flushing: vec![BTreeMap::new(); cfg.replicas],
             events: 0,
             cfg,
         };
@@ -469,6 +480,7 @@ impl World {
                 }
             }
             Event::WaitRetry(id) => self.wait_call(id),
+            Event::Flush(r, batch) => self.flush(r, batch),
             Event::Timeout(c, req) => self.timeout(c, req),
             Event::Nemesis(fault) => self.nemesis(fault),
             Event::Reap => {

@@ -54,6 +54,9 @@ impl World {
             Fault::ReplicaDown(r) => {
                 self.coverage.hit("fault: replica crash");
                 self.service.up[r] = false;
+                // Its batch in flight and the writes gathered behind it die with it.
+                self.gathered[r].clear();
+                self.flushing[r].clear();
                 let before = self.parked.len();
                 self.parked.retain(|_, p| p.replica != r);
                 if self.parked.len() < before {

@@ -4,11 +4,85 @@
 
 use super::*;
 
+/// Share of commits in the fault window that hit a slow disk.
+const SLOW_COMMIT_SHARE: f64 = 0.2;
+/// The slowest commit, in ms.
+const SLOW_COMMIT_MAX_MS: u64 = 200;
+
 impl World {
+    /// A lock-surface request reaches replica `r`: an open is answered at once; a write joins
+    /// the replica's group commit (as lock-server's `Batched` store gathers it) and is
+    /// answered when its batch commits.
     pub(super) fn at_replica(&mut self, r: usize, from: Node, req: u64, body: Body) {
         let Body::Lock(call) = body else { return };
+        if let LockCall::Open { .. } = call {
+            let answer = self.service.handle(self.q.now(), r, &call);
+            return self.answered(r, from, req, &call, answer);
+        }
+        if !self.service.up[r] {
+            return self.answered(r, from, req, &call, None);
+        }
+        self.gathered[r].push((from, req, call.clone()), call);
+        self.start_flush(r);
+    }
+
+    /// Sends replica `r`'s next batches while a slot is free: each commits after one flush.
+    fn start_flush(&mut self, r: usize) {
+        while let Some((id, calls)) = self.gathered[r].take() {
+            if calls.len() > 1 {
+                self.coverage
+                    .hit("a batch of several writes committed together");
+                let keys: Vec<&LockKey> = calls.iter().filter_map(LockCall::key).collect();
+                if (1..keys.len()).any(|i| keys[..i].contains(&keys[i])) {
+                    self.coverage.hit("a batch carried two writes on one key");
+                }
+            }
+            self.flushing[r].insert(id, calls);
+            // One WAL flush; in the fault window a slow disk's, long enough for the writes
+            // behind it to gather (and for leases to run down while they wait).
+            let flush = if self.in_fault_window() && self.rng.f64() < SLOW_COMMIT_SHARE {
+                self.coverage.hit("fault: a slow commit");
+                self.rng.u64(10 * MS..=SLOW_COMMIT_MAX_MS * MS)
+            } else {
+                self.rng.u64(MS / 2..=5 * MS)
+            };
+            self.q.after(flush, Event::Flush(r, id));
+        }
+    }
+
+    /// Replica `r`'s batch `id` commits: every write is answered from its own result, and
+    /// the writes that arrived meanwhile go next.
+    pub(super) fn flush(&mut self, r: usize, id: u64) {
+        // Gone: the replica crashed with it in flight, and it never committed.
+        let Some(calls) = self.flushing[r].remove(&id) else {
+            return;
+        };
+        let Some(answers) = self.service.handle_batch(self.q.now(), r, &calls) else {
+            self.gathered[r].clear();
+            self.flushing[r].clear();
+            return;
+        };
+        let routed = self.gathered[r]
+            .complete(id, answers)
+            .unwrap_or_else(|m| panic!("{}", m.error()));
+        for ((from, req, call), answer) in routed {
+            self.answered(r, from, req, &call, Some(answer));
+        }
+        self.start_flush(r);
+    }
+
+    /// Replica `r`'s answer to request `req` from `from` (`None`: the replica is down, and the
+    /// request vanishes): checked, parked when it may wait, or sent.
+    fn answered(
+        &mut self,
+        r: usize,
+        from: Node,
+        req: u64,
+        call: &LockCall,
+        answer: Option<LockAnswer>,
+    ) {
         let now = self.q.now();
-        let Some(answer) = self.service.handle(now, r, &call) else {
+        let Some(answer) = answer else {
             self.log(&[from, Node::Replica(r)], || {
                 format!("r{r} is down: #{req} vanishes")
             });
@@ -35,7 +109,7 @@ impl World {
                 lease_ms,
                 wait_ms: Some(wait_ms),
             },
-        ) = (&answer, &call)
+        ) = (&answer, call)
         {
             self.parks += 1;
             let id = self.parks;

@@ -1,0 +1,225 @@
+//! [`Batched`]: group commit in front of a store. A replica's heartbeats, acquires, renews
+//! and releases queue to one task, which hands them to the store's `apply_batch` as
+//! lock-store's [`Gatherer`] decides (a write that finds a free slot at once; writes that
+//! arrive while every slot is busy together, as the next batch) and answers each caller from
+//! its own result.
+//! Everything else passes straight through.
+//!
+//! This file owns only the I/O: the channel, the task, the metric. Which writes go together
+//! and whose answer is whose is the gatherer's; how a batch is committed is the store's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use tokio::sync::{mpsc, oneshot};
+
+use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, mismatched};
+use super::{
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
+};
+
+/// Histogram: writes per batch a replica committed.
+pub const STORE_BATCH_WRITES: &str = "lock_store_batch_writes";
+
+type Reply = oneshot::Sender<BatchResult>;
+
+/// A store whose writes are committed in batches.
+#[derive(Debug)]
+pub struct Batched {
+    inner: Arc<dyn LockStore>,
+    writes: mpsc::UnboundedSender<(Reply, BatchOp)>,
+    /// The most writes one batch has carried so far.
+    largest: Arc<AtomicUsize>,
+}
+
+impl Batched {
+    /// Starts the batching task over `inner` (on the current tokio runtime). The task ends
+    /// when this store is dropped and the writes queued before have been answered.
+    pub fn new(inner: Arc<dyn LockStore>) -> Self {
+        let (writes, queue) = mpsc::unbounded_channel();
+        let largest = Arc::default();
+        tokio::spawn(run(inner.clone(), queue, Arc::clone(&largest)));
+        Self {
+            inner,
+            writes,
+            largest,
+        }
+    }
+
+    /// The most writes one batch has carried so far (1 until writes overlapped).
+    pub fn largest_batch(&self) -> usize {
+        self.largest.load(Ordering::Relaxed)
+    }
+
+    async fn write(&self, op: BatchOp) -> BatchResult {
+        let (reply, answer) = oneshot::channel();
+        self.writes
+            .send((reply, op))
+            .map_err(|_| StoreError::Internal("the batching task has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("the batching task dropped a write".into()))?
+    }
+}
+
+/// The batching task: gathers writes, sends each batch the gatherer lets go (its slots'
+/// commits run side by side in this task), and answers each caller from its own result when
+/// its batch comes back.
+async fn run(
+    store: Arc<dyn LockStore>,
+    mut queue: mpsc::UnboundedReceiver<(Reply, BatchOp)>,
+    largest: Arc<AtomicUsize>,
+) {
+    let backend = store.backend().as_str();
+    let mut gatherer: Gatherer<Reply> = Gatherer::default();
+    let mut flushing = FuturesUnordered::new();
+    let mut open = true;
+    while open || gatherer.in_flight() > 0 {
+        tokio::select! {
+            write = queue.recv(), if open => match write {
+                Some((reply, op)) => gatherer.push(reply, op),
+                // Dropped: answer what is in flight, then stop.
+                None => open = false,
+            },
+            Some((id, results)) = flushing.next(), if !flushing.is_empty() => {
+                let answered = gatherer.complete(id, results).unwrap_or_else(|miscounted| {
+                    let err = miscounted.error();
+                    let fail = |reply| (reply, Err(err.clone()));
+                    miscounted.callers.into_iter().map(fail).collect()
+                });
+                for (reply, result) in answered {
+                    // A caller that went away (its request was cancelled) is not waited for.
+                    let _ = reply.send(result);
+                }
+            }
+        }
+        while let Ok((reply, op)) = queue.try_recv() {
+            gatherer.push(reply, op);
+        }
+        while let Some((id, batch)) = gatherer.take() {
+            metrics::histogram!(STORE_BATCH_WRITES, "backend" => backend)
+                .record(batch.len() as f64);
+            largest.fetch_max(batch.len(), Ordering::Relaxed);
+            let store = store.clone();
+            flushing.push(async move { (id, store.apply_batch(&batch).await) });
+        }
+    }
+}
+
+#[async_trait]
+impl LockStore for Batched {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+
+    async fn create_session(
+        &self,
+        owner: &OwnerId,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError> {
+        self.inner.create_session(owner, ttl_ms).await
+    }
+
+    async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
+        match self.write(BatchOp::Heartbeat { session }).await? {
+            BatchAnswer::Heartbeat(record) => Ok(record),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
+        self.inner.delete_session(session).await
+    }
+
+    async fn acquire_with(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let op = BatchOp::Acquire {
+            key: key.clone(),
+            session,
+            spec,
+        };
+        match self.write(op).await? {
+            BatchAnswer::Acquire(outcome) => Ok(outcome),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
+        self.inner.leave_queue(key, session).await
+    }
+
+    async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
+        self.inner.watch_wakes(sink).await
+    }
+
+    async fn renew(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<LockGrant, StoreError> {
+        let op = BatchOp::Renew {
+            key: key.clone(),
+            session,
+            token,
+        };
+        match self.write(op).await? {
+            BatchAnswer::Renew(grant) => Ok(grant),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    async fn release(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
+        let op = BatchOp::Release {
+            key: key.clone(),
+            session,
+            token,
+        };
+        match self.write(op).await? {
+            BatchAnswer::Release(released) => Ok(released),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+        self.inner.revoke(key).await
+    }
+
+    async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
+        self.inner.reap_expired().await
+    }
+
+    async fn apply_batch(&self, ops: &[BatchOp]) -> Vec<BatchResult> {
+        self.inner.apply_batch(ops).await
+    }
+
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.clock_now().await
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready().await
+    }
+
+    async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.durability_risks().await
+    }
+}
