@@ -29,6 +29,14 @@ pub const BATCH_WRITES_MAX: usize = 256;
 /// batch is out, and still gather everything that arrives while both are.
 pub const BATCHES_IN_FLIGHT_MAX: usize = 2;
 
+/// Whether a write that finds `pending` other writes of its replica unanswered skips the
+/// gatherer and goes alone, at once, on its caller's own task: only when there are none. A
+/// lone client then pays nothing for group commit (a hop to the gathering task and back cost
+/// a seventh of the rate at one client); as soon as writes overlap, they gather.
+pub const fn goes_alone(pending: usize) -> bool {
+    pending == 0
+}
+
 /// A batch's number, given when it is taken.
 pub type BatchId = u64;
 

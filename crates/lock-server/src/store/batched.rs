@@ -2,7 +2,8 @@
 //! and releases queue to one task, which hands them to the store's `apply_batch` as
 //! lock-store's [`Gatherer`] decides (a write that finds a free slot at once; writes that
 //! arrive while every slot is busy together, as the next batch) and answers each caller from
-//! its own result.
+//! its own result. A write that finds no other pending goes alone on its own task
+//! (`goes_alone`): a lone client pays no hop.
 //! Everything else passes straight through.
 //!
 //! This file owns only the I/O: the channel, the task, the metric. Which writes go together
@@ -18,7 +19,7 @@ use futures_util::stream::FuturesUnordered;
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, mismatched};
+use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
 use super::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
 };
@@ -35,6 +36,17 @@ pub struct Batched {
     writes: mpsc::UnboundedSender<(Reply, BatchOp)>,
     /// The most writes one batch has carried so far.
     largest: Arc<AtomicUsize>,
+    /// Writes accepted and not yet answered, alone or gathered.
+    pending: AtomicUsize,
+}
+
+/// Counts a write as pending while it lives (a cancelled caller's too).
+struct Pending<'a>(&'a AtomicUsize);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Batched {
@@ -48,6 +60,7 @@ impl Batched {
             inner,
             writes,
             largest,
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -57,6 +70,19 @@ impl Batched {
     }
 
     async fn write(&self, op: BatchOp) -> BatchResult {
+        let before = self.pending.fetch_add(1, Ordering::AcqRel);
+        let _pending = Pending(&self.pending);
+        if goes_alone(before) {
+            let backend = self.inner.backend().as_str();
+            metrics::histogram!(STORE_BATCH_WRITES, "backend" => backend).record(1.0);
+            let mut results = self.inner.apply_batch(std::slice::from_ref(&op)).await;
+            return match (results.pop(), results.is_empty()) {
+                (Some(result), true) => result,
+                _ => Err(StoreError::Internal(
+                    "the store answered a lone write with other than one result".into(),
+                )),
+            };
+        }
         let (reply, answer) = oneshot::channel();
         self.writes
             .send((reply, op))
