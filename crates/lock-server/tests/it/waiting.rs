@@ -318,3 +318,71 @@ async fn postgres_a_release_racing_a_new_queue_place_still_wakes_the_waiter() {
         "the waiter was granted {woken_after:?} after the release: by its recheck, not by the release"
     );
 }
+
+/// PostgreSQL: the head waiter leaving (it gave up) while a newcomer takes its place behind
+/// it: the leave's wake-up cannot see the newcomer's place (not committed), and the newcomer,
+/// told one waiter is ahead, must still be granted at once when the leave commits, not by its
+/// recheck a second later. The test holds the leave open (the place deleted, not committed)
+/// until the newcomer has reached the race, then commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_head_waiter_leaving_as_a_newcomer_queues_still_wakes_the_newcomer() {
+    use sqlx::{Connection, Executor};
+    let (store, url) = crate::support::pg_store().await;
+    let a = TestServer::start(store, &[]).await;
+    let leaving = a.api.session("leaving", 30_000).await;
+    let newcomer = a.api.session("newcomer", 30_000).await;
+    // The key is free and `leaving` is first in its queue (as after a release whose head
+    // waiter has not asked again yet).
+    let mut leave = sqlx::PgConnection::connect(&url).await.unwrap();
+    leave
+        .execute(
+            format!(
+                "INSERT INTO lock_waiters (lock_key, session_id, expires_at)
+                 VALUES ('race', '{leaving}', now() + interval '30 seconds')"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    leave.execute("BEGIN").await.unwrap();
+    leave
+        .execute("DELETE FROM lock_waiters WHERE lock_key = 'race'")
+        .await
+        .unwrap();
+    let asking = {
+        let api = a.api.clone();
+        tokio::spawn(async move {
+            let answer = acquire_with(&api, "race", &newcomer, json!({"wait_ms": WAIT_MS})).await;
+            (answer, tokio::time::Instant::now())
+        })
+    };
+    // The race is reached when the newcomer's place is committed (it counted the leaving
+    // place ahead, and parked) or its store call waits on a row lock (for the leave to end).
+    let look = sqlx::PgPool::connect(&url).await.unwrap();
+    poll_until("the newcomer to reach the leave", DEADLINE, || {
+        let look = look.clone();
+        async move {
+            let (places, blocked): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM lock_waiters WHERE lock_key = 'race'
+                           AND session_id <> (SELECT session_id FROM lock_waiters
+                                               WHERE lock_key = 'race' ORDER BY seq LIMIT 1)),
+                        (SELECT count(*) FROM pg_stat_activity
+                          WHERE datname = current_database() AND wait_event_type = 'Lock')",
+            )
+            .fetch_one(&look)
+            .await
+            .unwrap();
+            (places + blocked > 0).then_some(())
+        }
+    })
+    .await;
+    leave.execute("COMMIT").await.unwrap();
+    let committed = tokio::time::Instant::now();
+    let ((status, body), answered) = asking.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let woken_after = answered - committed;
+    assert!(
+        woken_after < Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS / 2),
+        "the newcomer was granted {woken_after:?} after the leave: by its recheck, not by the leave"
+    );
+}

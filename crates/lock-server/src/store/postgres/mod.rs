@@ -1,5 +1,10 @@
 //! `LockStore` on PostgreSQL. Each operation is one round trip; the grant logic lives in
-//! SQL functions (`migrations/0001_locks.sql`) so the store's `now()` is the only clock.
+//! SQL functions (`migrations/`) so the store's `now()` is the only clock. A batch of writes
+//! is one `lock_batch` statement. `rows.rs` reads what the functions answer; `listen.rs`
+//! carries their wake-ups.
+
+mod listen;
+mod rows;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,10 +17,15 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
 
-use super::batch::{BatchAnswer, BatchOp, BatchResult};
+use self::listen::{WAKE_CHANNEL, listen};
+use self::rows::{
+    AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, to_i64,
+    to_u64,
+};
+use super::batch::{BatchOp, BatchResult};
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Refusal, SessionRecord,
-    StoreError, Wake, WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
+    WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -27,10 +37,6 @@ const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
 const DURABILITY_SETTINGS: [&str; 2] = ["fsync", "synchronous_commit"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
-/// The channel `lock_notify_free()` (migration 0002) notifies: payload `"<session> <key>"`.
-const WAKE_CHANNEL: &str = "lock_free";
-/// Pause before the listener tries again after its connection failed to come back.
-const LISTEN_RETRY_MS: u64 = 500;
 
 /// The PostgreSQL lock store.
 #[derive(Clone)]
@@ -112,174 +118,6 @@ fn map_err(err: sqlx::Error) -> StoreError {
         | sqlx::Error::Protocol(_) => StoreError::Unavailable(err.to_string()),
         other => StoreError::Internal(other.to_string()),
     }
-}
-
-fn to_i64(value: u64) -> Result<i64, StoreError> {
-    i64::try_from(value)
-        .map_err(|_| StoreError::Internal(format!("{value} does not fit in bigint")))
-}
-
-fn to_u64(value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value)
-        .map_err(|_| StoreError::Internal(format!("negative value {value} in store")))
-}
-
-fn required<T>(value: Option<T>, what: &str) -> Result<T, StoreError> {
-    value.ok_or_else(|| StoreError::Internal(format!("store function returned no {what}")))
-}
-
-fn session_error(outcome: &str, session: SessionId) -> StoreError {
-    match outcome {
-        "SESSION_UNKNOWN" => StoreError::SessionUnknown(session),
-        "SESSION_EXPIRED" => StoreError::SessionExpired(session),
-        other => StoreError::Internal(format!("unexpected store outcome {other}")),
-    }
-}
-
-/// One row of `lock_acquire` (or of `lock_batch` for an acquire) with the transaction's
-/// `now()`: outcome, token, lease, expiry, took over, wait, waiters ahead, now.
-type AcquireRow = (
-    String,
-    Option<i64>,
-    Option<i64>,
-    Option<DateTime<Utc>>,
-    Option<bool>,
-    Option<i64>,
-    Option<i64>,
-    DateTime<Utc>,
-);
-
-/// A row of `lock_batch` (`ord` is 1-based) with the transaction's `now()`.
-type BatchRow = (
-    i32,
-    String,
-    Option<i64>,
-    Option<i64>,
-    Option<DateTime<Utc>>,
-    Option<bool>,
-    Option<i64>,
-    Option<i64>,
-    DateTime<Utc>,
-);
-
-fn acquire_answer(
-    key: &LockKey,
-    session: SessionId,
-    row: AcquireRow,
-) -> Result<AcquireOutcome, StoreError> {
-    let (outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now) = row;
-    let token_of = || {
-        required(token, "fencing_token")
-            .and_then(to_u64)
-            .map(FencingToken)
-    };
-    // A negative wait means the deadline passed between two of the function's now()
-    // readings (they are equal within a transaction, so never in practice): ask again.
-    let waited = || Ok::<_, StoreError>(required(wait_ms, "wait_ms")?.max(0).unsigned_abs());
-    match outcome.as_str() {
-        "GRANTED" => Ok(AcquireOutcome::Granted {
-            grant: LockGrant {
-                lock_key: key.clone(),
-                fencing_token: token_of()?,
-                lease_ms: to_u64(required(lease, "lease_ms")?)?,
-                expires_at: required(expires_at, "expires_at")?,
-                session_id: session,
-                proof: None,
-                waited_ms: 0,
-            },
-            took_over_expired: took_over.unwrap_or(false),
-            store_now: Some(store_now),
-        }),
-        "LOCK_HELD" => Ok(Refusal::Held {
-            holder_token: token_of()?,
-            free_in_ms: waited()?,
-        }
-        .into()),
-        "LOCK_DELAYED" => Ok(Refusal::Delayed {
-            remaining_ms: waited()?,
-        }
-        .into()),
-        "QUEUED" => Ok(Refusal::Queued {
-            ahead: to_u64(required(ahead, "ahead")?)?,
-        }
-        .into()),
-        other => Err(session_error(other, session)),
-    }
-}
-
-fn renew_answer(
-    key: &LockKey,
-    session: SessionId,
-    token: FencingToken,
-    outcome: &str,
-    lease: Option<i64>,
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<LockGrant, StoreError> {
-    match outcome {
-        "RENEWED" => Ok(LockGrant {
-            lock_key: key.clone(),
-            fencing_token: token,
-            lease_ms: to_u64(required(lease, "lease_ms")?)?,
-            expires_at: required(expires_at, "expires_at")?,
-            session_id: session,
-            proof: None,
-            waited_ms: 0,
-        }),
-        "LOCK_LOST" => Err(StoreError::LockLost {
-            lock_key: key.clone(),
-            fencing_token: token,
-        }),
-        other => Err(session_error(other, session)),
-    }
-}
-
-fn heartbeat_answer(
-    session: SessionId,
-    outcome: &str,
-    ttl_ms: Option<i64>,
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<SessionRecord, StoreError> {
-    if outcome != "OK" {
-        return Err(session_error(outcome, session));
-    }
-    Ok(SessionRecord {
-        session_id: session,
-        ttl_ms: to_u64(required(ttl_ms, "ttl_ms")?)?,
-        expires_at: required(expires_at, "expires_at")?,
-    })
-}
-
-/// The answer of `op` from its row of `lock_batch`.
-fn batch_answer(op: &BatchOp, row: BatchRow) -> BatchResult {
-    let (_, outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now) = row;
-    Ok(match op {
-        BatchOp::Heartbeat { session } => {
-            BatchAnswer::Heartbeat(heartbeat_answer(*session, &outcome, lease, expires_at)?)
-        }
-        BatchOp::Acquire { key, session, .. } => BatchAnswer::Acquire(acquire_answer(
-            key,
-            *session,
-            (
-                outcome, token, lease, expires_at, took_over, wait_ms, ahead, store_now,
-            ),
-        )?),
-        BatchOp::Renew {
-            key,
-            session,
-            token,
-        } => BatchAnswer::Renew(renew_answer(
-            key, *session, *token, &outcome, lease, expires_at,
-        )?),
-        BatchOp::Release { .. } => match outcome.as_str() {
-            "RELEASED" => BatchAnswer::Release(true),
-            "NOT_HELD" => BatchAnswer::Release(false),
-            other => {
-                return Err(StoreError::Internal(format!(
-                    "unexpected release outcome {other}"
-                )));
-            }
-        },
-    })
 }
 
 impl PostgresStore {
@@ -669,62 +507,5 @@ impl LockStore for PostgresStore {
             }
         }
         Ok(risks)
-    }
-}
-
-/// The listener's loop: each notification wakes its session's waiter; a lost connection
-/// (notifications may have been missed meanwhile) wakes every waiter once it is back.
-async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSink>>>) {
-    let sink = |wake: Wake| {
-        let sinks = sinks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        sinks.iter().for_each(|sink| sink(wake.clone()));
-    };
-    loop {
-        match listener.try_recv().await {
-            Ok(Some(notification)) => match parse_wake(notification.payload()) {
-                Some(wake) => sink(wake),
-                None => tracing::warn!(event = "wake_unparsed", payload = notification.payload()),
-            },
-            Ok(None) => {
-                tracing::warn!(event = "wake_listener_reconnecting");
-                sink(Wake::Everyone);
-            }
-            Err(err) => {
-                tracing::warn!(event = "wake_listener_failed", error = %err);
-                sink(Wake::Everyone);
-                tokio::time::sleep(Duration::from_millis(LISTEN_RETRY_MS)).await;
-            }
-        }
-    }
-}
-
-/// `"<session> <key>"`, as `lock_notify_free()` writes it.
-fn parse_wake(payload: &str) -> Option<Wake> {
-    let (session, key) = payload.split_once(' ')?;
-    Some(Wake::Head {
-        key: LockKey::parse(key.to_owned()).ok()?,
-        session: SessionId::parse(session).ok()?,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wake_payloads_parse_and_bad_ones_do_not() {
-        let session = SessionId::random();
-        assert_eq!(
-            parse_wake(&format!("{session} payout:7.with_all-chars")),
-            Some(Wake::Head {
-                key: LockKey::parse("payout:7.with_all-chars".to_owned()).unwrap(),
-                session
-            })
-        );
-        assert_eq!(parse_wake("not-a-uuid k"), None);
-        assert_eq!(parse_wake(&session.to_string()), None);
     }
 }
