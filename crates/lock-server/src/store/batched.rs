@@ -73,8 +73,7 @@ impl Batched {
         let before = self.pending.fetch_add(1, Ordering::AcqRel);
         let _pending = Pending(&self.pending);
         if goes_alone(before) {
-            let backend = self.inner.backend().as_str();
-            metrics::histogram!(STORE_BATCH_WRITES, "backend" => backend).record(1.0);
+            record_batch(self.inner.backend().as_str(), 1, &self.largest);
             let mut results = self.inner.apply_batch(std::slice::from_ref(&op)).await;
             return match (results.pop(), results.is_empty()) {
                 (Some(result), true) => result,
@@ -91,6 +90,12 @@ impl Batched {
             .await
             .map_err(|_| StoreError::Internal("the batching task dropped a write".into()))?
     }
+}
+
+/// One batch of `writes` committed (a lone write is a batch of one).
+fn record_batch(backend: &'static str, writes: usize, largest: &AtomicUsize) {
+    metrics::histogram!(STORE_BATCH_WRITES, "backend" => backend).record(writes as f64);
+    largest.fetch_max(writes, Ordering::Relaxed);
 }
 
 /// The batching task: gathers writes, sends each batch the gatherer lets go (its slots'
@@ -128,9 +133,7 @@ async fn run(
             gatherer.push(reply, op);
         }
         while let Some((id, batch)) = gatherer.take() {
-            metrics::histogram!(STORE_BATCH_WRITES, "backend" => backend)
-                .record(batch.len() as f64);
-            largest.fetch_max(batch.len(), Ordering::Relaxed);
+            record_batch(backend, batch.len(), &largest);
             let store = store.clone();
             flushing.push(async move { (id, store.apply_batch(&batch).await) });
         }

@@ -308,15 +308,7 @@ async fn postgres_a_release_racing_a_new_queue_place_still_wakes_the_waiter() {
         }
     })
     .await;
-    release.execute("COMMIT").await.unwrap();
-    let committed = tokio::time::Instant::now();
-    let ((status, body), answered) = asking.await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let woken_after = answered - committed;
-    assert!(
-        woken_after < Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS / 2),
-        "the waiter was granted {woken_after:?} after the release: by its recheck, not by the release"
-    );
+    granted_when_committed(release, asking, "the release").await;
 }
 
 /// PostgreSQL: the head waiter leaving (it gave up) while a newcomer takes its place behind
@@ -376,13 +368,24 @@ async fn postgres_a_head_waiter_leaving_as_a_newcomer_queues_still_wakes_the_new
         }
     })
     .await;
-    leave.execute("COMMIT").await.unwrap();
+    granted_when_committed(leave, asking, "the leave").await;
+}
+
+/// Commits `held` (the open transaction the asking waiter raced) and asserts the waiter was
+/// granted at once by it, not by its recheck a second later.
+async fn granted_when_committed(
+    mut held: sqlx::PgConnection,
+    asking: tokio::task::JoinHandle<((StatusCode, serde_json::Value), tokio::time::Instant)>,
+    what: &str,
+) {
+    use sqlx::Executor;
+    held.execute("COMMIT").await.unwrap();
     let committed = tokio::time::Instant::now();
     let ((status, body), answered) = asking.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");
     let woken_after = answered - committed;
     assert!(
         woken_after < Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS / 2),
-        "the newcomer was granted {woken_after:?} after the leave: by its recheck, not by the leave"
+        "the waiter was granted {woken_after:?} after {what}: by its recheck, not by {what}"
     );
 }
