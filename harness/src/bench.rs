@@ -39,6 +39,45 @@ pub struct LockBenchOptions {
     /// member; etcd's own lock API on the same etcd).
     #[arg(long, value_enum, default_value = "postgres")]
     pub backend: BenchBackend,
+    /// PostgreSQL: the second lock-server the SDK side also runs against, in the same run.
+    #[arg(long, value_enum, default_value = "before")]
+    pub baseline: Baseline,
+}
+
+/// The baseline lock-server of a PostgreSQL run: the same store and build, with group commit
+/// or hand-over (or both) off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Baseline {
+    /// Both off: each write its own commit, a freed key's head waiter woken to ask.
+    Before,
+    /// Each write its own commit; hand-over on.
+    CommitPerWrite,
+    /// Group commit on; a freed key's head waiter woken to ask.
+    NoHandOver,
+}
+
+impl Baseline {
+    /// `LOCK_DB_GROUP_COMMIT`, `LOCK_DB_HAND_OVER`.
+    fn settings(self) -> [(&'static str, String); 2] {
+        let (group_commit, hand_over) = match self {
+            Self::Before => (false, false),
+            Self::CommitPerWrite => (false, true),
+            Self::NoHandOver => (true, false),
+        };
+        [
+            ("LOCK_DB_GROUP_COMMIT", group_commit.to_string()),
+            ("LOCK_DB_HAND_OVER", hand_over.to_string()),
+        ]
+    }
+
+    /// The SDK side's name in the table.
+    fn side(self) -> &'static str {
+        match self {
+            Self::Before => "SDK, before (a commit per write, no hand-over)",
+            Self::CommitPerWrite => "SDK, a commit per write",
+            Self::NoHandOver => "SDK, no hand-over",
+        }
+    }
 }
 
 /// The store `harness bench locks` runs the lock-server on.
@@ -195,22 +234,26 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         log_dir.path(),
     )
     .await?;
-    // The baseline in the same run: the same store, each write committed alone.
+    // The baseline in the same run: the same store and build, group commit or hand-over off.
     let alone = match options.backend {
-        BenchBackend::Postgres => Some(
-            spawn_lock_server_at(
-                "lock-server-alone",
-                &stores.lock_store,
-                &[
-                    ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
-                    ("LOCK_SESSION_TTL", "60s".into()),
-                    ("RUST_LOG", "warn".into()),
-                    ("LOCK_DB_GROUP_COMMIT", "false".into()),
-                ],
-                log_dir.path(),
+        BenchBackend::Postgres => {
+            let [group_commit, hand_over] = options.baseline.settings();
+            Some(
+                spawn_lock_server_at(
+                    "lock-server-baseline",
+                    &stores.lock_store,
+                    &[
+                        ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
+                        ("LOCK_SESSION_TTL", "60s".into()),
+                        ("RUST_LOG", "warn".into()),
+                        group_commit,
+                        hand_over,
+                    ],
+                    log_dir.path(),
+                )
+                .await?,
             )
-            .await?,
-        ),
+        }
         BenchBackend::Etcd => None,
     };
     let base = server.url.clone();
@@ -259,7 +302,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                     row(
                         clients,
                         keys,
-                        "SDK, a commit per write",
+                        options.baseline.side(),
                         &sdk,
                         etcd_rate,
                         Some(cpu)

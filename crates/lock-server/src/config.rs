@@ -49,6 +49,12 @@ pub struct Config {
     #[arg(long, env = "LOCK_DB_GROUP_COMMIT", default_value_t = true, action = clap::ArgAction::Set)]
     pub db_group_commit: bool,
 
+    /// Hand-over on PostgreSQL: the transaction that frees a key (release, revoke, reap)
+    /// grants it to its first live waiter, whose parked request is answered without asking
+    /// again (one commit per hand-over). `false` wakes that waiter to ask (for comparison).
+    #[arg(long, env = "LOCK_DB_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub db_hand_over: bool,
+
     /// etcd members, comma-separated `http://host:port` (required for the etcd backend).
     #[arg(long, env = "LOCK_ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,

@@ -33,7 +33,13 @@ pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
 /// The store-clock guard's two counters, incremented where the guard runs (`lock-store`).
 pub use lock_store::{GRANTS_WITHHELD_TOTAL, STORE_CLOCK_STEPS_TOTAL};
 /// Values of `lock_waits_total`'s `outcome` label.
-pub const WAIT_OUTCOMES: [&str; 4] = ["granted", "timed_out", "draining", "too_many_waiters"];
+pub const WAIT_OUTCOMES: [&str; 5] = [
+    "granted",
+    "handed_over",
+    "timed_out",
+    "draining",
+    "too_many_waiters",
+];
 
 /// HTTP requests by route, method and status.
 pub const HTTP_REQUESTS_TOTAL: &str = "lock_http_requests_total";

@@ -61,7 +61,14 @@ impl Server {
                 let url = config.database_url.as_deref().ok_or_else(|| {
                     StartError::Config("DATABASE_URL is required for the postgres backend".into())
                 })?;
-                let store = Arc::new(PostgresStore::connect(url, config.db_max_connections).await?);
+                let store = Arc::new(
+                    PostgresStore::connect_handing_over(
+                        url,
+                        config.db_max_connections,
+                        config.db_hand_over,
+                    )
+                    .await?,
+                );
                 if config.db_group_commit {
                     Arc::new(Batched::new(store))
                 } else {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use lock_api::{LockKey, SessionId};
+use lock_api::{LockGrant, LockKey, SessionId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -33,11 +33,15 @@ pub enum WaitRefused {
     PerServer(usize),
 }
 
+/// A grant handed over to a parked request, with its place's age ([`Wake::HandedOver`]).
+type Handed = Arc<Mutex<Option<(LockGrant, u64)>>>;
+
 /// One parked request's wake-up.
 #[derive(Debug)]
 struct Slot {
     id: u64,
     notify: Arc<Notify>,
+    handed: Handed,
 }
 
 #[derive(Debug, Default)]
@@ -88,11 +92,13 @@ impl Waiters {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
+        let handed = Handed::default();
         let replaced = registry.keys.entry(key.clone()).or_default().insert(
             session,
             Slot {
                 id,
                 notify: notify.clone(),
+                handed: handed.clone(),
             },
         );
         if let Some(old) = replaced {
@@ -108,6 +114,7 @@ impl Waiters {
             session,
             id,
             notify,
+            handed,
         })
     }
 
@@ -118,6 +125,19 @@ impl Waiters {
         match wake {
             Wake::Head { key, session } => {
                 if let Some(slot) = registry.keys.get(key).and_then(|k| k.get(session)) {
+                    slot.notify.notify_one();
+                }
+            }
+            Wake::HandedOver {
+                grant,
+                place_age_ms,
+            } => {
+                let slot = registry
+                    .keys
+                    .get(&grant.lock_key)
+                    .and_then(|k| k.get(&grant.session_id));
+                if let Some(slot) = slot {
+                    *lock(&slot.handed) = Some((grant.clone(), *place_age_ms));
                     slot.notify.notify_one();
                 }
             }
@@ -163,6 +183,7 @@ pub struct Ticket {
     session: SessionId,
     id: u64,
     notify: Arc<Notify>,
+    handed: Handed,
 }
 
 impl Ticket {
@@ -170,6 +191,18 @@ impl Ticket {
     pub async fn woken(&self) {
         self.notify.notified().await;
     }
+
+    /// The grant handed over to this request since the last call, with its place's age.
+    pub fn take_handed(&self) -> Option<(LockGrant, u64)> {
+        lock(&self.handed).take()
+    }
+}
+
+/// A panic while holding a hand-over slot leaves it whole: recover it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for Ticket {
@@ -223,6 +256,9 @@ pub enum Waited {
     /// Parked, then the store's last answer (a grant, or the refusal at the deadline) and the
     /// milliseconds between the request's start and the store call that gave it.
     Answer(AcquireOutcome, u64),
+    /// Parked, then handed the key by the release (or revoke, or reap) that freed it
+    /// ([`Wake::HandedOver`]): the grant and its `waited_ms`.
+    HandedOver(LockGrant, u64),
     /// The replica started draining: the client should go to another replica, where its
     /// queue place is still its own.
     Draining,
@@ -264,7 +300,11 @@ pub async fn acquire_waiting(
         armed: true,
     };
     loop {
-        let called = nanos(Instant::now());
+        // Only a hand-over delivered after this call was sent may answer the request: an
+        // older one's grant was seen by this call (answered as a grant) or has ended.
+        let _ = ticket.take_handed();
+        let called_at = Instant::now();
+        let called = nanos(called_at);
         let spec = AcquireSpec {
             queue_ms: plan.queue_ms(called),
             ..spec
@@ -290,7 +330,18 @@ pub async fn acquire_waiting(
                 leave: true,
             } => {
                 place.leave_now().await?;
-                return Ok(Waited::Answer(outcome, waited_ms));
+                let called = nanos(Instant::now());
+                let try_spec = AcquireSpec {
+                    queue_ms: 0,
+                    ..spec
+                };
+                let last = store.acquire_with(key, session, try_spec).await?;
+                return Ok(match last {
+                    AcquireOutcome::Granted { .. } => {
+                        Waited::Answer(last, plan.granted_by_call_at(called))
+                    }
+                    AcquireOutcome::Refused(_) => Waited::Answer(outcome, waited_ms),
+                });
             }
             WaitStep::Nap(nap) => nap,
         };
@@ -301,6 +352,14 @@ pub async fn acquire_waiting(
                 place.disarm();
                 return Ok(Waited::Draining);
             }
+        }
+        if let Some((grant, place_age_ms)) = ticket.take_handed() {
+            place.disarm();
+            store.admit_hand_over(&grant, called_at.elapsed())?;
+            return Ok(Waited::HandedOver(
+                grant,
+                plan.handed_over(called, place_age_ms),
+            ));
         }
     }
 }

@@ -40,6 +40,8 @@ pub const MUST_REACH: &[&str] = &[
     "a zombie's write fenced after a pause between guard and write",
     "an acquire gave up contended",
     "a parked acquire granted",
+    "a freed key handed over to its head waiter",
+    "a parked acquire answered by a hand-over",
     "a waiting acquire gave up at its deadline",
     "a lease-short skip",
     "a NOT_LEADER answer retried",

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
-use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
@@ -419,6 +419,25 @@ impl LockService {
         }
     }
 
+    /// A grant's expiry in true time as the store judges it now (a grant is judged when it is
+    /// made: a later step of the store's clock is every outstanding grant's risk alike).
+    pub fn true_expiry(&self, grant: &LockGrant) -> Nanos {
+        self.env.true_time(store_nanos(grant.expires_at))
+    }
+
+    /// A parked acquire's answer from the grant handed over to it, judged to expire at
+    /// `expires` when it was made (and recorded then, not here).
+    pub fn answer_handed(&self, grant: &LockGrant, expires: Nanos, waited_ms: u64) -> LockAnswer {
+        LockAnswer::Granted {
+            key: grant.lock_key.clone(),
+            token: grant.fencing_token,
+            lease_ms: grant.lease_ms,
+            expires,
+            session: grant.session_id,
+            waited_ms,
+        }
+    }
+
     /// A waiting acquire's store call on replica `replica` at `now` (its queue place kept for
     /// `spec.queue_ms`): the outcome, a refusal, or `None` when the replica is down.
     pub fn acquire_queued(
@@ -449,6 +468,25 @@ impl LockService {
             self.withheld += 1;
         }
         Some(outcome.map_err(refusal))
+    }
+
+    /// Whether replica `replica` may answer `grant`, handed over to a request whose last store
+    /// call it sent `sent_ago_nanos` ago (its clock guard's judgement).
+    pub fn admit_hand_over(
+        &mut self,
+        now: Nanos,
+        replica: usize,
+        grant: &LockGrant,
+        sent_ago_nanos: Nanos,
+    ) -> Result<(), LockAnswer> {
+        self.env.set_now(now);
+        let sent_ago = std::time::Duration::from_nanos(sent_ago_nanos);
+        self.replicas[replica]
+            .admit_hand_over(grant, sent_ago)
+            .map_err(|err| {
+                self.withheld += 1;
+                refusal(err)
+            })
     }
 
     /// A waiting acquire gave up: its queue place goes now.

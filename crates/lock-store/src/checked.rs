@@ -174,6 +174,31 @@ impl LockStore for ClockCheckedStore {
         self.inner.backend()
     }
 
+    fn hands_over(&self) -> bool {
+        self.inner.hands_over()
+    }
+
+    fn admit_hand_over(&self, grant: &LockGrant, sent_ago: Duration) -> Result<(), StoreError> {
+        if let Some(refusal) = self.held() {
+            return Err(refusal);
+        }
+        // The hand-over read the store's clock after the waiter's last call was sent and
+        // before its wake-up arrived: one more reading, judged like a grant's.
+        let lease =
+            chrono::Duration::milliseconds(i64::try_from(grant.lease_ms).unwrap_or(i64::MAX));
+        let began = grant.expires_at - lease;
+        let sent = self.mono_nanos().saturating_sub(duration_nanos(sent_ago));
+        if matches!(
+            self.observe(began, sent, "hand-over"),
+            Verdict::Stepped { .. }
+        ) {
+            return Err(self.held().unwrap_or_else(|| {
+                StoreError::Unavailable("the store's clock stepped forward".into())
+            }));
+        }
+        self.inner.admit_hand_over(grant, sent_ago)
+    }
+
     async fn create_session(
         &self,
         owner: &OwnerId,

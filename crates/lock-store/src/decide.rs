@@ -7,6 +7,10 @@
 //! same token again; another's: held), then the FIFO queue (sessions ahead are served first,
 //! so only the head of the queue is told of a lock-delay and naps until it ends), then a
 //! lock-delay in force, and only then a new token, one above the key's last.
+//!
+//! [`hand_over`] is the same rule seen from a key just freed: its head waiter is granted in
+//! the freeing write when its own acquire would have been (PostgreSQL's copy is the trigger
+//! `lock_notify_free`).
 
 use lock_api::{FencingToken, SessionId};
 
@@ -80,6 +84,73 @@ pub fn decide(view: &KeyView, caller: SessionId) -> Decision {
     let token = FencingToken(view.last_token + 1);
     assert!(token.0 > view.last_token, "tokens only rise");
     Decision::Grant { token }
+}
+
+/// A freed key's live head waiter, as a hand-over needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadView {
+    /// Its session.
+    pub session: SessionId,
+    /// The lease its parked acquire asked for; `None` for a place that names none (written
+    /// by a replica that does not hand over): it is woken to ask, not granted.
+    pub lease_ms: Option<u64>,
+    /// Milliseconds of lock-delay in force for it (0: none, or it is exempt).
+    pub delay_left_ms: u64,
+}
+
+/// What the store read of a key whose grant just ended, or whose head waiter just left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreedView {
+    /// A live grant holds the key: nothing was freed.
+    pub held: bool,
+    /// An ended grant is still there, not yet removed (its lock-delay is the acquire's to
+    /// judge).
+    pub ended_grant: bool,
+    /// The first live place in the key's queue, if any.
+    pub head: Option<HeadView>,
+    /// The key's last token.
+    pub last_token: u64,
+}
+
+/// What the store does, in the same write, for a freed key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOver {
+    /// Grant the key to the head waiter now (one flush instead of two: the release's, then
+    /// the waiter's own acquire) and tell its parked request the grant.
+    Grant {
+        /// The head waiter.
+        session: SessionId,
+        /// The new token: the key's last, plus one.
+        token: FencingToken,
+        /// Its lease, as its queue place asked.
+        lease_ms: u64,
+    },
+    /// Wake the head waiter to ask again (the acquire decides: a lock-delay, a grant row
+    /// still there, a place that names no lease).
+    Wake(SessionId),
+    /// Nobody waits, or the key is held.
+    Nobody,
+}
+
+/// The hand-over for a key the store read as `view`, after a release, a revoke, the reaper,
+/// a closed session or a head waiter leaving freed it. Only a head waiter nothing holds back
+/// is granted: exactly what its own acquire would have been told at this instant.
+pub fn hand_over(view: &FreedView) -> HandOver {
+    let Some(head) = view.head.filter(|_| !view.held) else {
+        return HandOver::Nobody;
+    };
+    match head.lease_ms {
+        Some(lease_ms) if !view.ended_grant && head.delay_left_ms == 0 => {
+            let token = FencingToken(view.last_token + 1);
+            assert!(token.0 > view.last_token, "tokens only rise");
+            HandOver::Grant {
+                session: head.session,
+                token,
+                lease_ms,
+            }
+        }
+        _ => HandOver::Wake(head.session),
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +232,59 @@ mod tests {
             Decision::Grant {
                 token: FencingToken(1)
             }
+        );
+    }
+
+    #[test]
+    fn a_freed_key_goes_to_its_head_waiter_only_when_nothing_holds_it_back() {
+        let head = HeadView {
+            session: session(3),
+            lease_ms: Some(2_000),
+            delay_left_ms: 0,
+        };
+        let freed = |ended_grant, head| FreedView {
+            held: false,
+            ended_grant,
+            head,
+            last_token: 7,
+        };
+        assert_eq!(
+            hand_over(&freed(false, Some(head))),
+            HandOver::Grant {
+                session: session(3),
+                token: FencingToken(8),
+                lease_ms: 2_000
+            }
+        );
+        assert_eq!(hand_over(&freed(false, None)), HandOver::Nobody);
+        let woken = HandOver::Wake(session(3));
+        assert_eq!(
+            hand_over(&freed(true, Some(head))),
+            woken,
+            "an ended grant is still there"
+        );
+        let held = FreedView {
+            held: true,
+            ..freed(false, Some(head))
+        };
+        assert_eq!(hand_over(&held), HandOver::Nobody, "the key is held");
+        let delayed = HeadView {
+            delay_left_ms: 300,
+            ..head
+        };
+        assert_eq!(
+            hand_over(&freed(false, Some(delayed))),
+            woken,
+            "a lock-delay"
+        );
+        let no_lease = HeadView {
+            lease_ms: None,
+            ..head
+        };
+        assert_eq!(
+            hand_over(&freed(false, Some(no_lease))),
+            woken,
+            "a place without a lease"
         );
     }
 }

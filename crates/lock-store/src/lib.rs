@@ -133,7 +133,8 @@ impl From<Refusal> for AcquireOutcome {
 }
 
 /// A wake-up for the replica's waiters: a key became free (released, revoked, reaped, or
-/// the head of its queue left) and this session is now first in its queue.
+/// the head of its queue left) and this session is now first in its queue, or was granted
+/// the key by the write that freed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
     /// `session` is first in `key`'s queue and the key is free.
@@ -142,6 +143,17 @@ pub enum Wake {
         key: LockKey,
         /// The session at the head of its queue.
         session: SessionId,
+    },
+    /// `key` was freed and, in the same write, granted to the head of its queue
+    /// ([`decide::hand_over`]): that waiter's parked request answers with `grant` without asking
+    /// the store again.
+    HandedOver {
+        /// The grant (no proof: the replica that answers signs it).
+        grant: LockGrant,
+        /// How long, on the store's clock, the waiter's queue place had gone untouched when
+        /// the grant began: the grant began this long after the store saw the waiter's last
+        /// call, which is what `waited_ms` may add to the time before that call.
+        place_age_ms: u64,
     },
     /// Wake-ups may have been lost (the store's notification channel reconnected): every
     /// waiter asks again.
@@ -282,6 +294,25 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// progress on their recheck timer.
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
         let _ = sink;
+        Ok(())
+    }
+
+    /// Whether a freed key goes to its live head waiter in the freeing write
+    /// ([`Wake::HandedOver`]); otherwise the head is woken to ask ([`Wake::Head`]).
+    fn hands_over(&self) -> bool {
+        false
+    }
+
+    /// Whether this replica may answer `grant`, handed over to a parked request whose last
+    /// store call was sent `sent_ago` before now. The replica's clock guard
+    /// ([`ClockCheckedStore`]) reads the hand-over's start as one more reading of the store's
+    /// clock; a refusal withholds the grant (it lapses at its lease, never believed).
+    fn admit_hand_over(
+        &self,
+        grant: &LockGrant,
+        sent_ago: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let _ = (grant, sent_ago);
         Ok(())
     }
 

@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 
-use crate::decide::{Decision, HolderView, KeyView, decide};
+use crate::decide::{
+    Decision, FreedView, HandOver, HeadView, HolderView, KeyView, decide, hand_over,
+};
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
     Wake, WakeSink, WakeSlot,
@@ -93,6 +95,11 @@ struct Waiter {
     session: SessionId,
     seq: u64,
     expires: u64,
+    /// The grant its parked acquire asked for, for a hand-over.
+    lease_ms: u64,
+    lock_delay_ms: u64,
+    /// When its waiter's last call touched it.
+    touched: u64,
 }
 
 #[derive(Debug, Default)]
@@ -149,22 +156,26 @@ impl State {
         until.saturating_sub(now)
     }
 
-    /// Puts `session` in `key`'s queue, or renews its place; its `seq`.
-    fn enqueue(&mut self, key: &LockKey, session: SessionId, queue_ms: u64, now: u64) -> u64 {
-        let expires = after(now, queue_ms);
+    /// Puts `session` in `key`'s queue, or renews its place (with the grant it now asks for).
+    fn enqueue(&mut self, key: &LockKey, session: SessionId, spec: AcquireSpec, now: u64) {
+        let expires = after(now, spec.queue_ms);
         let queue = self.queues.entry(key.clone()).or_default();
         if let Some(place) = queue.iter_mut().find(|w| w.session == session) {
             place.expires = place.expires.max(expires);
-            return place.seq;
+            place.lease_ms = spec.lease_ms;
+            place.lock_delay_ms = spec.lock_delay_ms;
+            place.touched = now;
+            return;
         }
         self.next_seq += 1;
-        let seq = self.next_seq;
         queue.push(Waiter {
             session,
-            seq,
+            seq: self.next_seq,
             expires,
+            lease_ms: spec.lease_ms,
+            lock_delay_ms: spec.lock_delay_ms,
+            touched: now,
         });
-        seq
     }
 
     /// Live waiters of other sessions ahead of `session` (all of them if it has no place).
@@ -197,20 +208,70 @@ impl State {
         }
     }
 
-    /// The wake-up for `key` if it is free and has a live head waiter.
-    fn head_wake(&self, key: &LockKey, now: u64) -> Option<Wake> {
-        if self.live_grant(key, now).is_some() {
-            return None;
-        }
+    /// After `key` was freed or its head waiter left: the head is granted the key in this
+    /// same write when [`hand_over`] says so, else woken to ask; the wake-up to deliver.
+    fn hand_over(
+        &mut self,
+        key: &LockKey,
+        now: u64,
+        display: impl Fn(u64) -> DateTime<Utc>,
+    ) -> Option<Wake> {
         let head = self
             .queues
             .get(key)?
             .iter()
-            .find(|w| self.waiter_live(w, now))?;
-        Some(Wake::Head {
-            key: key.clone(),
-            session: head.session,
-        })
+            .find(|w| self.waiter_live(w, now))
+            .cloned();
+        let view = FreedView {
+            held: self.live_grant(key, now).is_some(),
+            ended_grant: self.locks.contains_key(key),
+            head: head.as_ref().map(|w| HeadView {
+                session: w.session,
+                lease_ms: Some(w.lease_ms),
+                delay_left_ms: self.delay_left(key, w.session, now).div_ceil(1_000_000),
+            }),
+            last_token: self.fences.get(key).map_or(0, |t| t.0),
+        };
+        match hand_over(&view) {
+            HandOver::Nobody => None,
+            HandOver::Wake(session) => Some(Wake::Head {
+                key: key.clone(),
+                session,
+            }),
+            HandOver::Grant {
+                session,
+                token,
+                lease_ms,
+            } => {
+                let head = head.expect("a hand-over is decided on a head waiter");
+                let expires = after(now, lease_ms);
+                self.delays.remove(key);
+                self.fences.insert(key.clone(), token);
+                self.locks.insert(
+                    key.clone(),
+                    Grant {
+                        token,
+                        session,
+                        lease_ms,
+                        expires,
+                        lock_delay_ms: head.lock_delay_ms,
+                    },
+                );
+                self.leave(key, session);
+                Some(Wake::HandedOver {
+                    grant: LockGrant {
+                        lock_key: key.clone(),
+                        fencing_token: token,
+                        lease_ms,
+                        expires_at: display(expires),
+                        session_id: session,
+                        proof: None,
+                        waited_ms: 0,
+                    },
+                    place_age_ms: now.saturating_sub(head.touched) / 1_000_000,
+                })
+            }
+        }
     }
 }
 
@@ -331,7 +392,7 @@ impl LockStore for MemoryStore {
             state.queues.retain(|_, q| !q.is_empty());
             let wakes: Vec<Wake> = touched
                 .iter()
-                .filter_map(|k| state.head_wake(k, now))
+                .filter_map(|k| state.hand_over(k, now, |n| self.display(n)))
                 .collect();
             (existed, wakes)
         };
@@ -350,7 +411,7 @@ impl LockStore for MemoryStore {
         state.live_session(session, now)?;
         // A place asked for is taken (or kept) before reading the queue; a grant gives it up.
         if spec.queue_ms > 0 {
-            state.enqueue(key, session, spec.queue_ms, now);
+            state.enqueue(key, session, spec, now);
         }
         let current = state.live_grant(key, now).cloned();
         let view = KeyView {
@@ -427,7 +488,7 @@ impl LockStore for MemoryStore {
         let wake = {
             let mut state = self.state()?;
             state.leave(key, session);
-            state.head_wake(key, now)
+            state.hand_over(key, now, |n| self.display(n))
         };
         self.deliver(wake);
         Ok(())
@@ -436,6 +497,10 @@ impl LockStore for MemoryStore {
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
         self.wakes.set(sink);
         Ok(())
+    }
+
+    fn hands_over(&self) -> bool {
+        true
     }
 
     async fn renew(
@@ -485,7 +550,7 @@ impl LockStore for MemoryStore {
             }
             // Voluntary: no lock-delay.
             state.locks.remove(key);
-            state.head_wake(key, now)
+            state.hand_over(key, now, |n| self.display(n))
         };
         self.deliver(wake);
         Ok(true)
@@ -527,7 +592,7 @@ impl LockStore for MemoryStore {
                     },
                 );
             }
-            (grant.token, state.head_wake(key, now))
+            (grant.token, state.hand_over(key, now, |n| self.display(n)))
         };
         self.deliver(wake);
         Ok(Some(token))
@@ -538,6 +603,7 @@ impl LockStore for MemoryStore {
         let mut guard = self.state()?;
         let state = &mut *guard;
         let mut report = ReapReport::default();
+        let mut freed = Vec::new();
         let sessions = &state.sessions;
         let delays = &mut state.delays;
         state.locks.retain(|key, grant| {
@@ -560,6 +626,7 @@ impl LockStore for MemoryStore {
                     };
                 }
             }
+            freed.push(key.clone());
             if let Some(s) = session {
                 report.locks.push(ExpiredLock {
                     lock_key: key.clone(),
@@ -576,10 +643,20 @@ impl LockStore for MemoryStore {
         report.sessions = (before - state.sessions.len()) as u64;
         state.delays.retain(|_, d| d.until > now);
         let sessions = &state.sessions;
-        for queue in state.queues.values_mut() {
+        for (key, queue) in &mut state.queues {
+            let before = queue.len();
             queue.retain(|w| w.expires > now && sessions.contains_key(&w.session));
+            if queue.len() < before {
+                freed.push(key.clone());
+            }
         }
         state.queues.retain(|_, q| !q.is_empty());
+        let wakes: Vec<Wake> = freed
+            .iter()
+            .filter_map(|key| state.hand_over(key, now, |n| self.display(n)))
+            .collect();
+        drop(guard);
+        self.deliver(wakes);
         Ok(report)
     }
 

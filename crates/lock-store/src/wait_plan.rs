@@ -30,9 +30,12 @@ pub enum WaitStep {
     /// Answer the outcome, reporting this `waited_ms` (granted, or the wait is over: then
     /// leave the queue first).
     Answer {
-        /// The time the request was held before the store call that answered it.
+        /// The time the request was held before its grant began (before the store call that
+        /// answered it, or before a hand-over).
         waited_ms: u64,
-        /// The wait is over without a grant: give up the queue place before answering.
+        /// The wait is over without a grant: give up the queue place, then ask once more
+        /// without one (a hand-over may have granted the key between the refusal and the
+        /// leave; that try finds the grant) and answer what it says.
         leave: bool,
     },
     /// Park, and ask again after this long at the latest (sooner when woken).
@@ -64,7 +67,7 @@ impl WaitPlan {
     /// the request waited before that call: the grant began after it), or nap until the
     /// store's hint, the recheck bound or the deadline, whichever comes first.
     pub fn after(&self, called_nanos: u64, outcome: &AcquireOutcome) -> WaitStep {
-        let waited_ms = called_nanos.saturating_sub(self.started_nanos) / 1_000_000;
+        let waited_ms = self.granted_by_call_at(called_nanos);
         let remaining = self.remaining(called_nanos);
         let refusal = match outcome {
             AcquireOutcome::Refused(refusal) if !remaining.is_zero() => refusal,
@@ -85,6 +88,26 @@ impl WaitPlan {
             .recheck_in_ms()
             .map_or(WAIT_RECHECK_MS, |ms| ms.saturating_add(1));
         WaitStep::Nap(Duration::from_millis(hint_ms.min(WAIT_RECHECK_MS)).min(remaining))
+    }
+}
+
+impl WaitPlan {
+    /// The answer to a grant handed over while the request was parked, its last store call
+    /// (made at `last_called_nanos`) having been refused. The hand-over took the queue place
+    /// that call renewed, so the grant began after the store saw the call, and `place_age_ms`
+    /// later on the store's clock: the wait credited is the time before the call plus that
+    /// age, never more than the request was held before its grant began (I4). Crediting only
+    /// the time before the call would be safe too, but a wait longer than the lease would
+    /// then answer a grant whose deadline has passed.
+    pub fn handed_over(&self, last_called_nanos: u64, place_age_ms: u64) -> u64 {
+        self.granted_by_call_at(last_called_nanos)
+            .saturating_add(place_age_ms)
+    }
+
+    /// The `waited_ms` of a grant answered by a store call made at `called_nanos`: the time
+    /// before the call (the grant began after it).
+    pub fn granted_by_call_at(&self, called_nanos: u64) -> u64 {
+        called_nanos.saturating_sub(self.started_nanos) / 1_000_000
     }
 }
 
@@ -121,5 +144,12 @@ mod tests {
             },
             "the deadline: leave the queue and answer"
         );
+    }
+
+    #[test]
+    fn a_handed_over_grant_credits_the_time_before_the_last_call_and_the_place_age() {
+        const MS: u64 = 1_000_000;
+        let plan = WaitPlan::new(10 * MS, 5_000);
+        assert_eq!(plan.handed_over(910 * MS, 250), 1_150);
     }
 }

@@ -173,6 +173,16 @@ pub async fn acquire(
                 };
                 (Some(label), Ok((outcome, waited_ms)))
             }
+            Waited::HandedOver(grant, waited_ms) => {
+                let outcome = AcquireOutcome::Granted {
+                    grant,
+                    took_over_expired: false,
+                    // The store's clock was read by the replica's guard when it admitted the
+                    // hand-over (LockStore::admit_hand_over).
+                    store_now: None,
+                };
+                (Some("handed_over"), Ok((outcome, waited_ms)))
+            }
             Waited::Draining => (
                 Some("draining"),
                 Err(ApiError::new(

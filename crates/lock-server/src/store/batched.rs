@@ -146,6 +146,18 @@ impl LockStore for Batched {
         self.inner.backend()
     }
 
+    fn hands_over(&self) -> bool {
+        self.inner.hands_over()
+    }
+
+    fn admit_hand_over(
+        &self,
+        grant: &lock_api::LockGrant,
+        sent_ago: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.admit_hand_over(grant, sent_ago)
+    }
+
     async fn create_session(
         &self,
         owner: &OwnerId,

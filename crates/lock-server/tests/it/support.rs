@@ -50,6 +50,16 @@ pub async fn pg_store() -> (Arc<PostgresStore>, String) {
     (Arc::new(store), db.url)
 }
 
+/// A PostgreSQL store on a fresh database whose releases wake the head waiter to ask
+/// (`LOCK_DB_HAND_OVER=false`).
+pub async fn pg_store_waking() -> Arc<PostgresStore> {
+    let db = test_support::fresh_database().await;
+    let store = PostgresStore::connect_handing_over(&db.url, 8, false)
+        .await
+        .expect("connect the store");
+    Arc::new(store)
+}
+
 /// Budget of one etcd call in tests.
 const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -150,7 +150,9 @@ async fn waiters_past_the_bound_get_too_many_waiters(at: StoreAt) {
 
 async fn a_draining_replica_sends_its_waiters_elsewhere_with_their_place(at: StoreAt) {
     let mut a = TestServer::start(at.open().await, &[]).await;
-    let b = TestServer::start(at.open().await, &[]).await;
+    let store_b = at.open().await;
+    let hands_over = store_b.hands_over();
+    let b = TestServer::start(store_b, &[]).await;
     let holder = b.api.session("holder", 30_000).await;
     let (_, grant) = b.api.acquire("drain", &holder, 30_000).await;
     let first = a.api.session("first", 30_000).await;
@@ -167,17 +169,20 @@ async fn a_draining_replica_sends_its_waiters_elsewhere_with_their_place(at: Sto
         (StatusCode::SERVICE_UNAVAILABLE, &json!("NOT_LEADER")),
         "{body}"
     );
-    // The place is kept: a later session on the other replica queues behind it.
+    // The place is kept: a later session on the other replica queues behind it (or, where
+    // a release hands over, finds the key already granted to the first waiter).
     let late = b.api.session("late", 30_000).await;
     assert!(b.api.release("drain", &holder, token(&grant)).await);
     let (status, body) = b.api.acquire("drain", &late, 30_000).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let refusal = if hands_over { "held" } else { "queued" };
     assert!(
-        body["message"].as_str().unwrap().contains("queued"),
+        body["message"].as_str().unwrap().contains(refusal),
         "{body}"
     );
     let (status, body) = acquire_with(&b.api, "drain", &first, json!({"wait_ms": WAIT_MS})).await;
     assert_eq!(status, StatusCode::OK, "the first waiter's retry: {body}");
+    assert!(token(&body) > token(&grant));
 }
 
 async fn lock_delay_holds_others_back_after_expiry_and_revoke_only(at: StoreAt) {
@@ -387,5 +392,66 @@ async fn granted_when_committed(
     assert!(
         woken_after < Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS / 2),
         "the waiter was granted {woken_after:?} after {what}: by its recheck, not by {what}"
+    );
+}
+
+/// PostgreSQL: a release hands the key to the parked head waiter in its own transaction, and
+/// that grant began after the release, not when the request was sent: its `waited_ms` must
+/// credit the time the request was held before the grant began, and no more (I4: a client
+/// that starts its deadline `waited_ms` after it sent the request never ends it after the
+/// store's expiry). The test, the replica and PostgreSQL read one machine clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_handed_over_grant_credits_the_wait_before_it_began_and_no_more() {
+    /// How long the holder keeps the key once the waiter is parked: the wait measured.
+    const HELD_MS: u64 = 300;
+    let (store, _url) = crate::support::pg_store().await;
+    let a = TestServer::start(store, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let waiter = a.api.session("waiter", 30_000).await;
+    let (status, grant) = a.api.acquire("handed", &holder, 30_000).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let asking = {
+        let api = a.api.clone();
+        tokio::spawn(async move {
+            let sent = chrono::Utc::now();
+            (
+                sent,
+                acquire_with(&api, "handed", &waiter, json!({"wait_ms": WAIT_MS})).await,
+            )
+        })
+    };
+    poll_waiters(&a.api, "handed", 1).await;
+    // Not a synchronisation: the length of the wait this test measures.
+    tokio::time::sleep(Duration::from_millis(HELD_MS)).await;
+    let released = chrono::Utc::now();
+    assert!(a.api.release("handed", &holder, token(&grant)).await);
+    // Handed over by the release's own transaction: held by the waiter once it returns.
+    let (status, info) = a
+        .api
+        .call(reqwest::Method::GET, "/v1/locks/handed", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{info}");
+    assert_eq!(
+        (&info["owner_id"], token(&info)),
+        (&json!("waiter"), token(&grant) + 1),
+        "{info}"
+    );
+    let (sent, (status, body)) = asking.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(token(&body), token(&grant) + 1, "{body}");
+    let expires_at: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(body["expires_at"].clone()).expect("expires_at");
+    let lease_ms = body["lease_ms"].as_i64().expect("lease_ms");
+    let waited_ms = body["waited_ms"].as_i64().expect("waited_ms");
+    let began = expires_at - chrono::Duration::milliseconds(lease_ms);
+    assert!(began >= released, "the grant began at the release: {body}");
+    assert!(
+        sent + chrono::Duration::milliseconds(waited_ms) <= began,
+        "waited_ms {waited_ms} credits more than the {} ms between the request and its grant",
+        (began - sent).num_milliseconds()
+    );
+    assert!(
+        waited_ms >= HELD_MS as i64,
+        "waited_ms {waited_ms}: the request was held at least {HELD_MS} ms before its grant"
     );
 }

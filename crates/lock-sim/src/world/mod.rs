@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lock_api::{ErrorCode, FencingToken, GrantId, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_api::{
+    ErrorCode, FencingToken, GrantId, LockGrant, LockKey, LossReason, RetryVerdict, SessionId,
+};
 use lock_client::AcquirePolicy;
 use lock_client::core::{
     AcquireLoop, Attempt, Next, Renewal, Sent, SessionCore, TickGrid, Unhold, acquire,
@@ -30,7 +32,7 @@ use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
 use lock_store::batch::Gatherer;
 use lock_store::wait_plan::{WaitPlan, WaitStep};
-use lock_store::{AcquireSpec, Wake};
+use lock_store::{AcquireOutcome, AcquireSpec, Wake};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
@@ -215,6 +217,11 @@ struct Parked {
     session: SessionId,
     lease_ms: u64,
     plan: WaitPlan,
+    /// When its last store call was made.
+    last_called: Nanos,
+    /// A grant handed over to it, with its place's age and its expiry in true time as the
+    /// store judged it then, not yet answered.
+    handed: Option<(LockGrant, u64, Nanos)>,
 }
 
 /// The outcome of one run.

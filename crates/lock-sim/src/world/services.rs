@@ -123,6 +123,8 @@ impl World {
                     session: *session,
                     lease_ms: *lease_ms,
                     plan: WaitPlan::new(now, *wait_ms),
+                    last_called: now,
+                    handed: None,
                 },
             );
             return self.wait_call(id);
@@ -134,9 +136,33 @@ impl World {
     /// its plan says.
     pub(super) fn wait_call(&mut self, id: u64) {
         let now = self.q.now();
-        let Some(p) = self.parked.get(&id) else {
+        let Some(p) = self.parked.get_mut(&id) else {
             return;
         };
+        // A grant handed over since the last call answers without another (as
+        // `waiting::acquire_waiting` answers it, with the plan's credit for the wait).
+        if let Some((grant, place_age_ms, expires)) = p.handed.take() {
+            let waited_ms = p.plan.handed_over(p.last_called, place_age_ms);
+            let (r, from, req, sent_ago) = (p.replica, p.from, p.req, now - p.last_called);
+            self.parked.remove(&id);
+            let answer = match self.service.admit_hand_over(now, r, &grant, sent_ago) {
+                Ok(()) => {
+                    self.coverage
+                        .hit("a parked acquire answered by a hand-over");
+                    self.service.answer_handed(&grant, expires, waited_ms)
+                }
+                Err(withheld) => {
+                    self.coverage.hit("a hand-over withheld by the clock guard");
+                    withheld
+                }
+            };
+            self.log(&[from, Node::Replica(r)], || {
+                format!("r{r} answers parked #{req} with its hand-over: {answer:?}")
+            });
+            self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+            return;
+        }
+        p.last_called = now;
         let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
         let spec = AcquireSpec {
             lease_ms: p.lease_ms,
@@ -165,10 +191,24 @@ impl World {
                         self.coverage
                             .hit("a waiting acquire gave up at its deadline");
                         self.service.leave_queue(now, &key, session);
+                        // A hand-over may have raced the leave: one last try, without a place.
+                        let try_spec = AcquireSpec {
+                            queue_ms: 0,
+                            ..spec
+                        };
+                        match self.service.acquire_queued(now, r, &key, session, try_spec) {
+                            Some(Ok(last @ AcquireOutcome::Granted { .. })) => {
+                                self.coverage
+                                    .hit("a waiting acquire granted by its last try");
+                                let waited_ms = plan.granted_by_call_at(now);
+                                self.service.answer_acquire(now, &key, &last, waited_ms)
+                            }
+                            _ => self.service.answer_acquire(now, &key, &outcome, waited_ms),
+                        }
                     } else {
                         self.coverage.hit("a parked acquire granted");
+                        self.service.answer_acquire(now, &key, &outcome, waited_ms)
                     }
-                    self.service.answer_acquire(now, &key, &outcome, waited_ms)
                 }
             },
         };
@@ -186,11 +226,27 @@ impl World {
     /// nemesis loses some (the recheck timer then bounds the cost) and delays others.
     pub(super) fn deliver_wakes(&mut self) {
         for wake in self.service.take_wakes() {
+            if let Wake::HandedOver { grant, .. } = &wake {
+                // Made now, in the store: a grant like any other for the token checks.
+                self.coverage
+                    .hit("a freed key handed over to its head waiter");
+                let now = self.q.now();
+                self.service.grants.push((
+                    now,
+                    grant.lock_key.clone(),
+                    grant.fencing_token,
+                    grant.session_id,
+                ));
+                self.check_grant(&grant.lock_key, grant.fencing_token, grant.session_id);
+            }
             let woken: Vec<u64> = self
                 .parked
                 .iter()
                 .filter(|(_, p)| match &wake {
                     Wake::Head { key, session } => p.key == *key && p.session == *session,
+                    Wake::HandedOver { grant, .. } => {
+                        p.key == grant.lock_key && p.session == grant.session_id
+                    }
                     Wake::Everyone => true,
                 })
                 .map(|(id, _)| *id)
@@ -206,6 +262,15 @@ impl World {
                 } else {
                     1
                 };
+                if let Wake::HandedOver {
+                    grant,
+                    place_age_ms,
+                } = &wake
+                    && let Some(p) = self.parked.get_mut(&id)
+                {
+                    let expires = self.service.true_expiry(grant);
+                    p.handed = Some((grant.clone(), *place_age_ms, expires));
+                }
                 self.q.after(late, Event::WaitRetry(id));
             }
         }

@@ -1,17 +1,22 @@
-//! Wake-ups across replicas: one `LISTEN lock_free` connection per store, its notifications
-//! (`"<session> <key>"`, written by `lock_notify_free()`) parsed and handed to every replica's
-//! sink.
+//! Wake-ups across replicas: one connection per store listens on `lock_free` (a head waiter
+//! to wake) and `lock_handed_over` (a grant made to a head waiter), both written by
+//! `lock_notify_free()`; each notification is parsed and handed to every replica's sink (the
+//! replica where the waiter is parked answers it, the others ignore it).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_api::{LockKey, SessionId};
+use chrono::DateTime;
+use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
 use sqlx::postgres::PgListener;
 
 use crate::store::{Wake, WakeSink};
 
 /// The channel `lock_notify_free()` (migration 0002) notifies: payload `"<session> <key>"`.
 pub(super) const WAKE_CHANNEL: &str = "lock_free";
+/// The channel of hand-overs (migration 0006): payload
+/// `"<session> <token> <lease_ms> <expires_at, epoch µs> <place age, ms> <key>"`.
+pub(super) const HAND_OVER_CHANNEL: &str = "lock_handed_over";
 /// Pause before the listener tries again after its connection failed to come back.
 const LISTEN_RETRY_MS: u64 = 500;
 
@@ -27,7 +32,7 @@ pub(super) async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSi
     };
     loop {
         match listener.try_recv().await {
-            Ok(Some(notification)) => match parse_wake(notification.payload()) {
+            Ok(Some(notification)) => match parse(notification.channel(), notification.payload()) {
                 Some(wake) => sink(wake),
                 None => tracing::warn!(event = "wake_unparsed", payload = notification.payload()),
             },
@@ -42,6 +47,36 @@ pub(super) async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSi
             }
         }
     }
+}
+
+fn parse(channel: &str, payload: &str) -> Option<Wake> {
+    match channel {
+        HAND_OVER_CHANNEL => parse_hand_over(payload),
+        _ => parse_wake(payload),
+    }
+}
+
+/// `"<session> <token> <lease_ms> <expires_at, epoch µs> <place age, ms> <key>"`.
+fn parse_hand_over(payload: &str) -> Option<Wake> {
+    let mut fields = payload.splitn(6, ' ');
+    let session = SessionId::parse(fields.next()?).ok()?;
+    let token = fields.next()?.parse().ok()?;
+    let lease_ms = fields.next()?.parse().ok()?;
+    let expires_at = DateTime::from_timestamp_micros(fields.next()?.parse().ok()?)?;
+    let place_age_ms = fields.next()?.parse().ok()?;
+    let key = LockKey::parse(fields.next()?.to_owned()).ok()?;
+    Some(Wake::HandedOver {
+        grant: LockGrant {
+            lock_key: key,
+            fencing_token: FencingToken(token),
+            lease_ms,
+            expires_at,
+            session_id: session,
+            proof: None,
+            waited_ms: 0,
+        },
+        place_age_ms,
+    })
 }
 
 /// `"<session> <key>"`, as `lock_notify_free()` writes it.
@@ -69,5 +104,35 @@ mod tests {
         );
         assert_eq!(parse_wake("not-a-uuid k"), None);
         assert_eq!(parse_wake(&session.to_string()), None);
+    }
+
+    #[test]
+    fn hand_over_payloads_parse_into_the_grant_and_bad_ones_do_not() {
+        let session = SessionId::random();
+        let Some(Wake::HandedOver {
+            grant,
+            place_age_ms,
+        }) = parse(
+            HAND_OVER_CHANNEL,
+            &format!("{session} 42 30000 1796284800123456 17 payout:7.x"),
+        )
+        else {
+            panic!("a hand-over payload did not parse");
+        };
+        assert_eq!(grant.session_id, session);
+        assert_eq!(grant.fencing_token, FencingToken(42));
+        assert_eq!(grant.lease_ms, 30_000);
+        assert_eq!(grant.expires_at.timestamp_micros(), 1_796_284_800_123_456);
+        assert_eq!(grant.lock_key.as_str(), "payout:7.x");
+        assert_eq!(place_age_ms, 17);
+        for bad in [
+            "",
+            "x 1 2 3 4 k",
+            &format!("{session} -1 30000 1 0 k"),
+            &format!("{session} 1 30000 1 0"),
+            &format!("{session} 1 lease 1 0 k"),
+        ] {
+            assert_eq!(parse(HAND_OVER_CHANNEL, bad), None, "{bad:?}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 mod listen;
 mod rows;
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,10 +15,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
 use sqlx::PgPool;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use uuid::Uuid;
 
-use self::listen::{WAKE_CHANNEL, listen};
+use self::listen::{HAND_OVER_CHANNEL, WAKE_CHANNEL, listen};
 use self::rows::{
     AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, to_i64,
     to_u64,
@@ -37,6 +38,9 @@ const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
 const DURABILITY_SETTINGS: [&str; 2] = ["fsync", "synchronous_commit"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
+/// The setting `lock_notify_free()` reads on the freeing transaction's connection: `off`
+/// wakes a freed key's head waiter to ask instead of granting it the key (migration 0006).
+const HAND_OVER_SETTING: &str = "lock.hand_over";
 
 /// The PostgreSQL lock store.
 #[derive(Clone)]
@@ -47,6 +51,8 @@ pub struct PostgresStore {
     /// Every replica (sink) served by this store's one listener.
     sinks: Arc<Mutex<Vec<WakeSink>>>,
     listening: Arc<AtomicBool>,
+    /// Whether its connections let `lock_notify_free()` hand a freed key over.
+    hand_over: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -54,20 +60,36 @@ impl std::fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("pool", &self.pool)
             .field("listening", &self.listening)
+            .field("hand_over", &self.hand_over)
             .finish_non_exhaustive()
     }
 }
 
 impl PostgresStore {
-    /// Connects with at most `max_connections` and runs the embedded migrations.
+    /// Connects with at most `max_connections` and runs the embedded migrations; a freed
+    /// key is handed over to its head waiter.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        Self::connect_handing_over(url, max_connections, true).await
+    }
+
+    /// [`Self::connect`], choosing whether a freed key is handed over to its head waiter in
+    /// the transaction that freed it (`false`: the head is woken to ask, one more commit).
+    pub async fn connect_handing_over(
+        url: &str,
+        max_connections: u32,
+        hand_over: bool,
+    ) -> Result<Self, StoreError> {
+        let mut options = PgConnectOptions::from_str(url).map_err(map_err)?;
+        if !hand_over {
+            options = options.options([(HAND_OVER_SETTING, "off")]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
             // No ping before every checkout: it doubles round trips. A dead connection fails
             // its query (503 STORE_UNAVAILABLE, retried by clients) and is dropped.
             .test_before_acquire(false)
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(map_err)?;
         sqlx::migrate!("./migrations")
@@ -84,6 +106,7 @@ impl PostgresStore {
             listen_pool,
             sinks: Arc::default(),
             listening: Arc::default(),
+            hand_over,
         })
     }
 
@@ -206,6 +229,11 @@ impl LockStore for PostgresStore {
         Backend::Postgres
     }
 
+    /// `lock_notify_free()` grants a freed key to its head waiter (migration 0006).
+    fn hands_over(&self) -> bool {
+        self.hand_over
+    }
+
     async fn create_session(
         &self,
         owner: &OwnerId,
@@ -289,7 +317,9 @@ impl LockStore for PostgresStore {
         }
         let listener = async {
             let mut listener = PgListener::connect_with(&self.listen_pool).await?;
-            listener.listen(WAKE_CHANNEL).await?;
+            listener
+                .listen_all([WAKE_CHANNEL, HAND_OVER_CHANNEL])
+                .await?;
             Ok::<_, sqlx::Error>(listener)
         };
         match listener.await {
