@@ -252,7 +252,14 @@ async fn s1_at_concurrency_4_one_executor_works_on_several_payouts_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s2_two_executors_share_the_work_without_paying_twice() {
-    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    // A's session outlives its freeze with room to spare (the freeze lasts until B has given
+    // up, about 4 s, longer on a loaded machine): the run checks that each executor keeps
+    // one session, which a freeze past the session's TTL would rightly end.
+    let options = StackOptions {
+        session_ttl: "10s",
+        ..StackOptions::default()
+    };
+    let mut stack = Stack::start(options, None).await.unwrap();
     // The executors meet on a payout: A claims it and stops right there (its whole process,
     // heartbeat too, while its lease runs). Its offer of the payout lapses at a quarter of the lease;
     // then B is offered it, waits its whole acquire budget (2 s) behind A's lock, and answers

@@ -4,6 +4,7 @@
 mod bad_input;
 mod clock_step;
 mod conformance;
+mod etcd_leases;
 mod failover;
 mod group_commit;
 mod http_api;

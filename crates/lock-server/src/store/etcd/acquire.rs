@@ -2,8 +2,10 @@
 //! decision in one transaction whose compares pin what was read; a lost race is read and
 //! decided again.
 
+use super::queue::Pin;
 use super::*;
 use crate::store::Refusal;
+
 use crate::store::decide::{Decision, HolderView, KeyView, decide};
 
 impl EtcdStore {
@@ -240,8 +242,30 @@ impl EtcdStore {
                         return Ok(None);
                     }
                 }
-                self.hold_place(key, session, spec.queue_ms, mine.as_ref())
-                    .await?;
+                // What held the caller back, pinned while a new place is taken: the grant
+                // record as read and the places ahead (any of them gone may have made this
+                // caller the head before its place existed).
+                let pins = match refusal {
+                    Refusal::Held { .. } | Refusal::Queued { .. } => {
+                        let record = Pin::record(
+                            self.grant_key(key),
+                            current.as_ref().map_or(0, |c| c.mod_revision),
+                        );
+                        let ahead = places
+                            .iter()
+                            .filter(|p| ahead.contains(&p.session))
+                            .map(|p| p.create_revision)
+                            .collect();
+                        vec![record, Pin::places(self.queue_prefix(key), ahead)]
+                    }
+                    Refusal::Delayed { .. } => Vec::new(),
+                };
+                if !self
+                    .hold_place(key, session, spec.queue_ms, mine.as_ref(), pins)
+                    .await?
+                {
+                    return Ok(None);
+                }
                 return Ok(Some(refusal.into()));
             }
             Decision::Grant { token } => token,
@@ -250,7 +274,7 @@ impl EtcdStore {
         let lease = match *spare_lease {
             Some(lease) => lease,
             None => {
-                let lease = self.grant_lease(lease_ms).await?;
+                let lease = self.grant_lease_for(lease_ms).await?;
                 *spare_lease = Some(lease);
                 lease
             }
@@ -272,7 +296,9 @@ impl EtcdStore {
                 Some(PutOptions::new().with_lease(lease)),
             ),
         ];
-        if let Some(old) = &current {
+        // The old grant's marker goes, unless its lease is this grant's: then the old grant
+        // was released (its lease reused), and the compare on its record fails anyway.
+        if let Some(old) = current.as_ref().filter(|old| old.value.lease != lease) {
             ops.push(TxnOp::delete(self.grant_marker(old.value.lease), None));
         }
         if let Some(d) = &delay {
@@ -332,6 +358,12 @@ impl EtcdStore {
             )
             .await?;
         if !committed.succeeded() {
+            if spec.queue_ms > 0 {
+                // A waiter that lost the race decides again: its next read finds the winner
+                // and takes a queue place behind it. Refused here, it would park with no
+                // place, which no release wakes (it waited for its recheck).
+                return Ok(None);
+            }
             return Ok(
                 Self::granted_meanwhile(&committed, fence_revision, session)?.map(|holder_token| {
                     Refusal::Held {
@@ -344,6 +376,7 @@ impl EtcdStore {
         }
         *spare_lease = None;
         if let Some(old) = current {
+            assert_ne!(old.value.lease, lease, "a grant took over its own lease");
             self.revoke_lease_later(old.value.lease);
         }
         if let Some(d) = delay {

@@ -163,13 +163,16 @@ impl EtcdStore {
         Ok(deleted)
     }
 
-    /// Deletes a dead grant record if it is unchanged since `mod_revision`; whether this call
-    /// deleted it.
+    /// Deletes a grant record if it is unchanged since `mod_revision`, and its marker; whether
+    /// this call deleted it. The grant's lease is then revoked, or, for a release (the holder
+    /// let go: nobody renews it any more), kept for the next grant (`reuse` names its
+    /// `lease_ms`).
     pub(super) async fn delete_grant_if_unchanged(
         &self,
         key_path: &str,
         mod_revision: i64,
         lease: i64,
+        reuse: Option<u64>,
     ) -> Result<bool, StoreError> {
         let deleted = self
             .txn(
@@ -187,8 +190,10 @@ impl EtcdStore {
             )
             .await?
             .succeeded();
-        if deleted {
-            self.revoke_lease_later(lease);
+        match (deleted, reuse) {
+            (false, _) => {}
+            (true, Some(lease_ms)) => self.reuse_lease_later(lease_ms, lease),
+            (true, None) => self.revoke_lease_later(lease),
         }
         Ok(deleted)
     }

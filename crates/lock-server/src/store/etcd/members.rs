@@ -76,7 +76,9 @@ impl EtcdStore {
 
     /// Whether each of `keys` exists; no call for none, one read per [`TXN_OPS_MAX`] keys.
     /// Only for keys that never come back once gone (markers, records of never-reused ids),
-    /// so that reads at several revisions still say "gone" truthfully.
+    /// so that reads at several revisions still say "gone" truthfully; a grant's `gl` marker
+    /// comes back only on a reused lease, after the record that named it was deleted, so a
+    /// marker found after its record was read still says the grant was live when read.
     pub(super) async fn exist(&self, keys: &[String]) -> Result<Vec<bool>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(TXN_OPS_MAX) {

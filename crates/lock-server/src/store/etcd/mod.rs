@@ -8,7 +8,7 @@
 //! | `P/s/{session}` | [`SessionValue`] | none | a close, or the reaper after expiry |
 //! | `P/sl/{session}` | empty | the session's | the session's lease ends |
 //! | `P/g/{lock_key}` | [`GrantValue`] | none | a release or a revoke, or the reaper after expiry |
-//! | `P/gl/{lease}` | empty | the grant's own | the grant's lease ends |
+//! | `P/gl/{lease}` | empty | the grant's own (a released grant's, reused) | the grant's lease ends, or its release |
 //! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
 //! | `P/w/{lock_key}/{session}` | the place's TTL in seconds | the place's own | granted, left, lapsed, or the reaper once its session ended |
 //! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant, or the reaper once the delay is over |
@@ -36,13 +36,17 @@
 //! Every change is one transaction whose compares pin what the decision read: the grant
 //! record's, the fence's and the delay record's `mod_revision`, the session marker's
 //! existence, and the queue (the caller's own place unchanged, or no place created since the
-//! read). A lost race is re-read and decided again, never overwritten. Markers never come back
-//! once gone (lease ids and session ids are never reused), so "dead when read" stays true.
+//! read). A lost race is re-read and decided again, never overwritten. Markers of sessions,
+//! delays and expired grants never come back once gone (those ids are never reused), so
+//! "dead when read" stays true. A released grant's lease is reused by a later grant
+//! (`leases.rs`), so its `gl` marker may come back, but only after the transaction that
+//! deleted the released record: no record that named it can come back with it.
 
 mod acquire;
 mod codec;
 mod delay;
 mod keys;
+mod leases;
 mod members;
 mod queue;
 mod reap;
@@ -104,6 +108,8 @@ pub struct EtcdStore {
     request_timeout: Duration,
     /// Every replica (sink) served by this store's one wake-up watch.
     wakes: Arc<WakeHub>,
+    /// Released grants' leases, for the next grants.
+    leases: Arc<leases::LeasePool>,
 }
 
 /// The sinks of [`LockStore::watch_wakes`] and whether the watch runs. The watch task holds
@@ -290,6 +296,7 @@ impl EtcdStore {
             prefix,
             request_timeout,
             wakes: Arc::default(),
+            leases: Arc::default(),
         })
     }
 }
@@ -406,7 +413,14 @@ impl LockStore for EtcdStore {
             }
         }
         if let Some(lease) = spare_lease {
-            self.revoke_lease_later(lease);
+            if outcome.is_ok() {
+                // Every round that used it lost its compare: no record names it. The next
+                // grant's.
+                self.reuse_lease_later(spec.lease_ms, lease);
+            } else {
+                // A commit whose answer was lost may have put a grant on it: never share it.
+                self.revoke_lease_later(lease);
+            }
         }
         outcome
     }
@@ -468,8 +482,13 @@ impl LockStore for EtcdStore {
         if grant.value.session != session || grant.value.token != token {
             return Ok(false);
         }
-        self.delete_grant_if_unchanged(&self.grant_key(key), grant.mod_revision, grant.value.lease)
-            .await
+        self.delete_grant_if_unchanged(
+            &self.grant_key(key),
+            grant.mod_revision,
+            grant.value.lease,
+            Some(grant.value.lease_ms),
+        )
+        .await
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
@@ -546,7 +565,7 @@ impl LockStore for EtcdStore {
             // grant lives (its commit deleted any), so none is compared.
             self.end_grant_with_delay(key, &grant, None).await?
         } else {
-            self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease)
+            self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease, None)
                 .await?
         };
         Ok(deleted.then_some(grant.value.token))

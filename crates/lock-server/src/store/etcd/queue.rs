@@ -10,22 +10,31 @@ impl EtcdStore {
     /// `create_revision`, so its turn; the earlier lease, now without a key, ends on its
     /// own), or a new place at the back of the queue. (Keeping a longer lease alive would let
     /// a crashed replica's place block its queue for up to the whole wait past its deadline.)
+    ///
+    /// A new place's transaction also reads `pins` (what held the caller back: the grant
+    /// record, the one place ahead) as they are once the place exists: a release or a leave
+    /// committed after the caller's read but before its place existed woke nobody (the
+    /// wake-up watch read the queue without it), so the caller must not sleep on its refusal.
+    /// `false`: a pin moved, decide again (with the place, so the turn is kept).
     pub(super) async fn hold_place(
         &self,
         key: &LockKey,
         session: SessionId,
         queue_ms: u64,
         mine: Option<&Place>,
-    ) -> Result<(), StoreError> {
+        pins: Vec<Pin>,
+    ) -> Result<bool, StoreError> {
         if queue_ms == 0 {
-            return Ok(());
+            return Ok(true);
         }
         let ttl_s = lease_seconds(queue_ms);
         if let Some(place) = mine {
             if place.ttl_s == ttl_s && self.keep_alive(place.lease).await? {
-                return Ok(());
+                return Ok(true);
             }
         }
+        // A place that existed at the read is in every later read of the queue: no pins.
+        let pins = if mine.is_some() { Vec::new() } else { pins };
         let lease = self.grant_lease(queue_ms).await?;
         let placed = self
             .txn(
@@ -36,19 +45,72 @@ impl EtcdStore {
                         CompareOp::Greater,
                         0,
                     )])
-                    .and_then([TxnOp::put(
-                        self.place_key(key, session),
-                        encode(&ttl_s)?,
-                        Some(PutOptions::new().with_lease(lease)),
-                    )]),
+                    .and_then(
+                        [TxnOp::put(
+                            self.place_key(key, session),
+                            encode(&ttl_s)?,
+                            Some(PutOptions::new().with_lease(lease)),
+                        )]
+                        .into_iter()
+                        .chain(pins.iter().map(Pin::read))
+                        .collect::<Vec<_>>(),
+                    ),
             )
-            .await?
-            .succeeded();
-        if !placed {
+            .await?;
+        if !placed.succeeded() {
             // The session ended meanwhile: no place (it would not count anyway).
             self.revoke_lease_later(lease);
+            return Ok(true);
         }
         // A place's earlier lease carries no key now; it ends at its TTL on its own.
-        Ok(())
+        let now = placed.op_responses().into_iter().skip(1);
+        Ok(pins.iter().zip(now).all(|(pin, now)| match now {
+            TxnOpResponse::Get(get) => pin.holds(get.kvs()),
+            _ => false,
+        }))
+    }
+}
+
+/// Something a refused caller read, pinned while it takes a new queue place.
+pub(super) enum Pin {
+    /// A grant record as read at this `mod_revision` (0: absent): not rewritten, deleted or
+    /// created since.
+    Record { key: String, mod_revision: i64 },
+    /// The places ahead in a key's queue (`prefix`), by `create_revision`: all still there.
+    Places { prefix: String, ahead: Vec<i64> },
+}
+
+impl Pin {
+    /// The grant record `key`, as read at `mod_revision` (0: absent).
+    pub(super) fn record(key: String, mod_revision: i64) -> Self {
+        Self::Record { key, mod_revision }
+    }
+
+    /// The places created at `ahead` under the queue `prefix`.
+    pub(super) fn places(prefix: String, ahead: Vec<i64>) -> Self {
+        Self::Places { prefix, ahead }
+    }
+
+    /// The read, in the place's transaction, of what is pinned.
+    fn read(&self) -> TxnOp {
+        match self {
+            Self::Record { key, .. } => TxnOp::get(key.as_str(), None),
+            Self::Places { prefix, .. } => TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ),
+        }
+    }
+
+    /// Whether what is pinned is as read, `kvs` being [`Self::read`]'s answer.
+    fn holds(&self, kvs: &[KeyValue]) -> bool {
+        match self {
+            Self::Record { mod_revision, .. } => {
+                kvs.first().map_or(0, KeyValue::mod_revision) == *mod_revision
+            }
+            Self::Places { ahead, .. } => ahead
+                .iter()
+                .all(|created| kvs.iter().any(|kv| kv.create_revision() == *created)),
+        }
     }
 }

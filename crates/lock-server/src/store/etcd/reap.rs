@@ -79,7 +79,7 @@ impl EtcdStore {
                 .await?
             } else {
                 let path = String::from_utf8_lossy(kv.key()).into_owned();
-                self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease)
+                self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease, None)
                     .await?
             };
             if !deleted {
