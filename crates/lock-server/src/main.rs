@@ -4,6 +4,12 @@
 
 use lock_server::{Config, Server, shutdown_signal};
 
+/// Under load glibc's allocator took 13 % of the lock-server's CPU (`perf`, 32 clients: each
+/// request allocates its body, headers, JSON and futures on one worker and often frees them
+/// on another); mimalloc's per-thread heaps cost a fraction of that.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let config: Config = service_kit::parse_or_exit("lock-server");
