@@ -5,7 +5,6 @@
 use super::queue::Pin;
 use super::*;
 use crate::store::Refusal;
-
 use crate::store::decide::{Decision, HolderView, KeyView, decide};
 
 impl EtcdStore {

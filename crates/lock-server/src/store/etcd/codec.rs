@@ -70,6 +70,12 @@ pub(super) fn map_err(err: etcd_client::Error) -> StoreError {
                 | Code::Aborted
                 | Code::ResourceExhausted => StoreError::Unavailable(format!("etcd: {message}")),
                 _ if local_transport_failure => StoreError::Unavailable(format!("etcd: {message}")),
+                // A write put a key on a lease that ended before etcd applied it: the store
+                // answered too slowly for the lease (a leader election, a slow disk), which
+                // the caller's retry survives; never the caller's mistake nor a bug.
+                Code::NotFound if message.contains("requested lease not found") => {
+                    StoreError::Unavailable(format!("etcd: {message}"))
+                }
                 _ => StoreError::Internal(format!("etcd: {status}")),
             }
         }
@@ -77,5 +83,31 @@ pub(super) fn map_err(err: etcd_client::Error) -> StoreError {
         | etcd_client::Error::IoError(_)
         | etcd_client::Error::LeaseKeepAliveError(_) => StoreError::Unavailable(err.to_string()),
         other => StoreError::Internal(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_that_ended_before_its_write_is_unavailable_not_internal() {
+        let status = |code, message: &str| {
+            map_err(etcd_client::Error::GRpcStatus(tonic::Status::new(
+                code, message,
+            )))
+        };
+        assert!(matches!(
+            status(Code::NotFound, "etcdserver: requested lease not found"),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status(Code::NotFound, "etcdserver: key not found"),
+            StoreError::Internal(_)
+        ));
+        assert!(matches!(
+            status(Code::Unavailable, "etcdserver: request timed out"),
+            StoreError::Unavailable(_)
+        ));
     }
 }

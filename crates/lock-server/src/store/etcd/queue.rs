@@ -11,11 +11,13 @@ impl EtcdStore {
     /// own), or a new place at the back of the queue. (Keeping a longer lease alive would let
     /// a crashed replica's place block its queue for up to the whole wait past its deadline.)
     ///
-    /// A new place's transaction also reads `pins` (what held the caller back: the grant
-    /// record, the one place ahead) as they are once the place exists: a release or a leave
-    /// committed after the caller's read but before its place existed woke nobody (the
-    /// wake-up watch read the queue without it), so the caller must not sleep on its refusal.
-    /// `false`: a pin moved, decide again (with the place, so the turn is kept).
+    /// A place's put also reads `pins` (what held the caller back: the grant record, the
+    /// places ahead) as they are once the place exists: a release or a leave committed after
+    /// the caller's read but before its place existed woke nobody (the wake-up watch read the
+    /// queue without it), so the caller must not sleep on its refusal. `false`: a pin moved,
+    /// decide again (with the place, so the turn is kept). A place kept alive needs no pins:
+    /// it existed at the read. A put again on a new lease may find its old place gone (the
+    /// lease ended), so it is pinned too; at worst that costs one more round.
     pub(super) async fn hold_place(
         &self,
         key: &LockKey,
@@ -33,8 +35,6 @@ impl EtcdStore {
                 return Ok(true);
             }
         }
-        // A place that existed at the read is in every later read of the queue: no pins.
-        let pins = if mine.is_some() { Vec::new() } else { pins };
         let lease = self.grant_lease(queue_ms).await?;
         let placed = self
             .txn(
