@@ -208,6 +208,31 @@ impl State {
         }
     }
 
+    /// Grants `key` to `session` with the new `token` (an acquire's, or a hand-over's): the
+    /// key's lock-delay ends, its fence moves, the grant replaces any ended one. The grant's
+    /// expiry, and whether it replaced an ended grant.
+    fn grant(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        lease_ms: u64,
+        lock_delay_ms: u64,
+        now: u64,
+    ) -> (u64, bool) {
+        let expires = after(now, lease_ms);
+        self.delays.remove(key);
+        self.fences.insert(key.clone(), token);
+        let grant = Grant {
+            token,
+            session,
+            lease_ms,
+            expires,
+            lock_delay_ms,
+        };
+        (expires, self.locks.insert(key.clone(), grant).is_some())
+    }
+
     /// After `key` was freed or its head waiter left: the head is granted the key in this
     /// same write when [`hand_over`] says so, else woken to ask; the wake-up to deliver.
     fn hand_over(
@@ -244,19 +269,8 @@ impl State {
                 lease_ms,
             } => {
                 let head = head.expect("a hand-over is decided on a head waiter");
-                let expires = after(now, lease_ms);
-                self.delays.remove(key);
-                self.fences.insert(key.clone(), token);
-                self.locks.insert(
-                    key.clone(),
-                    Grant {
-                        token,
-                        session,
-                        lease_ms,
-                        expires,
-                        lock_delay_ms: head.lock_delay_ms,
-                    },
-                );
+                let (expires, _) =
+                    self.grant(key, session, token, lease_ms, head.lock_delay_ms, now);
                 self.leave(key, session);
                 Some(Wake::HandedOver {
                     grant: LockGrant {
@@ -448,22 +462,8 @@ impl LockStore for MemoryStore {
                 (token, lease_ms, expires, false)
             }
             Decision::Grant { token } => {
-                state.delays.remove(key);
-                state.fences.insert(key.clone(), token);
-                let expires = after(now, spec.lease_ms);
-                let replaced = state
-                    .locks
-                    .insert(
-                        key.clone(),
-                        Grant {
-                            token,
-                            session,
-                            lease_ms: spec.lease_ms,
-                            expires,
-                            lock_delay_ms: spec.lock_delay_ms,
-                        },
-                    )
-                    .is_some();
+                let (expires, replaced) =
+                    state.grant(key, session, token, spec.lease_ms, spec.lock_delay_ms, now);
                 (token, spec.lease_ms, expires, replaced)
             }
         };
