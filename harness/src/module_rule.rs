@@ -5,6 +5,8 @@
 //!   `lockctl` on `lock-api` and `lock-client` only (the SDK is its only door
 //!   to the lock surface);
 //! - `lock-client` never depends on `lock-server`;
+//! - `fence-kit` never depends on `lock-server`, `lock-store` or `lock-client`: a resource
+//!   owner adopts it without the lock service's code;
 //! - `lock-sim` never depends on `lock-server`: it runs `lock-store` (the contract, the memory
 //!   store and the replica's pure decisions), not the service with its I/O stack.
 
@@ -80,7 +82,13 @@ pub fn violations(metadata: &Value) -> Vec<String> {
             }
         }
     }
-    for (crate_name, never) in [("lock-client", "lock-server"), ("lock-sim", "lock-server")] {
+    for (crate_name, never) in [
+        ("lock-client", "lock-server"),
+        ("lock-sim", "lock-server"),
+        ("fence-kit", "lock-server"),
+        ("fence-kit", "lock-store"),
+        ("fence-kit", "lock-client"),
+    ] {
         if reachable(crate_name).contains(never) {
             found.push(format!("{crate_name} depends on {never}"));
         }

@@ -1,11 +1,12 @@
 //! The fenced resource and the rail, as one node: payouts with their fences (checked by
-//! `payment_api::check_fence`, the **same function** payment-resource runs inside its SQL
+//! `fence_kit::check_fence`, the **same function** payment-resource runs inside its SQL
 //! transaction), one submission per payout, a ledger, and a rail that records every transfer
 //! it receives. The model: a submit reserves, calls the rail and records its answer in one
 //! step (payment-resource + rail-proxy + rail-stub collapsed; their messages are not what the
 //! fence protects).
 
-use payment_api::{FenceRefusal, FenceRule, GrantFence, PayoutState, check_fence};
+use fence_kit::{FenceRefusal, FenceRule, GrantFence, check_fence};
+use payment_api::PayoutState;
 
 use crate::sched::Nanos;
 

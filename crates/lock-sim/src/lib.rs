@@ -5,7 +5,7 @@
 //! running the executor's protocol (acquire → claim → guard → remaining covers the hop →
 //! submit → guard → post → release, with a scheduling point between every guard and its
 //! write); two lock-server replicas over lock-store's `MemoryStore` on virtual time; the
-//! fenced resource with payment-api's `check_fence` (the function payment-resource runs) and a
+//! fenced resource with fence-kit's `check_fence` (the function payment-resource runs) and a
 //! rail that records every transfer. A nemesis delays, loses, duplicates and reorders
 //! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its
 //! write), crashes replicas, opens store `NOT_LEADER` windows, revokes grants and skews each

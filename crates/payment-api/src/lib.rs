@@ -7,10 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 mod codes;
-mod fence;
 
 pub use codes::{AnyCode, AnyErrorBody, PaymentCode};
-pub use fence::{FenceRefusal, FenceRule, GrantFence, check_fence};
 
 /// The lock guarding payout `payout_id`: `payout:{id}` (C1). Its fencing proofs sign this key.
 pub fn payout_lock_key(payout_id: i64) -> lock_api::LockKey {
@@ -104,6 +102,14 @@ impl PayoutState {
     /// Whether no further transition is possible.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Settled | Self::Rejected | Self::RailAmbiguous)
+    }
+}
+
+/// A payout ends at `SETTLED`, `REJECTED` or `RAIL_AMBIGUOUS`: the fence refuses a stale
+/// token before it says so.
+impl fence_kit::Lifecycle for PayoutState {
+    fn is_terminal(&self) -> bool {
+        PayoutState::is_terminal(*self)
     }
 }
 

@@ -12,6 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use fence_kit::{FencedWrite, ProvenFence};
 use lock_api::{ErrorBody, ErrorCode, FenceVerifier, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
@@ -20,7 +21,7 @@ use payment_api::{
     Reservation, Submission,
 };
 use serde::Deserialize;
-use service_kit::{ApiError, ApiJson, ProvenFence, RequestMetrics, common_layers};
+use service_kit::{ApiError, ApiJson, RequestMetrics, common_layers};
 
 use crate::store::{LIST_LIMIT_MAX, PayError, PayStore};
 
@@ -158,7 +159,7 @@ fn fenced_write(
     role.check(state, headers)?;
     let id = payout_id(raw_id)?;
     let key = payment_api::payout_lock_key(id);
-    let fence = service_kit::proven_fencing_token(headers, &state.verifier, &key)?;
+    let fence = FencedWrite::from_headers(headers)?.verify(&state.verifier, &key)?;
     Ok((id, fence))
 }
 

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use fence_kit::{FenceRefusal, GrantFence, ProvenFence, check_fence};
 use lock_api::FencingToken;
 use payment_api::{
-    CreatePayout, FenceRefusal, GrantFence, LedgerSummary, Payout, PayoutState, RecordOutcome,
-    Reservation, Submission, SubmissionOutcome, check_fence,
+    CreatePayout, LedgerSummary, Payout, PayoutState, RecordOutcome, Reservation, Submission,
+    SubmissionOutcome,
 };
-use service_kit::ProvenFence;
 use sqlx::postgres::{PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -85,7 +85,7 @@ impl From<sqlx::Error> for PayError {
     }
 }
 
-pub use payment_api::FenceRule;
+pub use fence_kit::FenceRule;
 
 const PAYOUT_COLUMNS: &str = "payout_id, amount_minor, currency, beneficiary, state, fence";
 
@@ -114,7 +114,7 @@ fn submission(row: &PgRow) -> Result<Submission, PayError> {
 }
 
 fn token_i64(token: FencingToken) -> i64 {
-    // FencingToken::validate (in the extractor) keeps tokens within i64.
+    // fence-kit validates tokens within i64 when it reads the header.
     i64::try_from(token.0).unwrap_or(i64::MAX)
 }
 

@@ -264,11 +264,9 @@ async fn submit(
         .ok_or_else(|| ApiError::invalid("payout_id", "must be a positive integer"))?;
     // Verified here, offline, before anything is reserved or sent; payment-resource
     // verifies the forwarded proof again.
-    let service_kit::ProvenFence { token, proof, .. } = service_kit::proven_fencing_token(
-        &headers,
-        &proxy.verifier,
-        &payment_api::payout_lock_key(payout_id),
-    )?;
+    let fence_kit::ProvenFence { token, proof, .. } =
+        fence_kit::FencedWrite::from_headers(&headers)?
+            .verify(&proxy.verifier, &payment_api::payout_lock_key(payout_id))?;
     let fence = Fence { token, proof };
     let reservation = proxy.reserve(payout_id, &fence).await?;
     let (outcome, rail_reference) = proxy.call_rail(&reservation).await;

@@ -33,6 +33,12 @@ impl ApiError {
     }
 }
 
+impl From<fence_kit::FenceError> for ApiError {
+    fn from(err: fence_kit::FenceError) -> Self {
+        Self::new(err.code, err.message)
+    }
+}
+
 impl From<ValidationError> for ApiError {
     fn from(err: ValidationError) -> Self {
         Self::invalid(err.field, err.reason)

@@ -17,9 +17,7 @@ mod telemetry;
 
 pub use auth::require_bearer;
 pub use error::{ApiError, code_for_status, not_found, tag};
-pub use extract::{
-    FencingTokenHeader, ProvenFence, fencing_token, proven_fencing_token, single_header,
-};
+pub use extract::single_header;
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use process_kit::{LogFormat, logging, parse_or_exit, shutdown};

@@ -79,6 +79,10 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
         "the simulation runs lock-store, never the service (here a dev edge): {found:?}"
     );
     assert!(
+        has("fence-kit depends on lock-store"),
+        "a resource owner adopts the fence kit without the lock service's code: {found:?}"
+    );
+    assert!(
         has("payout-executor depends on service-kit"),
         "the process kit is allowed, the HTTP kit behind it is not: {found:?}"
     );
@@ -86,5 +90,5 @@ fn the_check_fails_on_a_graph_that_breaks_the_rule() {
         !has("payout-executor depends on process-kit"),
         "the process kit is the executor's to use: {found:?}"
     );
-    assert_eq!(found.len(), 8, "{found:?}");
+    assert_eq!(found.len(), 9, "{found:?}");
 }

@@ -1,6 +1,6 @@
 //! The lock service's replicas (each over lock-store's `MemoryStore` through its own
 //! `ClockCheckedStore`, parking waiting acquires with lock-store's `WaitPlan`) and the bank (the
-//! resource and the rail, with payment-api's `check_fence`) as nodes on the network.
+//! resource and the rail, with fence-kit's `check_fence`) as nodes on the network.
 
 use super::*;
 

@@ -1,0 +1,63 @@
+-- fence-kit's PostgreSQL fence: one table of fences and one function that a writer calls
+-- inside its own transaction, before its write. A refused write raises, so the writer's
+-- transaction aborts and nothing it wrote is kept. Safe to apply again (idempotent).
+--
+-- The rule is fence-kit's `check_fence` (tested against it on one table of cases):
+--   * a claim (p_claim = true) passes with a token above the fence, or the grant that set the
+--     fence again; it raises the fence to the presented token and grant;
+--   * a later write (p_claim = false) passes only from the grant that set the fence;
+--   * an empty fence grant (a fence set before grants were named) matches any grant of its
+--     token.
+-- The fence row is taken FOR UPDATE, so concurrent writers of one resource queue on it
+-- until the first one's transaction ends; call fence_check before touching the resource's
+-- own rows, and check the resource's own end state after it (a stale writer then learns it
+-- was fenced, not that the resource ended).
+--
+-- Refusals: SQLSTATE 'FENCE' (fenced out; the message names the token and the fence) and
+-- SQLSTATE '22023' (a token below 1, an empty or over-long resource name).
+
+CREATE TABLE IF NOT EXISTS fence_kit_fences (
+    resource   text        PRIMARY KEY CHECK (length(resource) BETWEEN 1 AND 1024),
+    token      bigint      NOT NULL CHECK (token >= 0),
+    grant_id   text        NOT NULL DEFAULT '',
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE OR REPLACE FUNCTION fence_check(
+    p_resource text,
+    p_token    bigint,
+    p_grant    text    DEFAULT '',
+    p_claim    boolean DEFAULT false
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    fence fence_kit_fences%ROWTYPE;
+    held  boolean;
+BEGIN
+    IF p_token IS NULL OR p_token < 1 THEN
+        RAISE EXCEPTION 'fence_check: token must be at least 1, got %', p_token
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_resource IS NULL OR length(p_resource) NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION 'fence_check: resource must be 1 to 1024 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    p_grant := coalesce(p_grant, '');
+    INSERT INTO fence_kit_fences (resource, token) VALUES (p_resource, 0)
+        ON CONFLICT (resource) DO NOTHING;
+    SELECT * INTO fence FROM fence_kit_fences WHERE resource = p_resource FOR UPDATE;
+    held := p_token = fence.token AND (fence.grant_id = '' OR p_grant = fence.grant_id);
+    IF p_claim AND (p_token > fence.token OR held) THEN
+        UPDATE fence_kit_fences
+           SET token = p_token, grant_id = p_grant, updated_at = now()
+         WHERE resource = p_resource;
+        RETURN p_token;
+    END IF;
+    IF held THEN
+        RETURN fence.token;
+    END IF;
+    RAISE EXCEPTION 'fenced out: token % may not write %, a newer grant holds fence %',
+        p_token, p_resource, fence.token
+        USING ERRCODE = 'FENCE';
+END
+$$;
