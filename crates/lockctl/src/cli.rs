@@ -20,7 +20,8 @@ Environment:
 
 Exit codes:
   0    done (run: CMD's own exit code passes through; killed by a signal: 128 + signal)
-  1    refused by the lock service (unknown session, bad credential, ...), or nothing released
+  1    refused by the lock service (unknown session, bad credential, ...), nothing released,
+       or fence-check: a promise of the fence broken
   64   bad usage (EX_USAGE): unknown command or flag, bad key, duration, token or session id
   69   lock service unavailable (EX_UNAVAILABLE): no answer, NOT_LEADER, STORE_UNAVAILABLE
   70   the lock was lost while CMD ran (run; CMD was stopped)
@@ -49,6 +50,17 @@ that reads the terminal is stopped. A CMD still running when lockctl itself is k
 SIGKILL is not stopped by anyone: the lease then expires, and the fencing token is what \
 protects the resource. Pass LOCK_FENCING_TOKEN and LOCK_FENCING_PROOF with every write CMD \
 makes to a fenced resource.";
+
+const FENCE_CHECK_ABOUT: &str = "\
+Check that a resource keeps the fence's promises. Takes a grant of KEY (and of a second key, \
+KEY.fence-check) from the lock service, then writes to URL: without a token, without a proof, \
+with the token relabelled, with a token no lock service issued, with a forged signature and \
+with the other key's genuine proof (each must be refused with a 4xx); then lets the grant's \
+lease run out, as a paused worker's does, takes KEY in a second session, writes as the new \
+holder (must be accepted) and again as the old one (must be refused). With --claim-url each \
+holder claims there first (POST), for a resource whose fence another endpoint raises. Prints \
+one line per promise (promise, kept, answer) and a summary; exit 0 when every promise is \
+kept, 1 when one is broken.";
 
 /// The whole command line.
 #[derive(Debug, Parser)]
@@ -103,6 +115,10 @@ pub enum Command {
     /// Run CMD while holding KEY; stop CMD the moment the lock is lost.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
+    /// Check a fenced resource: write to URL with real, stale, forged and missing tokens and
+    /// proofs, and report which of the fence's promises it keeps (exit 1 if any is broken).
+    #[command(long_about = FENCE_CHECK_ABOUT)]
+    FenceCheck(FenceCheckArgs),
 }
 
 /// `lockctl session ...`.
@@ -174,6 +190,38 @@ pub struct KeyArgs {
     /// The lock key.
     #[arg(value_parser = lock_key)]
     pub key: LockKey,
+}
+
+/// `lockctl fence-check`.
+#[derive(Debug, Args)]
+pub struct FenceCheckArgs {
+    /// The lock key that guards what URL writes, e.g. payout:42.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+    /// The fenced write: every probe sends X-Fencing-Token and X-Fencing-Proof here.
+    pub url: String,
+    /// The write's HTTP method.
+    #[arg(long, default_value = "PUT")]
+    pub method: String,
+    /// A header sent with every write and claim, `Name: value` (repeatable). Put secrets in
+    /// --bearer-env instead: a command line is visible to every user of the machine.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// The name of an environment variable holding a bearer credential for the resource
+    /// (sent as `Authorization: Bearer …`).
+    #[arg(long, value_name = "VAR")]
+    pub bearer_env: Option<String>,
+    /// A JSON body sent with every write.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Where a holder claims the fence before it writes (POST, same headers), for a resource
+    /// whose fence another endpoint raises.
+    #[arg(long, value_name = "URL")]
+    pub claim_url: Option<String>,
+    /// Lease of the probes' grants: the paused holder's grant ends this long after it began,
+    /// so a run takes about one lease.
+    #[arg(long, value_parser = positive_duration, default_value = "2s")]
+    pub lease: Duration,
 }
 
 /// `lockctl run`.

@@ -13,10 +13,13 @@
 //! - `inspect KEY` (who holds it), `revoke KEY` (with `LOCK_ADMIN_TOKEN`).
 //! - `run KEY [--ttl 10s] [--wait 30s] [--grace 1.5s] -- CMD ARGS…` ([`run`]): hold KEY, with
 //!   heartbeats, for as long as CMD runs; stop CMD the moment the SDK declares the lock lost.
+//! - `fence-check KEY URL [--claim-url URL] [--bearer-env VAR]` ([`fence_check`]): the
+//!   conformance kit for fenced resources: which of the fence's promises URL keeps.
 
 pub mod cli;
 mod commands;
 pub mod error;
+mod fence_check;
 pub mod output;
 pub mod run;
 
@@ -41,6 +44,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Inspect(args) => commands::inspect(global, args).await,
         Command::Revoke(args) => commands::revoke(global, args).await,
         Command::Run(args) => run::run(global, args).await,
+        Command::FenceCheck(args) => fence_check::fence_check(global, args).await,
     }
 }
 

@@ -4,6 +4,7 @@
 mod architecture_map;
 mod attack;
 mod executor_config;
+mod fence_check;
 mod lockctl;
 mod m2;
 mod metrics_hygiene;
