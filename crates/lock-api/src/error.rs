@@ -82,6 +82,9 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// 409: the grant being renewed is no longer live.
     LockLost,
+    /// 409: the grant being renewed was revoked by an operator (L8); the message says by
+    /// whom and why.
+    LockRevoked,
     /// 404: nobody holds the lock.
     LockNotHeld,
     /// 409: a token lower than the resource's fence was presented.
@@ -104,7 +107,7 @@ impl ErrorCode {
             Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
-            Self::LockHeld | Self::LockLost | Self::FencedOut => 409,
+            Self::LockHeld | Self::LockLost | Self::LockRevoked | Self::FencedOut => 409,
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -135,6 +138,7 @@ impl ErrorCode {
             Self::LockHeld => "LOCK_HELD",
             Self::TooManyWaiters => "TOO_MANY_WAITERS",
             Self::LockLost => "LOCK_LOST",
+            Self::LockRevoked => "LOCK_REVOKED",
             Self::LockNotHeld => "LOCK_NOT_HELD",
             Self::FencedOut => "FENCED_OUT",
             Self::NotLeader => "NOT_LEADER",
@@ -172,6 +176,8 @@ pub enum LossReason {
     SessionClosed,
     /// The release found no live grant with this token (expired, revoked or taken over).
     NotHeld,
+    /// An operator revoked the grant (L8); [`LockLost::detail`] says by whom and why.
+    Revoked,
 }
 
 impl LossReason {
@@ -184,13 +190,14 @@ impl LossReason {
             Self::RenewRefused => "renew_refused",
             Self::SessionClosed => "session_closed",
             Self::NotHeld => "not_held",
+            Self::Revoked => "revoked",
         }
     }
 }
 
 /// A lock is lost. Terminal: never retryable, no write may follow it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("lock {lock_key} (token {fencing_token}) is lost: {reason:?}")]
+#[error("lock {lock_key} (token {fencing_token}) is lost: {reason:?}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
 pub struct LockLost {
     /// The key that was held.
     pub lock_key: LockKey,
@@ -198,6 +205,20 @@ pub struct LockLost {
     pub fencing_token: FencingToken,
     /// Why it is lost.
     pub reason: LossReason,
+    /// The server's words on the loss, when it said any: for a revoke, by whom and why.
+    pub detail: Option<String>,
+}
+
+impl LockLost {
+    /// `lock_key`'s grant with `token` is lost for `reason`, with nothing more said.
+    pub fn new(lock_key: LockKey, fencing_token: FencingToken, reason: LossReason) -> Self {
+        Self {
+            lock_key,
+            fencing_token,
+            reason,
+            detail: None,
+        }
+    }
 }
 
 /// The typed errors of the lock surface, as an SDK caller sees them.
@@ -269,10 +290,15 @@ impl LockError {
         let message = body.message;
         match body.code {
             ErrorCode::LockLost => match grant {
+                Some((key, token)) => {
+                    Self::Lost(LockLost::new(key.clone(), token, LossReason::RenewRefused))
+                }
+                None => Self::Protocol { status, message },
+            },
+            ErrorCode::LockRevoked => match grant {
                 Some((key, token)) => Self::Lost(LockLost {
-                    lock_key: key.clone(),
-                    fencing_token: token,
-                    reason: LossReason::RenewRefused,
+                    detail: Some(message),
+                    ..LockLost::new(key.clone(), token, LossReason::Revoked)
                 }),
                 None => Self::Protocol { status, message },
             },
@@ -316,7 +342,8 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 21] = [
+    const ALL: [ErrorCode; 22] = [
+        ErrorCode::LockRevoked,
         ErrorCode::TooManyWaiters,
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,

@@ -14,6 +14,8 @@ mod limits;
 #[cfg(feature = "openapi")]
 mod openapi;
 mod proof;
+mod revoke;
+mod text;
 mod throttle;
 mod wire;
 
@@ -25,5 +27,7 @@ pub use proof::{
     FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, KEY_ID_MAX_BYTES,
     PROOF_VERSION, ProofError, signed_message,
 };
+pub use revoke::{REVOKE_REASON_LABELS, REVOKE_REASON_MAX_BYTES, RevokeReason, RevokeRequest};
+pub use text::is_hidden_char;
 pub use throttle::Throttle;
 pub use wire::*;

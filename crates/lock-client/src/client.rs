@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_api::{
     AcquireRequest, CreateSessionRequest, ErrorCode, FencingToken, LockError, LockGrant, LockInfo,
-    LockKey, LockOutcome, OwnerId, ReleaseRequest, RetryVerdict, SessionId,
+    LockKey, LockOutcome, OwnerId, ReleaseRequest, RetryVerdict, RevokeReason, SessionId,
 };
 use tokio::sync::mpsc;
 
@@ -364,18 +364,18 @@ impl LockClient {
     }
 
     /// Revokes the key's live grant, if any, presenting `admin` (the operators'
-    /// `LOCK_ADMIN_TOKEN`) instead of the client's credential. The holder learns it at its
-    /// next renewal (`LOCK_LOST`); the token is never reused. Tries each endpoint once on
+    /// `LOCK_ADMIN_TOKEN`) instead of the client's credential, with an optional `reason`. The
+    /// holder learns it at its next renewal (`LOCK_REVOKED` with who and why: its loss is
+    /// `LossReason::Revoked`); the token is never reused. Tries each endpoint once on
     /// `NOT_LEADER` or no answer.
     pub async fn revoke(
         &self,
         key: &LockKey,
         admin: &Credential,
+        reason: Option<&RevokeReason>,
     ) -> Result<LockOutcome, LockError> {
-        match self
-            .call_any(Call::Revoke(key.clone(), admin.clone()))
-            .await?
-        {
+        let call = Call::Revoke(key.clone(), admin.clone(), reason.cloned());
+        match self.call_any(call).await? {
             Reply::Revoked(outcome) => Ok(outcome),
             other => Err(unexpected("revoke", &other)),
         }

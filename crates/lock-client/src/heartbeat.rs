@@ -17,7 +17,12 @@ fn result_label(err: &TransportError) -> &'static str {
     match err.code() {
         None => "unreachable",
         Some(ErrorCode::NotLeader) => "not_leader",
-        Some(ErrorCode::SessionUnknown | ErrorCode::SessionExpired | ErrorCode::LockLost) => "lost",
+        Some(
+            ErrorCode::SessionUnknown
+            | ErrorCode::SessionExpired
+            | ErrorCode::LockLost
+            | ErrorCode::LockRevoked,
+        ) => "lost",
         Some(_) => "error",
     }
 }
@@ -73,14 +78,18 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
             Ok(other) => {
                 // Renew never changes the token; an answer that does is not our grant.
                 tracing::error!(event = "renew_failed", key = %key, token = token.0, answer = ?other, "renew answered another grant");
-                shared.renew_failed(renewal, Some(ErrorCode::LockLost));
+                shared.renew_failed(
+                    renewal,
+                    Some(ErrorCode::LockLost),
+                    "renew answered another grant",
+                );
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "error")
                     .increment(1);
             }
             Err(err) => {
                 tracing::debug!(event = "renew_failed", key = %key, token = token.0, error = %err);
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
-                shared.renew_failed(renewal, err.code());
+                shared.renew_failed(renewal, err.code(), err.message());
             }
         }
     }

@@ -164,10 +164,10 @@ impl Shared {
         }
     }
 
-    /// A failed renew of `renewal`: what the core makes of `code` (a lost grant or session, the
-    /// next endpoint).
-    pub(crate) fn renew_failed(&self, renewal: &Renewal, code: Option<ErrorCode>) {
-        if self.state().core().renew_failed(renewal, code) {
+    /// A failed renew of `renewal`: what the core makes of `code` and the server's `message`
+    /// (a lost grant or session, the next endpoint).
+    pub(crate) fn renew_failed(&self, renewal: &Renewal, code: Option<ErrorCode>, message: &str) {
+        if self.state().core().renew_failed(renewal, code, message) {
             self.rotate_endpoint();
         }
     }
@@ -544,10 +544,8 @@ impl LockClientSession {
             .state()
             .core()
             .remaining(handle.lock_key(), handle.fencing_token(), now)
-            .map_err(|reason| LockLost {
-                lock_key: handle.lock_key().clone(),
-                fencing_token: handle.fencing_token(),
-                reason,
+            .map_err(|reason| {
+                LockLost::new(handle.lock_key().clone(), handle.fencing_token(), reason)
             })
     }
 
@@ -557,11 +555,7 @@ impl LockClientSession {
     /// shows: whatever it guarded may have been done by another holder.
     pub async fn release(&self, handle: LockHandle) -> Result<(), LockLost> {
         let (key, token) = handle.disarm();
-        let lost = |reason| LockLost {
-            lock_key: key.clone(),
-            fencing_token: token,
-            reason,
-        };
+        let lost = |reason| LockLost::new(key.clone(), token, reason);
         let outcome = self.shared.unhold(&key, token);
         let lost_reason = match outcome {
             Unhold::StillHeld(reason) => return reason.map_or(Ok(()), |r| Err(lost(r))),

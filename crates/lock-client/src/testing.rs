@@ -309,7 +309,7 @@ impl MemoryTransport {
                 })),
                 None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
             },
-            Call::Revoke(key, _admin) => {
+            Call::Revoke(key, _admin, _reason) => {
                 let revoked = state.locks.remove(&key).map(|(token, _, _)| token);
                 Ok(Reply::Revoked(LockOutcome {
                     lock_key: key,

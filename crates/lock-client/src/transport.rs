@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
     HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
-    RenewRequest, SessionId,
+    RenewRequest, RevokeReason, RevokeRequest, SessionId,
 };
 
 use crate::config::Credential;
@@ -50,7 +50,7 @@ pub enum Call {
     Inspect(LockKey),
     /// Revoke the key's grant, presenting the operators' credential (`LOCK_ADMIN_TOKEN`)
     /// instead of the transport's own.
-    Revoke(LockKey, Credential),
+    Revoke(LockKey, Credential, Option<RevokeReason>),
 }
 
 impl Call {
@@ -106,6 +106,14 @@ pub enum TransportError {
 }
 
 impl TransportError {
+    /// The server's message, or what went wrong when nothing answered.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Status { body, .. } => &body.message,
+            Self::Unreachable(what) => what,
+        }
+    }
+
     /// The error code, when the server answered one.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
@@ -234,17 +242,20 @@ impl Transport for HttpTransport {
                 let request = self.http.get(format!("{base}/v1/locks/{key}"));
                 Self::json(request, S::OK).await.map(Reply::Info)
             }
-            Call::Revoke(key, admin) => {
+            Call::Revoke(key, admin, reason) => {
                 // A request header replaces the default one: only the admin credential goes.
                 let headers = bearer_headers(admin.expose()).ok_or_else(|| {
                     TransportError::Unreachable(
                         "the admin credential is not a valid header value".into(),
                     )
                 })?;
-                let request = self
+                let mut request = self
                     .http
                     .post(format!("{base}/v1/locks/{key}/revoke"))
                     .headers(headers);
+                if reason.is_some() {
+                    request = request.json(&RevokeRequest { reason });
+                }
                 Self::json(request, S::OK).await.map(Reply::Revoked)
             }
         }

@@ -109,7 +109,10 @@ pub fn describe(backend: &'static str) {
             RELEASES_TOTAL,
             "Releases answered (L6 200), by whether they released.",
         ),
-        (REVOKED_TOTAL, "Live grants revoked by an operator (L8)."),
+        (
+            REVOKED_TOTAL,
+            "Live grants revoked by an operator (L8), by the reason's first word (maintenance, incident, security, operator, test; other; none).",
+        ),
         (
             NOT_LEADER_TOTAL,
             "Mutating requests answered 503 NOT_LEADER (draining, read-only store, etcd without a leader).",
@@ -124,7 +127,6 @@ pub fn describe(backend: &'static str) {
         SESSIONS_EXPIRED_TOTAL,
         SESSIONS_CREATED_TOTAL,
         RENEW_LOST_TOTAL,
-        REVOKED_TOTAL,
         NOT_LEADER_TOTAL,
         LOCK_DELAYED_TOTAL,
         STORE_CLOCK_STEPS_TOTAL,
@@ -137,6 +139,9 @@ pub fn describe(backend: &'static str) {
     }
     for outcome in WAIT_OUTCOMES {
         counter!(WAITS_TOTAL, "backend" => backend, "outcome" => outcome).increment(0);
+    }
+    for reason in lock_api::REVOKE_REASON_LABELS {
+        counter!(REVOKED_TOTAL, "backend" => backend, "reason" => reason).increment(0);
     }
     for released in ["true", "false"] {
         counter!(RELEASES_TOTAL, "backend" => backend, "released" => released).increment(0);

@@ -17,7 +17,7 @@ use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
-    StoreEnv, StoreError, Wake,
+    RevokeNote, StoreEnv, StoreError, Wake,
 };
 
 use crate::sched::Nanos;
@@ -510,7 +510,11 @@ impl LockService {
     /// reused). Returns the revoked token.
     pub fn revoke(&mut self, now: Nanos, key: &LockKey) -> Option<FencingToken> {
         self.env.set_now(now);
-        now_or_never(self.store.revoke(key)).ok().flatten()
+        let note = RevokeNote {
+            by: "nemesis".into(),
+            reason: None,
+        };
+        now_or_never(self.store.revoke(key, &note)).ok().flatten()
     }
 
     /// Replica `replica` comes back up: a new process, with a new guard and no reading of

@@ -14,7 +14,8 @@ use tokio::sync::watch;
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionRecord,
+    StoreError, WakeSink,
 };
 
 /// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
@@ -274,8 +275,16 @@ impl LockStore for ClockCheckedStore {
         self.inner.get(key).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
-        self.inner.revoke(key).await
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError> {
+        self.inner.revoke(key, note).await
+    }
+
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
+        self.inner.revocation(key).await
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {

@@ -28,7 +28,9 @@ pub mod wait_plan;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{
+    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+};
 
 pub use checked::{
     CLOCK_SAMPLE_INTERVAL, ClockCheckedStore, GRANTS_WITHHELD_TOTAL, ReplicaClock,
@@ -215,6 +217,39 @@ pub struct ReapReport {
     pub sessions: u64,
 }
 
+/// Who revoked a grant and why (L8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokeNote {
+    /// The name of the credential that revoked.
+    pub by: String,
+    /// Why, when given.
+    pub reason: Option<RevokeReason>,
+}
+
+/// A grant revoked, as the store keeps it beside its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    /// The revoked grant's token.
+    pub token: FencingToken,
+    /// Who and why.
+    pub note: RevokeNote,
+}
+
+impl Revocation {
+    /// What the holder of grant `token` of `key` is told when it renews: by whom and why.
+    pub fn told(&self, key: &LockKey) -> String {
+        let mut told = format!(
+            "lock {key} (token {}) was revoked by {}",
+            self.token, self.note.by
+        );
+        if let Some(reason) = &self.note.reason {
+            told.push_str(": ");
+            told.push_str(reason.as_str());
+        }
+        told
+    }
+}
+
 /// Store failures. The first three are answers about the caller's request; the rest are
 /// about the store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -337,8 +372,16 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;
 
     /// Revoke: deletes the live grant of `key`, if any, and returns its token. An involuntary
-    /// end: the grant's lock-delay starts.
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError>;
+    /// end: the grant's lock-delay starts. In the same write the store keeps `note` as the
+    /// key's last [`Revocation`], so the holder's next renew can be told who and why.
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError>;
+
+    /// The last revocation of `key`, if any was ever made (one per key, replaced by the next).
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError>;
 
     /// Deletes expired grants, sessions and queue places; each expired grant's lock-delay
     /// runs from when it expired.

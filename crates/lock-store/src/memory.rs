@@ -15,8 +15,8 @@ use crate::decide::{
     Decision, FreedView, HandOver, HeadView, HolderView, KeyView, decide, hand_over,
 };
 use crate::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
-    Wake, WakeSink, WakeSlot,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
+    SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
 };
 
 /// Where a memory store gets its time and its session ids.
@@ -112,6 +112,8 @@ struct State {
     delays: HashMap<LockKey, Delay>,
     /// Each key's queue, in arrival (`seq`) order.
     queues: HashMap<LockKey, Vec<Waiter>>,
+    /// Each key's last revocation (one per key, as its fence).
+    revocations: HashMap<LockKey, Revocation>,
     next_seq: u64,
 }
 
@@ -575,7 +577,11 @@ impl LockStore for MemoryStore {
         }))
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError> {
         let now = self.env.now_nanos();
         let (token, wake) = {
             let mut state = self.state()?;
@@ -583,6 +589,12 @@ impl LockStore for MemoryStore {
                 return Ok(None);
             };
             state.locks.remove(key);
+            let note = note.clone();
+            let revocation = Revocation {
+                token: grant.token,
+                note,
+            };
+            state.revocations.insert(key.clone(), revocation);
             if grant.lock_delay_ms > 0 {
                 state.delays.insert(
                     key.clone(),
@@ -596,6 +608,10 @@ impl LockStore for MemoryStore {
         };
         self.deliver(wake);
         Ok(Some(token))
+    }
+
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
+        Ok(self.state()?.revocations.get(key).cloned())
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_api::{FencingToken, LockKey, OwnerId, RevokeReason, SessionId};
 
 const ABOUT: &str = "Fenced locks from the shell, over the lock service's SDK (lock-client).";
 
@@ -111,7 +111,7 @@ pub enum Command {
     /// Show who holds KEY: token, owner and expiry (never a session id).
     Inspect(KeyArgs),
     /// Revoke KEY's grant, with the operators' credential from LOCK_ADMIN_TOKEN.
-    Revoke(KeyArgs),
+    Revoke(RevokeArgs),
     /// Run CMD while holding KEY; stop CMD the moment the lock is lost.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
@@ -224,6 +224,18 @@ pub struct FenceCheckArgs {
     pub lease: Duration,
 }
 
+/// `lockctl revoke`.
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// The lock key.
+    #[arg(value_parser = lock_key)]
+    pub key: LockKey,
+    /// Why, told to the holder when its renewal is refused (1-200 bytes of readable text;
+    /// counted by its first word: maintenance, incident, security, operator, test).
+    #[arg(long, value_parser = revoke_reason)]
+    pub reason: Option<RevokeReason>,
+}
+
 /// `lockctl run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -274,6 +286,11 @@ pub fn lock_key(raw: &str) -> Result<LockKey, String> {
 /// An owner id (`OwnerId::parse`).
 pub fn owner_id(raw: &str) -> Result<OwnerId, String> {
     OwnerId::parse(raw).map_err(|e| e.to_string())
+}
+
+/// A revoke's reason (`RevokeReason::parse`).
+pub fn revoke_reason(raw: &str) -> Result<RevokeReason, String> {
+    RevokeReason::parse(raw).map_err(|e| e.to_string())
 }
 
 /// A session id (a UUID).

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_client::{AcquirePolicy, ClientError, Credential, LockClient, LockClientConfig};
 use serde_json::Value;
 
-use crate::cli::{AcquireArgs, CloseArgs, Global, KeyArgs, OpenArgs, ReleaseArgs};
+use crate::cli::{AcquireArgs, CloseArgs, Global, KeyArgs, OpenArgs, ReleaseArgs, RevokeArgs};
 use crate::error::{CtlError, code};
 use crate::output::{self, Fields};
 
@@ -182,7 +182,7 @@ pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
 
 /// `revoke`: revokes the key's grant with `LOCK_ADMIN_TOKEN`. Nothing to revoke is an answer
 /// (`revoked=false`).
-pub async fn revoke(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
+pub async fn revoke(global: &Global, args: RevokeArgs) -> Result<u8, CtlError> {
     let admin = std::env::var(ADMIN_TOKEN_ENV)
         .ok()
         .map(|t| t.trim().to_owned())
@@ -194,7 +194,9 @@ pub async fn revoke(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
             ))
         })?;
     let client = client(config(global)?)?;
-    let outcome = client.revoke(&args.key, &admin).await?;
+    let outcome = client
+        .revoke(&args.key, &admin, args.reason.as_ref())
+        .await?;
     client.close();
     let fields: Fields = vec![
         ("lock_key", outcome.lock_key.as_str().into()),

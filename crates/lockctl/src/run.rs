@@ -219,6 +219,10 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
                     ("lock_key", lost.lock_key.as_str().into()),
                     ("fencing_token", lost.fencing_token.0.into()),
                     ("reason", lost.reason.as_str().into()),
+                    (
+                        "detail",
+                        lost.detail.clone().map_or(Value::Null, Value::from),
+                    ),
                     ("signal", Signal::SIGTERM.as_str().into()),
                 ],
                 json,

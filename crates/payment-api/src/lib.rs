@@ -30,24 +30,10 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted beneficiary, in bytes.
 pub const BENEFICIARY_MAX_BYTES: usize = 140;
 
-/// Whether `c` may not appear in a beneficiary: control characters, and the format
-/// characters that render as nothing or reorder text (zero-width spaces and joiners, the
-/// bidirectional embeddings, overrides and isolates, the word joiner, the byte-order mark,
-/// the soft hyphen): a name an operator reads must be the name the rail receives.
-pub fn is_hidden_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{FEFF}'
-        )
-}
+/// Whether `c` may not appear in a beneficiary (a name an operator reads must be the name
+/// the rail receives): lock-api's rule for text a person reads.
+pub use lock_api::is_hidden_char;
+
 /// Longest accepted idempotency key, in bytes.
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
 /// Largest amount accepted, in minor units (a sanity bound, not a business limit).

@@ -305,6 +305,75 @@ async fn a_frozen_run_has_its_cmd_stopped_once_the_sdk_declares_the_loss() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_with_a_reason_stops_run_and_says_who_and_why_everywhere() {
+    let fx = fixture().await;
+    let record = fx.file("revoked");
+    let script = format!(
+        "echo start >> {r}; trap 'echo term >> {r}; exit 0' TERM; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        r = record.display()
+    );
+    let mut run = fx.spawn(
+        "revoked-run",
+        &[
+            "--json",
+            "run",
+            "revoked:1",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    poll_until("CMD to start", Duration::from_secs(20), || async {
+        read(&record).contains("start").then_some(())
+    })
+    .await;
+    let admin = [("LOCK_ADMIN_TOKEN", ADMIN_TOKEN)];
+    let out = fx
+        .ctl(&["revoke", "revoked:1", "--reason", ""], &admin)
+        .await;
+    assert_fails(&out, 64, "reason");
+    let reason = "maintenance: rotating disks";
+    let out = fx
+        .ctl(
+            &["--json", "revoke", "revoked:1", "--reason", reason],
+            &admin,
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_line(&out.stdout)["revoked"], true);
+
+    let status = wait_exit(&mut run).await;
+    let log = run.log();
+    assert_eq!(status.code(), Some(70), "the lost code: {log}");
+    assert!(read(&record).contains("term"), "CMD was stopped");
+    let lost: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["event"] == "lost")
+        .unwrap_or_else(|| panic!("a lost event: {log}"));
+    assert_eq!(lost["reason"], "revoked", "{lost}");
+    let told = lost["detail"].as_str().unwrap_or_default();
+    assert!(
+        told.contains("revoked by lock-admin: maintenance: rotating disks"),
+        "{lost}"
+    );
+    let audit = std::fs::read_to_string(fx._logs.path().join("lock-server.log")).unwrap();
+    let line: Value = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["event"] == "lock_revoked")
+        .unwrap_or_else(|| panic!("no lock_revoked audit line: {audit}"));
+    assert_eq!(
+        (&line["credential"], &line["reason"]),
+        (&Value::from("lock-admin"), &Value::from(reason)),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_are_distinct_and_cmds_own_code_passes_through() {
     let fx = fixture().await;
     // Another holder: a session kept open by lockctl, holding the key for 30 s.

@@ -40,7 +40,21 @@ struct Grant {
     deadline_nanos: u64,
     holds: u32,
     lost: Option<LossReason>,
+    /// What the server said of the loss (a revoke's by whom and why).
+    lost_detail: Option<String>,
     notified: bool,
+}
+
+impl Grant {
+    /// This grant of `key`'s loss as its holder sees it, when it is lost.
+    fn loss(&self, key: &LockKey) -> Option<LockLost> {
+        let reason = self.lost?;
+        let detail = self.lost_detail.clone();
+        Some(LockLost {
+            detail,
+            ..LockLost::new(key.clone(), self.token, reason)
+        })
+    }
 }
 
 /// A loss to deliver, with the conservative deadline (the earlier of the grant's and the
@@ -229,14 +243,27 @@ impl SessionCore {
         acquire::rotates(code)
     }
 
-    /// A failed renew of `renewal`: `LOCK_LOST` loses the grant (`RenewRefused`), a session
-    /// code the session. Returns whether the next call goes to the next endpoint.
-    pub fn renew_failed(&mut self, renewal: &Renewal, code: Option<ErrorCode>) -> bool {
-        if code == Some(ErrorCode::LockLost) {
-            self.lose_grant(&renewal.key, renewal.token, LossReason::RenewRefused);
-            return false;
+    /// A failed renew of `renewal`: `LOCK_LOST` loses the grant (`RenewRefused`),
+    /// `LOCK_REVOKED` too (`Revoked`, with the server's `message` as the loss's detail), a
+    /// session code the session. Returns whether the next call goes to the next endpoint.
+    pub fn renew_failed(
+        &mut self,
+        renewal: &Renewal,
+        code: Option<ErrorCode>,
+        message: &str,
+    ) -> bool {
+        let reason = match code {
+            Some(ErrorCode::LockLost) => LossReason::RenewRefused,
+            Some(ErrorCode::LockRevoked) => LossReason::Revoked,
+            _ => return self.heartbeat_failed(code),
+        };
+        self.lose_grant(&renewal.key, renewal.token, reason);
+        if let Some(grant) = self.grants.get_mut(&renewal.key).filter(|g| {
+            g.token == renewal.token && g.lost == Some(reason) && g.lost_detail.is_none()
+        }) {
+            grant.lost_detail = (reason == LossReason::Revoked).then(|| message.to_owned());
         }
-        self.heartbeat_failed(code)
+        false
     }
 
     /// Marks the whole session lost (terminal): every grant with it.
@@ -322,12 +349,8 @@ impl SessionCore {
         let Some(grant) = self.grants.get_mut(key) else {
             return Ok(None);
         };
-        if let Some(reason) = grant.lost {
-            return Err(Refused::Grant(LockLost {
-                lock_key: key.clone(),
-                fencing_token: grant.token,
-                reason,
-            }));
+        if let Some(lost) = grant.loss(key) {
+            return Err(Refused::Grant(lost));
         }
         grant.holds += 1;
         Ok(Some(Held {
@@ -379,6 +402,7 @@ impl SessionCore {
                 deadline_nanos,
                 holds: 1,
                 lost: None,
+                lost_detail: None,
                 notified: false,
             },
         );
@@ -456,14 +480,10 @@ impl SessionCore {
         }
         self.releasing.insert(key.clone(), token);
         if let Some(grant) = self.grants.remove(key) {
-            if let (Some(reason), false) = (grant.lost, grant.notified) {
+            if let (Some(lost), false) = (grant.loss(key), grant.notified) {
                 let deadline_nanos = self.effective_deadline(&grant);
                 self.undelivered.push(Loss {
-                    lost: LockLost {
-                        lock_key: key.clone(),
-                        fencing_token: grant.token,
-                        reason,
-                    },
+                    lost,
                     deadline_nanos,
                 });
             }
@@ -488,19 +508,15 @@ impl SessionCore {
         let mut grants = std::mem::take(&mut self.undelivered);
         let mut fresh = Vec::new();
         for (key, grant) in &mut self.grants {
-            if let (Some(reason), false) = (grant.lost, grant.notified) {
+            if let (Some(lost), false) = (grant.loss(key), grant.notified) {
                 grant.notified = true;
-                fresh.push((key.clone(), grant.clone(), reason));
+                fresh.push((grant.clone(), lost));
             }
         }
-        for (key, grant, reason) in fresh {
+        for (grant, lost) in fresh {
             grants.push(Loss {
                 deadline_nanos: self.effective_deadline(&grant),
-                lost: LockLost {
-                    lock_key: key,
-                    fencing_token: grant.token,
-                    reason,
-                },
+                lost,
             });
         }
         let session = match (self.lost, self.loss_reported) {
@@ -521,14 +537,8 @@ impl SessionCore {
     pub fn delivered_losses(&self) -> Vec<LockLost> {
         self.grants
             .iter()
-            .filter_map(|(key, g)| match (g.lost, g.notified) {
-                (Some(reason), true) => Some(LockLost {
-                    lock_key: key.clone(),
-                    fencing_token: g.token,
-                    reason,
-                }),
-                _ => None,
-            })
+            .filter(|(_, g)| g.notified)
+            .filter_map(|(key, g)| g.loss(key))
             .collect()
     }
 }

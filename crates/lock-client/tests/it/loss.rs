@@ -129,6 +129,34 @@ async fn server_refusing_renewal_loses_only_that_grant() {
 }
 
 #[tokio::test]
+async fn a_revoked_grant_is_lost_as_revoked_with_who_and_why() {
+    let rig = Rig::new(PERIOD);
+    let session = rig.session("w").await;
+    let heard = Arc::new(Mutex::new(Vec::<LockLost>::new()));
+    let into = heard.clone();
+    session.on_lock_lost(move |lost| into.lock().unwrap().push(lost.clone()));
+    let handle = hold(&session, "payout:9").await;
+    let told = "lock payout:9 (token 1) was revoked by lock-admin: maintenance: node 3";
+    rig.service
+        .fail_next("renew", status(ErrorCode::LockRevoked, told));
+    rig.tick(PERIOD).await;
+    rig.tick(PERIOD).await;
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(
+        (heard[0].reason, heard[0].detail.as_deref()),
+        (LossReason::Revoked, Some(told))
+    );
+    assert!(
+        heard[0].to_string().contains("maintenance: node 3"),
+        "{}",
+        heard[0]
+    );
+    assert!(session.check_still_held(&handle).is_err());
+    let _ = session.release(handle).await;
+}
+
+#[tokio::test]
 async fn listeners_run_in_order_a_panic_is_contained_and_late_ones_fire_at_once() {
     let rig = Rig::new(PERIOD);
     let session = rig.session("w").await;

@@ -127,11 +127,11 @@ async fn inspect_shows_the_holder_and_revoke_ends_its_grant() {
     assert_eq!(info.owner_id.as_str(), "worker-7");
 
     let admin = Credential::new("operators");
-    let outcome = rig.client.revoke(&key, &admin).await.unwrap();
+    let outcome = rig.client.revoke(&key, &admin, None).await.unwrap();
     assert!(outcome.revoked);
     assert_eq!(outcome.fencing_token, Some(handle.fencing_token()));
     assert_eq!(rig.client.inspect(&key).await.unwrap(), None);
-    let outcome = rig.client.revoke(&key, &admin).await.unwrap();
+    let outcome = rig.client.revoke(&key, &admin, None).await.unwrap();
     assert_eq!((outcome.revoked, outcome.fencing_token), (false, None));
     assert!(
         session.release(handle).await.is_err(),
@@ -164,7 +164,7 @@ async fn one_shot_calls_move_to_the_next_endpoint_and_stop_on_final_errors() {
         .fail_next("revoke", status(ErrorCode::Unauthenticated, "wrong token"));
     let err = rig
         .client
-        .revoke(&key, &Credential::new("wrong"))
+        .revoke(&key, &Credential::new("wrong"), None)
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");

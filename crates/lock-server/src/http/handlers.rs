@@ -1,19 +1,20 @@
 //! Handlers of the lock surface (sessions and locks) and the health and metrics endpoints.
 
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
     FencingToken, GrantId, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome,
-    ReleaseRequest, ReleaseResponse, RenewRequest, SessionId, validate_requested_duration,
-    validate_requested_ttl,
+    ReleaseRequest, ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest, SessionId,
+    validate_requested_duration, validate_requested_ttl,
 };
 
 use super::store_error::api_error;
 use crate::metrics as m;
 use crate::state::AppState;
-use crate::store::{AcquireOutcome, AcquireSpec, Refusal, StoreError};
+use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, StoreError};
 use crate::waiting::{self, Waited};
 use service_kit::{ApiError, ApiJson};
 
@@ -261,7 +262,7 @@ pub async fn acquire(
     responses((status = 200, description = "renewed: the same token, a fresh lease", body = LockGrant),
         (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, fencing_token, an unknown field or the body", body = ErrorBody),
         (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
-        (status = 409, description = "LOCK_LOST: no live grant with this key, session and token", body = ErrorBody),
+        (status = 409, description = "LOCK_LOST: no live grant with this key, session and token; LOCK_REVOKED: an operator revoked it (the message says who and why)", body = ErrorBody),
         (status = 410, description = "SESSION_EXPIRED", body = ErrorBody)))]
 /// L5 `POST /v1/locks/{lock_key}/renew`.
 pub async fn renew(
@@ -283,7 +284,14 @@ pub async fn renew(
         Err(err @ StoreError::LockLost { .. }) => {
             metrics::counter!(m::RENEW_LOST_TOTAL, "backend" => state.backend().as_str())
                 .increment(1);
-            Err(api_error(err))
+            // A revoked grant's holder is told who revoked it and why; a failed read of the
+            // note leaves the plain answer, which is as true.
+            match state.store().revocation(&key).await {
+                Ok(Some(revoked)) if revoked.token == req.fencing_token => {
+                    Err(ApiError::new(ErrorCode::LockRevoked, revoked.told(&key)))
+                }
+                _ => Err(api_error(err)),
+            }
         }
         Err(err) => Err(api_error(err)),
     }
@@ -334,9 +342,10 @@ pub async fn get_lock(
 }
 
 #[utoipa::path(post, path = "/v1/locks/{lock_key}/revoke", tag = "admin", operation_id = "L8_revoke",
-    params(("lock_key" = LockKey, Path, description = "the lock key")), security(("lock_admin" = [])),
+    params(("lock_key" = LockKey, Path, description = "the lock key")), request_body(content = Option<RevokeRequest>, description = "optional: why (told to the holder, audited, counted by its first word)"), security(("lock_admin" = [])),
     responses((status = 200, description = "the revoke result", body = LockOutcome),
-        (status = 400, description = "INVALID_ARGUMENT: Authorization sent twice, or lock_key", body = ErrorBody),
+        (status = 400, description = "INVALID_ARGUMENT: Authorization sent twice, lock_key, reason, an unknown field or the body", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body that is not application/json", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED: Authorization missing, not bearer, or a wrong token", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: LOCK_ADMIN_TOKEN unset: revoke is disabled", body = ErrorBody)))]
 /// L8 `POST /v1/locks/{lock_key}/revoke` (admin): needs `Authorization: Bearer <LOCK_ADMIN_TOKEN>`.
@@ -344,13 +353,22 @@ pub async fn revoke(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(lock_key): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Json<LockOutcome>> {
     authorize_admin(&state, &headers)?;
     let key = key_from_path(lock_key)?;
-    let token: Option<FencingToken> = state.store().revoke(&key).await.map_err(api_error)?;
+    let request: RevokeRequest = ApiJson::optional(&headers, &body)?;
+    let note = RevokeNote {
+        by: ADMIN_CREDENTIAL.to_owned(),
+        reason: request.reason,
+    };
+    let token: Option<FencingToken> = state.store().revoke(&key, &note).await.map_err(api_error)?;
     if let Some(token) = token {
-        metrics::counter!(m::REVOKED_TOTAL, "backend" => state.backend().as_str()).increment(1);
-        tracing::warn!(event = "lock_revoked", key = %key, token = token.0, backend = state.backend().as_str());
+        let label = RevokeReason::label(note.reason.as_ref());
+        metrics::counter!(m::REVOKED_TOTAL, "backend" => state.backend().as_str(), "reason" => label)
+            .increment(1);
+        let reason = note.reason.as_ref().map(RevokeReason::as_str);
+        tracing::warn!(event = "lock_revoked", key = %key, token = token.0, backend = state.backend().as_str(), credential = note.by, reason);
     }
     Ok(Json(LockOutcome {
         lock_key: key,
@@ -358,6 +376,10 @@ pub async fn revoke(
         fencing_token: token,
     }))
 }
+
+/// The name of `LOCK_ADMIN_TOKEN`'s credential, the one that may revoke: audit lines and the
+/// holder's refusal say who revoked.
+pub const ADMIN_CREDENTIAL: &str = "lock-admin";
 
 /// The proof of `grant`, when this replica signs grants: it names the grant (its session,
 /// key and token, digested), so a token issued twice is two proofs for two grants.

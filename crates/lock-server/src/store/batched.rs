@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
 use super::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, SessionRecord, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionRecord,
+    StoreError, WakeSink,
 };
 
 /// Histogram: writes per batch a replica committed.
@@ -240,8 +241,16 @@ impl LockStore for Batched {
         self.inner.get(key).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
-        self.inner.revoke(key).await
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError> {
+        self.inner.revoke(key, note).await
+    }
+
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
+        self.inner.revocation(key).await
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
+use lock_api::{FencingToken, LockKey, OwnerId, RevokeReason, SessionId};
 use lock_server::store::decide::{Decision, HolderView, KeyView, decide};
 use lock_server::store::{
-    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, StoreError, Wake,
+    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, Revocation, RevokeNote,
+    StoreError, Wake,
 };
 use test_support::poll_until;
 
@@ -239,10 +240,29 @@ async fn delete_session_releases_its_locks(store: Arc<dyn LockStore>) {
     assert!(grant(&*store, &k, b, LONG_MS).await > t1);
 }
 
+/// An operator's note on a revoke.
+fn note(reason: Option<&str>) -> RevokeNote {
+    RevokeNote {
+        by: "ops".into(),
+        reason: reason.map(|r| RevokeReason::parse(r).expect("a valid reason")),
+    }
+}
+
 async fn get_and_revoke(store: Arc<dyn LockStore>) {
     let a = session(&*store, "owner-a", LONG_MS).await;
     let k = key("revocable");
-    assert_eq!(store.revoke(&k).await.unwrap(), None, "nothing to revoke");
+    assert_eq!(store.revocation(&k).await.unwrap(), None, "never revoked");
+    let why = note(Some("maintenance: node 3"));
+    assert_eq!(
+        store.revoke(&k, &why).await.unwrap(),
+        None,
+        "nothing to revoke"
+    );
+    assert_eq!(
+        store.revocation(&k).await.unwrap(),
+        None,
+        "a revoke that found nothing notes nothing"
+    );
     let t = grant(&*store, &k, a, LONG_MS).await;
     let info = store.get(&k).await.unwrap().expect("held");
     assert_eq!((info.fencing_token, info.owner_id.as_str()), (t, "owner-a"));
@@ -251,11 +271,26 @@ async fn get_and_revoke(store: Arc<dyn LockStore>) {
         !shown.contains(&a.to_string()),
         "L7 never shows the session id: {shown}"
     );
-    assert_eq!(store.revoke(&k).await.unwrap(), Some(t));
+    assert_eq!(store.revoke(&k, &why).await.unwrap(), Some(t));
     assert_eq!(store.get(&k).await.unwrap(), None);
-    assert!(
-        grant(&*store, &k, a, LONG_MS).await > t,
-        "revoked tokens are not reused"
+    assert_eq!(
+        store.revocation(&k).await.unwrap(),
+        Some(Revocation {
+            token: t,
+            note: why
+        }),
+        "who revoked which grant and why, beside the key"
+    );
+    let t2 = grant(&*store, &k, a, LONG_MS).await;
+    assert!(t2 > t, "revoked tokens are not reused");
+    assert_eq!(store.revoke(&k, &note(None)).await.unwrap(), Some(t2));
+    assert_eq!(
+        store.revocation(&k).await.unwrap(),
+        Some(Revocation {
+            token: t2,
+            note: note(None)
+        }),
+        "the next revoke replaces the note"
     );
 }
 
@@ -636,7 +671,7 @@ async fn lock_delay_follows_expiry_and_revoke_but_not_release(store: Arc<dyn Loc
     // Revoke: others wait out the delay; the revoked session itself is not held back.
     let k = key("revoked");
     granted_token(&ask(&*store, &k, a, delayed(LONG_MS, DELAY_MS)).await).unwrap();
-    assert!(store.revoke(&k).await.unwrap().is_some());
+    assert!(store.revoke(&k, &note(None)).await.unwrap().is_some());
     match ask(&*store, &k, b, AcquireSpec::lease(LONG_MS)).await {
         AcquireOutcome::Refused(Refusal::Delayed { remaining_ms }) => {
             assert!((1..=DELAY_MS).contains(&remaining_ms), "{remaining_ms}")
@@ -711,7 +746,10 @@ async fn answers_follow_the_decision_table(store: Arc<dyn LockStore>) {
                         &ask(&*store, &k, holder_session, delayed(LONG_MS, DELAY_MS)).await,
                     )
                     .unwrap();
-                    assert!(store.revoke(&k).await.unwrap().is_some(), "{row}");
+                    assert!(
+                        store.revoke(&k, &note(None)).await.unwrap().is_some(),
+                        "{row}"
+                    );
                     t
                 } else {
                     // A grant released (no delay), so the key has a last token; places

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 use sqlx::Connection;
 use test_support::poll_until;
 
@@ -216,6 +216,137 @@ async fn revoke_needs_the_admin_token(at: StoreAt) {
     server.shutdown().await;
 }
 
+/// L8's reason reaches the holder (its renew is refused `LOCK_REVOKED` with who and why) and
+/// the metric (by its first word); a bad reason is refused and revokes nothing.
+async fn a_revoke_with_a_reason_tells_the_holder_who_and_why(at: StoreAt) {
+    let store = at.open().await;
+    let server = TestServer::start(store, &["--admin-token", "s3cret"]).await;
+    let api = &server.api;
+    let session = api.session("w", 5000).await;
+    let (_, grant) = api.acquire("r", &session, 5000).await;
+    let t = token(&grant);
+    let revoke = |body: String, content_type: &'static str| {
+        let request = api
+            .http
+            .post(format!("{}/v1/locks/r/revoke", api.base))
+            .header("authorization", "Bearer s3cret")
+            .header("content-type", content_type)
+            .body(body);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.json::<Value>().await.unwrap())
+        }
+    };
+    for (body, content_type, status, code) in [
+        (
+            r#"{"reason":""}"#,
+            "application/json",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            r#"{"reason":"a\u0000b"}"#,
+            "application/json",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            r#"{"reason":"x","why":1}"#,
+            "application/json",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            r#"{"reason":7}"#,
+            "application/json",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            r#"{"reason":"maintenance"}"#,
+            "text/plain",
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+        ),
+        (
+            &format!(r#"{{"reason":"{}"}}"#, "x".repeat(201)),
+            "application/json",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+    ] {
+        let (got, answer) = revoke(body.to_owned(), content_type).await;
+        assert_eq!(
+            (got.as_u16(), answer["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {answer}"
+        );
+    }
+    let (status, held) = api.call(Method::GET, "/v1/locks/r", None).await;
+    assert_eq!(
+        (status, token(&held)),
+        (StatusCode::OK, t),
+        "no refused revoke revoked"
+    );
+
+    let reason = r#"{"reason":"Maintenance: node 3"}"#;
+    let (status, answer) = revoke(reason.to_owned(), "application/json").await;
+    assert_eq!(
+        (status, &answer["fencing_token"]),
+        (StatusCode::OK, &json!(t))
+    );
+    let (status, refused) = api
+        .post(
+            "/v1/locks/r/renew",
+            json!({"session_id": session, "fencing_token": t}),
+        )
+        .await;
+    assert_eq!(
+        (
+            status,
+            refused["code"].as_str(),
+            refused["message"].as_str()
+        ),
+        (
+            StatusCode::CONFLICT,
+            Some("LOCK_REVOKED"),
+            Some(
+                format!("lock r (token {t}) was revoked by lock-admin: Maintenance: node 3")
+                    .as_str()
+            )
+        )
+    );
+    let (status, refused) = api
+        .post(
+            "/v1/locks/r/renew",
+            json!({"session_id": session, "fencing_token": t + 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (StatusCode::CONFLICT, Some("LOCK_LOST")),
+        "another token was never revoked: {refused}"
+    );
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap();
+    let text = metrics.text().await.unwrap();
+    let backend = at.backend();
+    let series = format!("lock_revoked_total{{backend=\"{backend}\",reason=\"maintenance\"}}");
+    let count: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("{series} missing from /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(count >= 1.0, "{series} {count}");
+    server.shutdown().await;
+}
+
 async fn draining_answers_not_leader_to_mutations_and_fails_readiness(at: StoreAt) {
     let store = at.open().await;
     let mut server = TestServer::start(store, &["--drain-grace", "3s"]).await;
@@ -389,6 +520,7 @@ on_both_backends!(
     l1_to_l7_round_trip_with_documented_bodies,
     ttls_are_clamped_and_the_granted_value_returned,
     revoke_needs_the_admin_token,
+    a_revoke_with_a_reason_tells_the_holder_who_and_why,
     draining_answers_not_leader_to_mutations_and_fails_readiness,
     metrics_and_health_are_served,
     grants_carry_a_proof_a_resource_verifies_offline,

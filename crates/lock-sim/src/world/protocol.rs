@@ -160,7 +160,7 @@ impl World {
             return;
         };
         let rotate = match pending {
-            Pending::Renew(renewal) => s.core.renew_failed(renewal, code),
+            Pending::Renew(renewal) => s.core.renew_failed(renewal, code, ""),
             _ => s.core.heartbeat_failed(code),
         };
         if rotate {
@@ -325,7 +325,7 @@ impl World {
                 };
                 if renewal.key != key || renewal.token != token {
                     // Renew never changes the token: not our grant.
-                    let _ = s.core.renew_failed(&renewal, Some(ErrorCode::LockLost));
+                    let _ = s.core.renew_failed(&renewal, Some(ErrorCode::LockLost), "");
                 } else if s.core.renew_ok(&renewal, lease_ms).is_some() {
                     s.grant_expiry.insert((key, token), expires);
                 }
@@ -584,7 +584,9 @@ impl World {
                 LossReason::SessionExpired => "a loss: session expired",
                 LossReason::SessionUnknown => "a loss: session unknown",
                 LossReason::RenewRefused => "a loss: renew refused",
-                LossReason::SessionClosed | LossReason::NotHeld => "a loss: other",
+                LossReason::SessionClosed | LossReason::NotHeld | LossReason::Revoked => {
+                    "a loss: other"
+                }
             });
         }
         if let Some(reason) = lost_session {

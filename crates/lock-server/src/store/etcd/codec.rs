@@ -19,6 +19,42 @@ pub(super) fn decode<T: for<'de> Deserialize<'de>>(
     serde_json::from_slice(bytes).map_err(|e| StoreError::Internal(format!("stored {what}: {e}")))
 }
 
+/// `P/r/{lock_key}`: the key's last revocation (who and why), written by the revoke's own
+/// transaction.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RevocationValue {
+    token: FencingToken,
+    by: String,
+    reason: Option<String>,
+}
+
+pub(super) fn encode_revocation(
+    token: FencingToken,
+    note: &RevokeNote,
+) -> Result<Vec<u8>, StoreError> {
+    encode(&RevocationValue {
+        token,
+        by: note.by.clone(),
+        reason: note.reason.as_ref().map(|r| r.as_str().to_owned()),
+    })
+}
+
+pub(super) fn decode_revocation(bytes: &[u8]) -> Result<Revocation, StoreError> {
+    let value: RevocationValue = decode(bytes, "revocation")?;
+    let reason = value
+        .reason
+        .map(RevokeReason::parse)
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("stored revoke reason: {e}")))?;
+    Ok(Revocation {
+        token: value.token,
+        note: RevokeNote {
+            by: value.by,
+            reason,
+        },
+    })
+}
+
 pub(super) fn read_grant(kv: &KeyValue) -> Result<ReadGrant, StoreError> {
     Ok(ReadGrant {
         value: decode(kv.value(), "grant record")?,

@@ -137,12 +137,14 @@ impl EtcdStore {
         key: &LockKey,
         grant: &ReadGrant,
         prior_delay: Option<i64>,
+        also: Option<TxnOp>,
     ) -> Result<bool, StoreError> {
         let (lease, mut ops) = self.delay_ops(key, &grant.value).await?;
         ops.extend([
             TxnOp::delete(self.grant_key(key), None),
             TxnOp::delete(self.grant_marker(grant.value.lease), None),
         ]);
+        ops.extend(also);
         let mut compares = vec![Compare::mod_revision(
             self.grant_key(key),
             CompareOp::Equal,
@@ -173,7 +175,13 @@ impl EtcdStore {
         mod_revision: i64,
         lease: i64,
         reuse: Option<u64>,
+        also: Option<TxnOp>,
     ) -> Result<bool, StoreError> {
+        let mut ops = vec![
+            TxnOp::delete(key_path, None),
+            TxnOp::delete(self.grant_marker(lease), None),
+        ];
+        ops.extend(also);
         let deleted = self
             .txn(
                 "delete grant",
@@ -183,10 +191,7 @@ impl EtcdStore {
                         CompareOp::Equal,
                         mod_revision,
                     )])
-                    .and_then([
-                        TxnOp::delete(key_path, None),
-                        TxnOp::delete(self.grant_marker(lease), None),
-                    ]),
+                    .and_then(ops),
             )
             .await?
             .succeeded();

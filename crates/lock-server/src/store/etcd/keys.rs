@@ -33,6 +33,10 @@ impl EtcdStore {
         format!("{}w/{key}/{session}", self.prefix)
     }
 
+    pub(super) fn revocation_key(&self, key: &LockKey) -> String {
+        format!("{}r/{key}", self.prefix)
+    }
+
     pub(super) fn delay_key(&self, key: &LockKey) -> String {
         format!("{}d/{key}", self.prefix)
     }

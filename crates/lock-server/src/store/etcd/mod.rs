@@ -10,6 +10,7 @@
 //! | `P/g/{lock_key}` | [`GrantValue`] | none | a release or a revoke, or the reaper after expiry |
 //! | `P/gl/{lease}` | empty | the grant's own (a released grant's, reused) | the grant's lease ends, or its release |
 //! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
+//! | `P/r/{lock_key}` | the last revocation (token, who, why) | none | the key's next revoke replaces it |
 //! | `P/w/{lock_key}/{session}` | the place's TTL in seconds | the place's own | granted, left, lapsed, or the reaper once its session ended |
 //! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant, or the reaper once the delay is over |
 //! | `P/dl/{lease}` | empty | the delay's own | the lock-delay ends |
@@ -63,13 +64,15 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
     TxnOp, TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
 };
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{
+    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+};
 use serde::{Deserialize, Serialize};
 use tonic::Code;
 
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
-    Wake, WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
+    SessionRecord, StoreError, Wake, WakeSink,
 };
 
 use codec::{after_ms, decode, encode, grant_of, lease_seconds, map_err, read_delay, read_grant};
@@ -487,6 +490,7 @@ impl LockStore for EtcdStore {
             grant.mod_revision,
             grant.value.lease,
             Some(grant.value.lease_ms),
+            None,
         )
         .await
     }
@@ -555,20 +559,35 @@ impl LockStore for EtcdStore {
         Ok(())
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError> {
         let Some(grant) = self.live_grant(key).await? else {
             return Ok(None);
         };
         let path = self.grant_key(key);
+        // The note is written by the transaction that deletes the grant.
+        let value = codec::encode_revocation(grant.value.token, note)?;
+        let noted = Some(TxnOp::put(self.revocation_key(key), value, None));
         let deleted = if grant.value.lock_delay_ms > 0 {
             // Involuntary: the lock-delay starts. No delay record can be in force while the
             // grant lives (its commit deleted any), so none is compared.
-            self.end_grant_with_delay(key, &grant, None).await?
+            self.end_grant_with_delay(key, &grant, None, noted).await?
         } else {
-            self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease, None)
+            let (revision, lease) = (grant.mod_revision, grant.value.lease);
+            self.delete_grant_if_unchanged(&path, revision, lease, None, noted)
                 .await?
         };
         Ok(deleted.then_some(grant.value.token))
+    }
+
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
+        let [kv] = <[_; 1]>::try_from(self.read_keys(&[self.revocation_key(key)]).await?)
+            .map_err(|_| StoreError::Internal("etcd answered another number of reads".into()))?;
+        kv.map(|kv| codec::decode_revocation(kv.value()))
+            .transpose()
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {

@@ -75,12 +75,19 @@ impl EtcdStore {
                     &lock_key,
                     &grant,
                     Some(prior.map_or(0, |d| d.mod_revision)),
+                    None,
                 )
                 .await?
             } else {
                 let path = String::from_utf8_lossy(kv.key()).into_owned();
-                self.delete_grant_if_unchanged(&path, grant.mod_revision, grant.value.lease, None)
-                    .await?
+                self.delete_grant_if_unchanged(
+                    &path,
+                    grant.mod_revision,
+                    grant.value.lease,
+                    None,
+                    None,
+                )
+                .await?
             };
             if !deleted {
                 kept.insert(lock_key, grant.value.token);

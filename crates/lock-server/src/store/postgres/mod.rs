@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{
+    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use uuid::Uuid;
@@ -25,8 +27,8 @@ use self::rows::{
 };
 use super::batch::{BatchOp, BatchResult};
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, SessionRecord, StoreError,
-    WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
+    SessionRecord, StoreError, WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -394,10 +396,15 @@ impl LockStore for PostgresStore {
         .transpose()
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<Option<FencingToken>, StoreError> {
+    async fn revoke(
+        &self,
+        key: &LockKey,
+        note: &RevokeNote,
+    ) -> Result<Option<FencingToken>, StoreError> {
         // An involuntary end: the grant's lock-delay runs from now (on the fence row, which
         // outlives the grant row). The delete's trigger wakes the head waiter, who then
-        // learns of the delay.
+        // learns of the delay. The note goes in with the delete: a renew that finds the
+        // grant gone finds who revoked it.
         let token: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM locks l USING lock_sessions s
@@ -409,14 +416,43 @@ impl LockStore for PostgresStore {
                     SET delay_until = now() + g.lock_delay_ms * interval '1 millisecond',
                         delay_exempt = g.session_id
                    FROM gone g
-                  WHERE f.lock_key = $1 AND g.lock_delay_ms > 0)
+                  WHERE f.lock_key = $1 AND g.lock_delay_ms > 0),
+             noted AS (
+                 INSERT INTO lock_revocations (lock_key, fencing_token, revoked_by, reason, revoked_at)
+                 SELECT $1, fencing_token, $2, $3, now() FROM gone
+                 ON CONFLICT (lock_key) DO UPDATE
+                    SET fencing_token = EXCLUDED.fencing_token, revoked_by = EXCLUDED.revoked_by,
+                        reason = EXCLUDED.reason, revoked_at = EXCLUDED.revoked_at)
              SELECT fencing_token FROM gone",
+        )
+        .bind(key.as_str())
+        .bind(&note.by)
+        .bind(note.reason.as_ref().map(RevokeReason::as_str))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        token.map(|t| to_u64(t).map(FencingToken)).transpose()
+    }
+
+    async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
+        let row: Option<(i64, String, Option<String>)> = sqlx::query_as(
+            "SELECT fencing_token, revoked_by, reason FROM lock_revocations WHERE lock_key = $1",
         )
         .bind(key.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        token.map(|t| to_u64(t).map(FencingToken)).transpose()
+        let Some((token, by, reason)) = row else {
+            return Ok(None);
+        };
+        let reason = reason
+            .map(RevokeReason::parse)
+            .transpose()
+            .map_err(|e| StoreError::Internal(format!("stored revoke reason of {key}: {e}")))?;
+        Ok(Some(Revocation {
+            token: FencingToken(to_u64(token)?),
+            note: RevokeNote { by, reason },
+        }))
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
