@@ -30,6 +30,8 @@ pub struct DemoOptions {
     pub logs: Option<PathBuf>,
 }
 
+/// The executor's writes, the `step` label of `payout_write_headroom_seconds` (C4).
+const WRITE_STEPS: [&str; 3] = ["claim", "submit", "post"];
 /// How long the demo waits for every payout to end.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(300);
 /// How long executor A may take to reach its fault point and stop.
@@ -255,6 +257,48 @@ pub fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
         .map(|(le, _)| *le)
 }
 
+/// Adds the cumulative buckets `more` into `into` (same `le`, counts summed), kept ascending.
+fn add_buckets(into: &mut Vec<(f64, f64)>, more: Vec<(f64, f64)>) {
+    for (le, count) in more {
+        match into.iter_mut().find(|(l, _)| *l == le) {
+            Some((_, n)) => *n += count,
+            None => into.push((le, count)),
+        }
+    }
+    into.sort_by(|a, b| a.0.total_cmp(&b.0));
+}
+
+/// How close `what` came to the grant's deadline, from a headroom histogram's cumulative
+/// buckets: p01, p50 and the lowest bucket with a sample (upper bounds), and how many. Errs
+/// when nothing was recorded: the demo's payouts pass guards, so an empty histogram means the
+/// instrument is broken, not that there was room to spare.
+fn headroom_line(what: &str, buckets: &[(f64, f64)]) -> anyhow::Result<String> {
+    let total = buckets.last().map_or(0.0, |(_, n)| *n);
+    let (Some(p01), Some(p50), Some((lowest, _))) = (
+        histogram_quantile(buckets, 0.01),
+        histogram_quantile(buckets, 0.50),
+        buckets.iter().find(|(_, n)| *n > 0.0),
+    ) else {
+        bail!("{what}: no sample recorded");
+    };
+    let at_most = |s: f64| {
+        if s.is_finite() {
+            format!("<= {s} s")
+        } else {
+            let top = buckets.iter().rev().find(|(le, _)| le.is_finite());
+            top.map_or("above every bucket".to_owned(), |(le, _)| {
+                format!("> {le} s")
+            })
+        }
+    };
+    Ok(format!(
+        "{what}: p01 {}, p50 {}, min {} over {total} (histogram upper bounds)",
+        at_most(p01),
+        at_most(p50),
+        at_most(*lowest),
+    ))
+}
+
 async fn report(
     stack: &Stack,
     ids: &[i64],
@@ -273,17 +317,31 @@ async fn report(
         .await?;
     let mut fenced = 0.0;
     let mut cumulative: Vec<(f64, f64)> = Vec::new();
+    // Headroom: the SDK's at every passed held-check, the executor's at every write.
+    let mut checks: Vec<(f64, f64)> = Vec::new();
+    let mut writes: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     for executor in &stack.executors {
         let metrics = stack.metrics(&executor.url).await?;
         fenced += metrics.sum("payout_execute_seconds_count", &[("outcome", "fenced")])?;
-        for (le, count) in metrics.buckets("payout_execute_seconds", &[("outcome", "acked")])? {
-            match cumulative.iter_mut().find(|(l, _)| *l == le) {
-                Some((_, n)) => *n += count,
-                None => cumulative.push((le, count)),
-            }
+        add_buckets(
+            &mut cumulative,
+            metrics.buckets("payout_execute_seconds", &[("outcome", "acked")])?,
+        );
+        add_buckets(
+            &mut checks,
+            metrics.buckets("lock_guard_headroom_seconds", &[])?,
+        );
+        for step in WRITE_STEPS {
+            add_buckets(
+                writes.entry(step).or_default(),
+                metrics.buckets("payout_write_headroom_seconds", &[("step", step)])?,
+            );
         }
     }
-    cumulative.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut headroom = vec![headroom_line("guard headroom (held-checks)", &checks)?];
+    for (step, buckets) in &writes {
+        headroom.push(headroom_line(&format!("write headroom ({step})"), buckets)?);
+    }
     let zombie_rail = stack.rail_received(episode.payout_id).await?;
     let fenced_lines: Vec<serde_json::Value> = stack.executors[0]
         .process
@@ -307,6 +365,9 @@ async fn report(
         fmt(0.50),
         fmt(0.99)
     );
+    for line in &headroom {
+        println!("  {line}");
+    }
     println!(
         "  ledger: balances {:?}, postings {} for {} settled",
         ledger.balance_by_currency, ledger.postings, ledger.settled_payouts
@@ -383,5 +444,29 @@ mod tests {
         assert_eq!(histogram_quantile(&buckets, 0.5), Some(0.01));
         assert_eq!(histogram_quantile(&buckets, 0.99), Some(0.1));
         assert_eq!(histogram_quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn headroom_reads_quantiles_and_the_lowest_bucket_and_refuses_an_empty_histogram() {
+        let mut buckets = Vec::new();
+        add_buckets(
+            &mut buckets,
+            vec![(5.0, 60.0), (0.5, 3.0), (f64::INFINITY, 100.0)],
+        );
+        add_buckets(
+            &mut buckets,
+            vec![(0.5, 0.0), (5.0, 20.0), (f64::INFINITY, 100.0)],
+        );
+        assert_eq!(buckets, [(0.5, 3.0), (5.0, 80.0), (f64::INFINITY, 200.0)]);
+        assert_eq!(
+            headroom_line("h", &buckets).ok().as_deref(),
+            Some("h: p01 <= 0.5 s, p50 > 5 s, min <= 0.5 s over 200 (histogram upper bounds)")
+        );
+        let empty = [(0.5, 0.0), (f64::INFINITY, 0.0)];
+        assert!(
+            headroom_line("h", &empty).is_err(),
+            "no sample is no headroom"
+        );
+        assert!(headroom_line("h", &[]).is_err());
     }
 }

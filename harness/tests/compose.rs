@@ -154,7 +154,7 @@ const PROMETHEUS: &str = "http://127.0.0.1:9090";
 /// Every scrape target of deploy/prometheus/prometheus.yml.
 const TARGETS: usize = 7;
 /// Alert rules in deploy/prometheus/alerts.yml.
-const ALERT_RULES: usize = 8;
+const ALERT_RULES: usize = 9;
 
 async fn prometheus_get(http: &reqwest::Client, path: &str) -> Option<serde_json::Value> {
     let body: serde_json::Value = http

@@ -11,6 +11,9 @@ pub const RENEWALS_TOTAL: &str = "lock_client_renewals_total";
 pub const ACQUIRE_TOTAL: &str = "lock_client_acquire_total";
 /// Time `acquire` spent, on the SDK's clock, by backend and `outcome`.
 pub const ACQUIRE_WAIT_SECONDS: &str = "lock_client_acquire_wait_seconds";
+/// Time left before the grant's conservative deadline at every held-check that passed
+/// (`remaining`, `check_still_held`), by backend: how close guarded work comes to the edge.
+pub const GUARD_HEADROOM_SECONDS: &str = "lock_guard_headroom_seconds";
 
 /// Values of the `result` label of heartbeats and renewals.
 pub const RESULTS: [&str; 5] = ["ok", "not_leader", "unreachable", "lost", "error"];
@@ -34,7 +37,14 @@ pub fn describe(backend: &'static str) {
         metrics::Unit::Seconds,
         "Time acquire spent on the SDK's clock, by outcome (not for reentrant acquires)."
     );
+    describe_histogram!(
+        GUARD_HEADROOM_SECONDS,
+        metrics::Unit::Seconds,
+        "Time left before the grant's conservative deadline at each held-check that passed."
+    );
     counter!(SESSION_LOST_TOTAL, "backend" => backend).increment(0);
+    // Registered without a sample: no held-check has passed yet.
+    let _ = histogram!(GUARD_HEADROOM_SECONDS, "backend" => backend);
     for result in RESULTS {
         counter!(HEARTBEATS_TOTAL, "backend" => backend, "result" => result).increment(0);
         counter!(RENEWALS_TOTAL, "backend" => backend, "result" => result).increment(0);

@@ -199,6 +199,7 @@ impl Executor {
             let _ = metrics::histogram!(EXECUTE_SECONDS, "outcome" => outcome.as_str());
         }
         metrics::gauge!(QUARANTINED).set(0.0);
+        crate::guard::describe();
         Ok(Self {
             client,
             current: tokio::sync::RwLock::new(Current { session, loss }),

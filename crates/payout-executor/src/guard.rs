@@ -1,6 +1,7 @@
 //! The guard before every write and the write's log line: the guard is a clause that stops
 //! the payout with the typed loss reason (never a boolean), and what it saw (the grant's
-//! conservative deadline) rides on the write's `write` line for the campaign's checks.
+//! conservative deadline) rides on the write's `write` line for the campaign's checks, and
+//! into the write's headroom histogram for operators.
 
 use std::time::{Duration, SystemTime};
 
@@ -9,6 +10,25 @@ use lock_client::LockClientSession;
 
 use crate::loss::Watch;
 use crate::services::{CallError, Refusal};
+
+/// `payout_write_headroom_seconds{step}`: the time left before the grant's conservative
+/// deadline, as the guard before a write saw it, one sample per write.
+pub const WRITE_HEADROOM_SECONDS: &str = "payout_write_headroom_seconds";
+/// The writes, the values of `step` (on the metric and on the `write` line).
+pub const WRITE_STEPS: [&str; 3] = ["claim", "submit", "post"];
+
+/// HELP text of the write headroom, and its series for every step registered without a
+/// sample (an absent series is not a zero).
+pub(crate) fn describe() {
+    metrics::describe_histogram!(
+        WRITE_HEADROOM_SECONDS,
+        metrics::Unit::Seconds,
+        "Time left before the grant's conservative deadline at each write, as its guard saw it, by step."
+    );
+    for step in WRITE_STEPS {
+        let _ = metrics::histogram!(WRITE_HEADROOM_SECONDS, "step" => step);
+    }
+}
 
 /// Runs one write and logs it with its answer (`write`: payout, step, token, result, the
 /// wall time it was sent, and the grant's deadline as the guard before it saw it): the fault
@@ -21,6 +41,10 @@ pub(crate) async fn logged<T>(
     belief: Belief,
     call: impl std::future::Future<Output = Result<T, CallError>>,
 ) -> Result<T, CallError> {
+    debug_assert!(WRITE_STEPS.contains(&step), "unknown write step {step}");
+    // Per write, not per guard: a guard that stops the payout (lease short) leads to no write.
+    metrics::histogram!(WRITE_HEADROOM_SECONDS, "step" => step)
+        .record(belief.remaining.as_secs_f64());
     let invoked_at = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
     let deadline_at = humantime::format_rfc3339_micros(belief.deadline_at).to_string();
     let result = call.await;

@@ -3,7 +3,7 @@
 //! Among workspace crates it depends on `lock-api`, `lock-client` and `process-kit` only.
 //!
 //! Map: [`config`] (flags and env), [`executor`] (the loop), [`guard`] (the held-check before
-//! every write and the write's log line), [`outcome`] (how an attempt ended: the outcome
+//! every write, the write's log line and its headroom metric), [`outcome`] (how an attempt ended: the outcome
 //! tags), [`quarantine`] (backing off after failures and fenced claims), [`loss`] (the
 //! `on_lock_lost` listener), [`services`] (HTTP to payment-resource and rail-proxy),
 //! [`telemetry`] (logs, `/metrics`, health).

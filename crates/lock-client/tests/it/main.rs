@@ -6,6 +6,7 @@
 mod acquire;
 mod deadline;
 mod endpoints;
+mod headroom;
 mod loss;
 mod one_shot;
 mod source_rules;

@@ -5,6 +5,7 @@
 //! the number of submits held at the gate at once (each under its own grant of the one
 //! session), never a duration: with the key at N, N payouts are in flight together and never
 //! more; if the loop ran one payout at a time, the poll for N in flight runs into its deadline.
+//! On the same loop, each write's headroom (`payout_write_headroom_seconds`) as its guard saw it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,8 +17,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
 use lock_api::{LockKey, LossReason};
+use lock_client::metrics::GUARD_HEADROOM_SECONDS;
 use lock_client::testing::{MemoryTransport, RIG_START_NANOS};
 use lock_client::{FakeClock, LockClient, LockClientConfig};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use payout_executor::guard::{WRITE_HEADROOM_SECONDS, WRITE_STEPS};
 use payout_executor::{Config, Executor};
 use serde_json::{Value, json};
 
@@ -380,4 +384,65 @@ async fn a_lost_grant_stops_its_own_payout_and_leaves_the_others_in_flight_alone
     })
     .await;
     running.stop().await;
+}
+
+/// The value of the sample line `name{labels} value` on `recorder`'s page.
+fn sample(recorder: &PrometheusRecorder, name: &str, labels: &str) -> f64 {
+    let page = recorder.handle().render();
+    let prefix = format!("{name}{{{labels}}} ");
+    let line = page
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("{prefix}is not exported:\n{page}"));
+    line[prefix.len()..].trim().parse().unwrap()
+}
+
+/// One thread: the recorder local to the test's thread sees the loop's writes (its tasks run
+/// on it) and no other test's. The fake clock never moves, so every guard sees the whole
+/// usable lease: 0.7 × 90 s.
+#[tokio::test(flavor = "current_thread")]
+async fn every_write_records_the_headroom_its_guard_saw_by_step() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let fake = Fake::new([501]);
+    fake.open_gate();
+    let url = fake.serve().await;
+    let (running, _rig) = start(&url, None).await;
+    for step in WRITE_STEPS {
+        let labels = format!(r#"step="{step}""#);
+        let count = sample(
+            &recorder,
+            &format!("{WRITE_HEADROOM_SECONDS}_count"),
+            &labels,
+        );
+        assert_eq!(count, 0.0, "{step}: registered at start, without a sample");
+    }
+    poll("the payout posted", || {
+        (fake.posts() == [501]).then_some(())
+    })
+    .await;
+    running.stop().await;
+    let usable = LEASE.as_secs_f64() * 0.7;
+    for step in WRITE_STEPS {
+        let labels = format!(r#"step="{step}""#);
+        let count = sample(
+            &recorder,
+            &format!("{WRITE_HEADROOM_SECONDS}_count"),
+            &labels,
+        );
+        let sum = sample(&recorder, &format!("{WRITE_HEADROOM_SECONDS}_sum"), &labels);
+        assert_eq!(count, 1.0, "{step}: one write");
+        assert!(
+            (sum - usable).abs() < 1e-6,
+            "{step}: {sum} s, not {usable} s"
+        );
+    }
+    // The SDK records each of those guards' held-checks in the same process.
+    let backend = r#"backend="memory""#;
+    let checks = sample(
+        &recorder,
+        &format!("{GUARD_HEADROOM_SECONDS}_count"),
+        backend,
+    );
+    assert_eq!(checks, 3.0, "one held-check per guard");
 }
