@@ -63,25 +63,27 @@ run "$lock/openapi.json" --include-path '/v1/locks/{lock_key}/revoke' \
     -H "Authorization: Bearer admin-$client_token"
 
 # payment-resource: one pass per role (each operation is tried with its own role's
-# credential), then the unauthenticated reads. Fenced writes get schemathesis' own
+# credential), then health and metrics, which need none. Fenced writes get schemathesis' own
 # X-Fencing-Token / X-Fencing-Proof values: their refusals (400, 403 PROOF_INVALID) are
 # part of what is checked.
 port=$(free_port)
 PAYMENT_BIND="127.0.0.1:$port" DATABASE_URL=$(fresh_db schemathesis_pay) \
     PAYMENT_CREATOR_TOKEN="creator-$client_token" PAYOUT_EXECUTOR_TOKEN="executor-$client_token" \
     PAYMENT_PROXY_TOKEN="proxy-$client_token" PAYMENT_ADMIN_TOKEN="admin-$client_token" \
-    FENCE_PUBLIC_KEYS="$FENCE_PUBLIC_KEYS" LOG_FORMAT=json RUST_LOG=warn \
+    PAYMENT_READER_TOKEN="reader-$client_token" FENCE_PUBLIC_KEYS="$FENCE_PUBLIC_KEYS" LOG_FORMAT=json RUST_LOG=warn \
     ./target/debug/payment-resource >"$work/payment-resource.log" 2>&1 &
 pids+=($!)
 pay="http://127.0.0.1:$port"
 wait_ready "$pay"
 for pass in "creator P0_create" "executor P1_list_claimable P2_claim P3_post" \
-    "proxy reserve record_outcome" "admin refence"; do
+    "proxy reserve record_outcome" "admin refence" "reader P1_get get_submission ledger_summary"; do
     read -r role operations <<<"$pass"
     include=()
     for operation in $operations; do include+=(--include-operation-id "$operation"); done
     echo "payment-resource as $role: $operations"
     run "$pay/openapi.json" "${include[@]}" -H "Authorization: Bearer $role-$client_token"
 done
-echo "payment-resource, unauthenticated reads and health"
-run "$pay/openapi.json" --include-method GET --exclude-operation-id P1_list_claimable
+echo "payment-resource, health and metrics"
+run "$pay/openapi.json" --include-method GET --exclude-operation-id P1_list_claimable \
+    --exclude-operation-id P1_get --exclude-operation-id get_submission \
+    --exclude-operation-id ledger_summary

@@ -39,6 +39,10 @@ pub struct Config {
     /// Bearer token of operators' repair actions (re-fence). When unset, they answer 403.
     #[arg(long, env = "PAYMENT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Bearer token of readers (a payout, its submission, the ledger summary). When unset,
+    /// reads answer 403.
+    #[arg(long, env = "PAYMENT_READER_TOKEN", hide_env_values = true)]
+    pub reader_token: Option<String>,
     /// The lock service's public keys, `key_id=base64[,key_id=base64]`: every fenced write's
     /// `X-Fencing-Proof` must be one of their signatures of `payout:{id}` and the token.
     /// Required.

@@ -43,6 +43,8 @@ pub struct AppState {
     pub executor_token: Option<Arc<str>>,
     /// The operators' bearer token (re-fence).
     pub admin_token: Option<Arc<str>>,
+    /// The readers' bearer token (a payout, its submission, the ledger summary).
+    pub reader_token: Option<Arc<str>>,
     /// The lock service's public keys: every fenced write's proof is checked against them.
     pub verifier: Arc<FenceVerifier>,
     /// The proxy's hop budget.
@@ -115,6 +117,8 @@ enum Role {
     Proxy,
     /// Re-fence.
     Admin,
+    /// A payout, its submission, the ledger summary.
+    Reader,
 }
 
 impl Role {
@@ -136,6 +140,10 @@ impl Role {
             Self::Admin => (
                 state.admin_token.as_deref(),
                 "re-fencing (PAYMENT_ADMIN_TOKEN)",
+            ),
+            Self::Reader => (
+                state.reader_token.as_deref(),
+                "reads (PAYMENT_READER_TOKEN)",
             ),
         }
     }
@@ -348,13 +356,17 @@ async fn offer(
 }
 
 #[utoipa::path(get, path = "/v1/payouts/{payout_id}", tag = "payouts", operation_id = "P1_get",
-    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")),
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")), security(("payment_reader" = [])),
     responses((status = 200, description = "the payout", body = Payout),
+        (status = 401, description = "UNAUTHENTICATED: not the readers' credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYMENT_READER_TOKEN unset", body = ErrorBody),
         (status = 404, description = "PAYOUT_UNKNOWN", body = ErrorBody)))]
 async fn get_payout(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
+    Role::Reader.check(&state, &headers)?;
     Ok(Json(state.store.get(payout_id(&id)?).await?))
 }
 
@@ -396,13 +408,20 @@ async fn reserve(
 }
 
 #[utoipa::path(get, path = "/v1/payouts/{payout_id}/submission", tag = "submissions", operation_id = "get_submission",
-    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")),
+    params(("payout_id" = i64, Path, minimum = 1, description = "the payout id (digits only)")), security(("payment_reader" = []), ("payment_proxy" = [])),
     responses((status = 200, description = "the payout's one submission", body = Submission),
+        (status = 401, description = "UNAUTHENTICATED: neither the readers' nor rail-proxy's credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYMENT_READER_TOKEN unset", body = ErrorBody),
         (status = 404, description = "SUBMISSION_UNKNOWN (also when the payout does not exist)", body = ErrorBody)))]
 async fn get_submission(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Submission>> {
+    // rail-proxy reads it too, with its own credential, after a refused reservation.
+    if Role::Proxy.check(&state, &headers).is_err() {
+        Role::Reader.check(&state, &headers)?;
+    }
     Ok(Json(state.store.submission(payout_id(&id)?).await?))
 }
 
@@ -478,9 +497,15 @@ async fn refence(
     Ok(Json(payout))
 }
 
-#[utoipa::path(get, path = "/v1/ledger/summary", tag = "ledger", operation_id = "ledger_summary",
-    responses((status = 200, description = "the balance check of I6", body = LedgerSummary)))]
-async fn ledger_summary(State(state): State<AppState>) -> ApiResult<Json<LedgerSummary>> {
+#[utoipa::path(get, path = "/v1/ledger/summary", tag = "ledger", operation_id = "ledger_summary", security(("payment_reader" = [])),
+    responses((status = 200, description = "the balance check of I6", body = LedgerSummary),
+        (status = 401, description = "UNAUTHENTICATED: not the readers' credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: PAYMENT_READER_TOKEN unset", body = ErrorBody)))]
+async fn ledger_summary(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<LedgerSummary>> {
+    Role::Reader.check(&state, &headers)?;
     Ok(Json(state.store.ledger_summary().await?))
 }
 

@@ -37,6 +37,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         creator_token: secret(&config.creator_token),
         executor_token: secret(&config.executor_token),
         admin_token: secret(&config.admin_token),
+        reader_token: secret(&config.reader_token),
         verifier: std::sync::Arc::new(verifier),
         hop_budget: config.hop_budget,
     };

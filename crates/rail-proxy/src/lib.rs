@@ -149,6 +149,8 @@ impl Proxy {
         }
     }
 
+    /// Whether payment-resource has a submission on record for `payout_id` (200: yes, 404:
+    /// no); any other answer is no answer, never a "no".
     async fn has_submission(&self, payout_id: i64) -> ApiResult<bool> {
         let response = self
             .http
@@ -156,10 +158,18 @@ impl Proxy {
                 "{}/v1/payouts/{payout_id}/submission",
                 self.payment_url
             ))
+            .bearer_auth(&self.payment_token)
             .send()
             .await
             .map_err(|e| unavailable("payment-resource", e))?;
-        Ok(response.status().is_success())
+        match response.status() {
+            status if status.is_success() => Ok(true),
+            reqwest::StatusCode::NOT_FOUND => Ok(false),
+            status => Err(unavailable(
+                "payment-resource",
+                format!("reading the submission answered {status}"),
+            )),
+        }
     }
 
     /// One rail call, never retried. Anything but a clear answer is `TIMEOUT`.

@@ -411,6 +411,7 @@ fn last_self_stop(log: &str) -> Option<i64> {
 pub(super) struct PayoutsApi {
     http: reqwest::Client,
     url: String,
+    reader: String,
 }
 
 impl PayoutsApi {
@@ -418,6 +419,7 @@ impl PayoutsApi {
         Self {
             http: reqwest::Client::new(),
             url: stack.payment_url.clone(),
+            reader: stack.secrets.reader.clone(),
         }
     }
 
@@ -426,6 +428,7 @@ impl PayoutsApi {
         let payout: payment_api::Payout = self
             .http
             .get(format!("{}/v1/payouts/{id}", self.url))
+            .bearer_auth(&self.reader)
             .timeout(TAKEOVER_POLL * 5)
             .send()
             .await

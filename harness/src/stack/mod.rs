@@ -244,6 +244,7 @@ impl Stack {
                     ("PAYMENT_CREATOR_TOKEN", secrets.creator.clone()),
                     ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
                     ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
+                    ("PAYMENT_READER_TOKEN", secrets.reader.clone()),
                     ("FENCE_PUBLIC_KEYS", public_keys.clone()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                     // Short, so tests see a stuck payout counted.

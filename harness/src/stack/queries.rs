@@ -31,6 +31,7 @@ impl Stack {
         Ok(self
             .http
             .get(format!("{}/v1/payouts/{id}", self.payment_url))
+            .bearer_auth(&self.secrets.reader)
             .send()
             .await?
             .error_for_status()?
@@ -43,6 +44,7 @@ impl Stack {
         let response = self
             .http
             .get(format!("{}/v1/payouts/{id}/submission", self.payment_url))
+            .bearer_auth(&self.secrets.reader)
             .send()
             .await?;
         if response.status() == StatusCode::NOT_FOUND {
@@ -191,6 +193,7 @@ impl Stack {
         Ok(self
             .http
             .get(format!("{}/v1/ledger/summary", self.payment_url))
+            .bearer_auth(&self.secrets.reader)
             .send()
             .await?
             .error_for_status()?

@@ -12,6 +12,8 @@ pub struct Secrets {
     pub executor: String,
     /// Operators' repairs at payment-resource (`PAYMENT_ADMIN_TOKEN`).
     pub payment_admin: String,
+    /// Readers of payouts, submissions and the ledger (`PAYMENT_READER_TOKEN`).
+    pub reader: String,
     /// Lock clients, on every lock route but revoke (`LOCK_CLIENT_TOKEN`).
     pub lock_client: String,
     /// Operators' revokes at the lock-server (`LOCK_ADMIN_TOKEN`).
@@ -35,6 +37,7 @@ impl Secrets {
             creator: secret(),
             executor: secret(),
             payment_admin: secret(),
+            reader: secret(),
             lock_client: test_support::keys::LOCK_CLIENT_TOKEN.to_owned(),
             lock_admin: secret(),
             proxy: secret(),
@@ -57,6 +60,7 @@ impl Secrets {
             creator: get("PAYMENT_CREATOR_TOKEN")?,
             executor: get("PAYOUT_EXECUTOR_TOKEN")?,
             payment_admin: get("PAYMENT_ADMIN_TOKEN")?,
+            reader: get("PAYMENT_READER_TOKEN")?,
             lock_client: get("LOCK_CLIENT_TOKEN")?,
             lock_admin: get("LOCK_ADMIN_TOKEN")?,
             proxy: get("PAYMENT_PROXY_TOKEN")?,

@@ -321,6 +321,26 @@ async fn a3_every_caller_needs_its_roles_credential() {
             "L1 with {credential:?}"
         );
     }
+    // Reads: the readers' credential (a submission also rail-proxy's), nobody else's.
+    for (what, credential) in [
+        ("none", None),
+        ("the executors'", Some(&s.executor)),
+        ("the creators'", Some(&s.creator)),
+        ("the lock clients'", Some(&s.lock_client)),
+    ] {
+        for path in [
+            format!("/v1/payouts/{id}"),
+            format!("/v1/payouts/{id}/submission"),
+            "/v1/ledger/summary".to_owned(),
+        ] {
+            let mut request = http.get(format!("{}{path}", stack.payment_url));
+            if let Some(credential) = credential {
+                request = request.bearer_auth(credential);
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(answer.status(), 401, "{path} with {what} credential");
+        }
+    }
     let payout = stack.payout(id).await.unwrap();
     assert_eq!((payout.fence, payout.state), (0, PayoutState::Pending));
     assert_eq!(

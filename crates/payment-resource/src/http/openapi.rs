@@ -80,6 +80,7 @@ impl Modify for CommonAnswers {
                 "payout_executor",
                 "payment_proxy",
                 "payment_admin",
+                "payment_reader",
             ],
             &PaymentCode::ALL.map(PaymentCode::as_str),
         );

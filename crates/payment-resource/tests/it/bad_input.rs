@@ -4,13 +4,18 @@
 use reqwest::Method;
 use test_support::bad_input::{BadRequest, check_all};
 
-use crate::support::{CREATOR_TOKEN, EXECUTOR_TOKEN, PROXY_TOKEN, create, proof, start};
+use crate::support::{
+    CREATOR_TOKEN, EXECUTOR_TOKEN, PROXY_TOKEN, READER_TOKEN, create, proof, start,
+};
 
 /// Gives `case` the credential of the role its endpoint names (unless it sets one) and, when
 /// it presents a numeric token for a numeric payout, that token's genuine proof: each case
 /// is then refused for the one mistake it is about.
 fn as_its_role(case: BadRequest) -> BadRequest {
-    let role = if case.path.contains("submission") {
+    let listing = case.path == "/v1/payouts" || case.path.starts_with("/v1/payouts?");
+    let role = if case.method == Method::GET && !listing {
+        READER_TOKEN
+    } else if case.path.contains("submission") {
         PROXY_TOKEN
     } else if case.path.starts_with("/v1/payouts")
         && case.path.split('/').count() == 3
@@ -233,6 +238,35 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         .header("x-fencing-token", "1")
         .header("authorization", bearer)
         .expect(400, invalid, "outcome"),
+        BadRequest::new(
+            "read without a credential",
+            get.clone(),
+            format!("/v1/payouts/{id}"),
+            "",
+        )
+        .header("authorization", "")
+        .expect(401, "UNAUTHENTICATED", "PAYMENT_READER_TOKEN"),
+        BadRequest::new(
+            "read with the executors' credential",
+            get.clone(),
+            format!("/v1/payouts/{id}/submission"),
+            "",
+        )
+        .header("authorization", format!("Bearer {EXECUTOR_TOKEN}"))
+        .expect(401, "UNAUTHENTICATED", "PAYMENT_READER_TOKEN"),
+        BadRequest::new(
+            "the ledger with the creators' credential",
+            get.clone(),
+            "/v1/ledger/summary",
+            "",
+        )
+        .header("authorization", format!("Bearer {CREATOR_TOKEN}"))
+        .expect(401, "UNAUTHENTICATED", "PAYMENT_READER_TOKEN"),
+        BadRequest::new("read payout abc", get.clone(), "/v1/payouts/abc", "").expect(
+            400,
+            invalid,
+            "payout_id",
+        ),
         BadRequest::new("list without claimable", get.clone(), "/v1/payouts", "").expect(
             400,
             invalid,

@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{EXECUTOR_TOKEN, PROXY_TOKEN, create, proof, start};
+use crate::support::{EXECUTOR_TOKEN, PROXY_TOKEN, create, proof, read, start};
 
 /// A fenced write to `path` (`/v1/payouts/{id}/…`) with `token` and its genuine proof, under
 /// the credential of the role the endpoint names.
@@ -94,12 +94,7 @@ async fn a_stale_token_is_fenced_out_and_the_holder_completes_once() {
         (StatusCode::OK, Some("SETTLED")),
         "posting twice is a no-op"
     );
-    let summary: Value = reqwest::get(format!("{base}/v1/ledger/summary"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let summary = read(base, "/v1/ledger/summary").await;
     assert_eq!(summary["postings"], 1, "I6: exactly one posting: {summary}");
     assert_eq!(summary["balance_by_currency"], json!([["EUR", 0]]));
 }
@@ -121,12 +116,7 @@ async fn a_timeout_is_terminal_and_an_overdue_in_flight_submission_becomes_ambig
     )
     .await;
     assert_eq!(sub["outcome"], "TIMEOUT");
-    let payout: Value = reqwest::get(format!("{base}/v1/payouts/{a}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let payout = read(base, &format!("/v1/payouts/{a}")).await;
     assert_eq!(payout["state"], "RAIL_AMBIGUOUS", "I5: terminal at once");
     let (status, body) = call(base, &format!("/v1/payouts/{a}/claim"), 9, None).await;
     assert_eq!(

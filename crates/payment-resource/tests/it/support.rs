@@ -7,6 +7,7 @@ pub const PROXY_TOKEN: &str = "proxy-secret";
 pub const CREATOR_TOKEN: &str = "creator-secret";
 pub const EXECUTOR_TOKEN: &str = "executor-secret";
 pub const ADMIN_TOKEN: &str = "admin-secret";
+pub const READER_TOKEN: &str = "reader-secret";
 
 /// The test lock service's proof of `payout:{payout_id}` with `token`.
 pub fn proof(payout_id: i64, token: u64) -> String {
@@ -39,6 +40,8 @@ pub async fn start() -> Running {
         EXECUTOR_TOKEN,
         "--admin-token",
         ADMIN_TOKEN,
+        "--reader-token",
+        READER_TOKEN,
         "--fence-public-keys",
         &public_keys,
         "--rail.hop-budget",
@@ -55,6 +58,19 @@ pub async fn start() -> Running {
         db_url: db.url,
         _stop: stop,
     }
+}
+
+/// `GET {base}{path}` with the readers' credential, as JSON.
+pub async fn read(base: &str, path: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{base}{path}"))
+        .bearer_auth(READER_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Creates a payout and returns its id.
