@@ -820,7 +820,11 @@ async fn a9_bad_input_is_refused_by_name() {
         .await,
     );
     expect("a signed payout id", 400, "payout_id")(
-        send(http.get(format!("{}/v1/payouts/+{id}", stack.payment_url))).await,
+        send(
+            http.get(format!("{}/v1/payouts/+{id}", stack.payment_url))
+                .bearer_auth(&stack.secrets.reader),
+        )
+        .await,
     );
     expect("two Authorization headers", 400, "Authorization")(
         send(

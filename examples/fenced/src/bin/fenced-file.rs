@@ -64,7 +64,13 @@ fn run() -> Result<(), Failure> {
         .map_err(usage)?;
     lock.lock().map_err(usage)?; // held until `lock` is dropped
     let fence_path = sibling(&file, "fence");
-    let stored = std::fs::read_to_string(&fence_path).unwrap_or_default();
+    // No fence file: never claimed. Any other failure to read it is no answer: guessing
+    // "unclaimed" would let a stale holder through.
+    let stored = match std::fs::read_to_string(&fence_path) {
+        Ok(stored) => stored,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(err) => return Err(usage(format!("{}: {err}", fence_path.display()))),
+    };
     let (token, grant) = stored.trim().split_once(' ').unwrap_or(("0", ""));
     let fence = GrantFence {
         token: token
