@@ -23,6 +23,7 @@
 
 mod error;
 mod headers;
+mod keys;
 pub mod postgres;
 mod rule;
 
@@ -30,6 +31,7 @@ pub use error::FenceError;
 pub use headers::{
     FENCING_TOKEN_HEADER, FencedWrite, ProvenFence, fencing_token, proven_write, single_header,
 };
+pub use keys::TrustedKeys;
 pub use lock_api::{
     FENCING_PROOF_HEADER, FenceVerifier, FencingToken, GrantId, LockKey, ProofError,
 };

@@ -71,7 +71,7 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
         );
         match transport.send(&shared.endpoint(), call).await {
             Ok(Reply::Grant(grant)) if grant.fencing_token == token => {
-                shared.renew_ok(renewal, grant.lease_ms);
+                shared.renew_ok(renewal, grant.lease_ms, grant.proof);
                 metrics::counter!(m::RENEWALS_TOTAL, "backend" => backend, "result" => "ok")
                     .increment(1);
             }

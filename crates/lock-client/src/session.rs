@@ -37,8 +37,9 @@ struct State {
     core: SessionCore,
     /// Each held grant's deadline cell, shared with its handles (`client_deadline_nanos`).
     cells: HashMap<LockKey, Arc<AtomicU64>>,
-    /// Each held grant's signed proof, as the server sent it (reentrant handles share it).
-    proofs: HashMap<LockKey, String>,
+    /// Each held grant's token and newest signed proof, as the server last sent it (the
+    /// grant's, then each renewal's: a renewal signed with a rotated key replaces it).
+    proofs: HashMap<LockKey, (FencingToken, String)>,
     listeners: Vec<Listener>,
 }
 
@@ -138,11 +139,16 @@ impl Shared {
     }
 
     /// A successful renew of `renewal`: the handles see the new deadline.
-    pub(crate) fn renew_ok(&self, renewal: &Renewal, lease_ms: u64) {
+    pub(crate) fn renew_ok(&self, renewal: &Renewal, lease_ms: u64, proof: Option<String>) {
         let mut state = self.state();
         if let Some(deadline) = state.core().renew_ok(renewal, lease_ms) {
             if let Some(cell) = state.cells.get(&renewal.key) {
                 cell.store(deadline, Ordering::Release);
+            }
+            if let Some(proof) = proof {
+                state
+                    .proofs
+                    .insert(renewal.key.clone(), (renewal.token, proof));
             }
         }
     }
@@ -414,7 +420,11 @@ impl LockClientSession {
             Ok(None) => Ok(None),
             Ok(Some(held)) => {
                 let cell = Self::cell(&mut state, key, &held);
-                let proof = state.proofs.get(key).cloned();
+                let proof = state
+                    .proofs
+                    .get(key)
+                    .filter(|(token, _)| *token == held.token)
+                    .map(|(_, proof)| proof.clone());
                 Ok(Some(self.handle(key, &held, cell, proof)))
             }
             Err(Refused::Session(reason)) => Err(self.session_error(reason)),
@@ -461,7 +471,9 @@ impl LockClientSession {
                     // A new grant of this key (the last one ended): its own deadline.
                     cell.store(held.deadline_nanos, Ordering::Release);
                     match &grant.proof {
-                        Some(proof) => state.proofs.insert(key.clone(), proof.clone()),
+                        Some(proof) => state
+                            .proofs
+                            .insert(key.clone(), (held.token, proof.clone())),
                         None => state.proofs.remove(key),
                     };
                     Ok((held, cell))
@@ -528,6 +540,20 @@ impl LockClientSession {
             Some(owner),
         )
         .with_proof(proof)
+    }
+
+    /// The newest proof of `handle`'s grant: the one its last renewal brought (a lock-server
+    /// that signs with a rotated key sends a proof under the new key), else the grant's own.
+    /// Send this with every write: once resources retire the old key, only it verifies.
+    pub fn fence_proof(&self, handle: &LockHandle) -> Option<String> {
+        let state = self.shared.state();
+        let newest = state
+            .proofs
+            .get(handle.lock_key())
+            .filter(|(token, _)| *token == handle.fencing_token());
+        newest
+            .map(|(_, proof)| proof.clone())
+            .or_else(|| handle.fence_proof().map(str::to_owned))
     }
 
     /// Returns `Ok(())` while `handle`'s grant is still within its conservative deadline,

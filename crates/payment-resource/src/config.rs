@@ -48,6 +48,10 @@ pub struct Config {
     /// Required.
     #[arg(long, env = "FENCE_PUBLIC_KEYS")]
     pub fence_public_keys: Option<String>,
+    /// A file holding the lock service's public keys instead (one `key_id=base64` per line or
+    /// comma-separated), read again on SIGHUP: a signing key rotates without a restart.
+    #[arg(long, env = "FENCE_PUBLIC_KEYS_FILE")]
+    pub fence_public_keys_file: Option<std::path::PathBuf>,
     /// A non-terminal payout untouched for longer than this counts in `payouts_stuck`.
     #[arg(long, env = "PAYMENT_STUCK_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,

@@ -12,8 +12,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use fence_kit::{FencedWrite, ProvenFence};
-use lock_api::{ErrorBody, ErrorCode, FenceVerifier, WireCode};
+use fence_kit::{FencedWrite, ProvenFence, TrustedKeys};
+use lock_api::{ErrorBody, ErrorCode, WireCode};
 use payment_api::{
     AMOUNT_MAX_MINOR, BENEFICIARY_MAX_BYTES, CreatePayout, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_MAX_BYTES, LedgerSummary, OFFER_EXECUTOR_MAX_BYTES, OFFER_LIMIT_MAX,
@@ -46,7 +46,7 @@ pub struct AppState {
     /// The readers' bearer token (a payout, its submission, the ledger summary).
     pub reader_token: Option<Arc<str>>,
     /// The lock service's public keys: every fenced write's proof is checked against them.
-    pub verifier: Arc<FenceVerifier>,
+    pub verifier: Arc<TrustedKeys>,
     /// The proxy's hop budget.
     pub hop_budget: Duration,
 }
@@ -167,7 +167,7 @@ fn fenced_write(
     role.check(state, headers)?;
     let id = payout_id(raw_id)?;
     let key = payment_api::payout_lock_key(id);
-    let fence = FencedWrite::from_headers(headers)?.verify(&state.verifier, &key)?;
+    let fence = FencedWrite::from_headers(headers)?.verify(&state.verifier.current(), &key)?;
     Ok((id, fence))
 }
 

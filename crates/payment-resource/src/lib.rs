@@ -16,17 +16,11 @@ use service_kit::Service;
 
 /// Connects paydb (running migrations) and binds: a service ready to run.
 pub async fn build(config: &Config) -> anyhow::Result<Service> {
-    let verifier = config
-        .fence_public_keys
-        .as_deref()
-        .filter(|k| !k.trim().is_empty())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "FENCE_PUBLIC_KEYS is required: the lock-server's public keys as key_id=base64 (lock-server --generate-signing-key prints them)"
-            )
-        })?;
-    let verifier = lock_api::FenceVerifier::parse(verifier)
-        .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
+    let verifier = service_kit::trusted_keys(
+        config.fence_public_keys.as_deref(),
+        config.fence_public_keys_file.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let store = store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
     service_kit::install_metrics();
     describe_metrics();
@@ -38,7 +32,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         executor_token: secret(&config.executor_token),
         admin_token: secret(&config.admin_token),
         reader_token: secret(&config.reader_token),
-        verifier: std::sync::Arc::new(verifier),
+        verifier,
         hop_budget: config.hop_budget,
     };
     tokio::spawn(stuck::watch(store, config.stuck_after));

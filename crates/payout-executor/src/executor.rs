@@ -455,7 +455,6 @@ impl Executor {
         watch: &Watch,
     ) -> Result<Outcome, LockLost> {
         let token = handle.fencing_token();
-        let fence = Fence::of(handle);
         let belief = guard(session, handle, watch)?;
         self.fault_point(payout_id, FaultStep::Claim);
         let claimed = match logged(
@@ -463,7 +462,7 @@ impl Executor {
             "claim",
             token,
             belief,
-            self.services.claim(payout_id, fence),
+            self.services.claim(payout_id, Fence::of(session, handle)),
         )
         .await
         {
@@ -492,7 +491,7 @@ impl Executor {
                 "submit",
                 token,
                 belief,
-                self.services.submit(payout_id, fence),
+                self.services.submit(payout_id, Fence::of(session, handle)),
             )
             .await
             {
@@ -511,7 +510,7 @@ impl Executor {
                 "post",
                 token,
                 belief,
-                self.services.post(payout_id, fence),
+                self.services.post(payout_id, Fence::of(session, handle)),
             )
             .await
             {

@@ -89,20 +89,21 @@ impl CallError {
 }
 
 /// What a fenced write presents: the handle's token and its proof.
-#[derive(Debug, Clone, Copy)]
-pub struct Fence<'a> {
+#[derive(Debug, Clone)]
+pub struct Fence {
     /// `X-Fencing-Token`.
     pub token: FencingToken,
     /// `X-Fencing-Proof`, when the lock-server signs grants.
-    pub proof: Option<&'a str>,
+    pub proof: Option<String>,
 }
 
-impl<'a> Fence<'a> {
-    /// The fence of `handle`'s grant.
-    pub fn of(handle: &'a lock_api::LockHandle) -> Self {
+impl Fence {
+    /// The fence of `handle`'s grant as of now: its token and the newest proof the session
+    /// holds for it (a renewal after a signing-key rotation brings one under the new key).
+    pub fn of(session: &lock_client::LockClientSession, handle: &lock_api::LockHandle) -> Self {
         Self {
             token: handle.fencing_token(),
-            proof: handle.fence_proof(),
+            proof: session.fence_proof(handle),
         }
     }
 }
@@ -190,7 +191,7 @@ impl Services {
     }
 
     /// A fenced write: the grant's token and the lock-server's proof, both unchanged.
-    fn fenced(&self, url: String, fence: Fence<'_>) -> reqwest::RequestBuilder {
+    fn fenced(&self, url: String, fence: Fence) -> reqwest::RequestBuilder {
         let request = self
             .http
             .post(url)
@@ -202,20 +203,20 @@ impl Services {
     }
 
     /// Claim the payout at payment-resource.
-    pub async fn claim(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
+    pub async fn claim(&self, payout_id: i64, fence: Fence) -> Result<PayoutView, CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/claim", self.payment_url);
         Self::read(self.fenced(url, fence)).await
     }
 
     /// Submit through rail-proxy, within the hop budget.
-    pub async fn submit(&self, payout_id: i64, fence: Fence<'_>) -> Result<(), CallError> {
+    pub async fn submit(&self, payout_id: i64, fence: Fence) -> Result<(), CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/submit", self.rail_proxy_url);
         let request = self.fenced(url, fence).timeout(self.hop_budget);
         Self::read::<serde_json::Value>(request).await.map(|_| ())
     }
 
     /// Post the recorded outcome at payment-resource.
-    pub async fn post(&self, payout_id: i64, fence: Fence<'_>) -> Result<PayoutView, CallError> {
+    pub async fn post(&self, payout_id: i64, fence: Fence) -> Result<PayoutView, CallError> {
         let url = format!("{}/v1/payouts/{payout_id}/post", self.payment_url);
         Self::read(self.fenced(url, fence)).await
     }

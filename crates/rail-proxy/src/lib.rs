@@ -16,9 +16,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
-use lock_api::{
-    ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FenceVerifier, FencingToken,
-};
+use lock_api::{ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FencingToken};
 use payment_api::{
     AnyErrorBody, RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer,
     TransferAnswer,
@@ -62,7 +60,11 @@ pub struct Config {
     /// The lock service's public keys, `key_id=base64[,…]`: a submit's `X-Fencing-Proof`
     /// must be one of their signatures of `payout:{id}` and the token. Required.
     #[arg(long, env = "FENCE_PUBLIC_KEYS")]
-    pub fence_public_keys: String,
+    pub fence_public_keys: Option<String>,
+    /// A file holding the lock service's public keys instead, read again on SIGHUP: a
+    /// signing key rotates without a restart.
+    #[arg(long, env = "FENCE_PUBLIC_KEYS_FILE")]
+    pub fence_public_keys_file: Option<std::path::PathBuf>,
     /// `rail.hop-timeout`: how long the rail may take to answer one transfer.
     #[arg(long = "rail.hop-timeout", env = "RAIL_HOP_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub rail_timeout: Duration,
@@ -85,7 +87,7 @@ struct Proxy {
     rail_credential: String,
     payment_token: String,
     executor_token: Option<String>,
-    verifier: FenceVerifier,
+    verifier: Arc<fence_kit::TrustedKeys>,
     rail_timeout: Duration,
 }
 
@@ -275,8 +277,10 @@ async fn submit(
     // Verified here, offline, before anything is reserved or sent; payment-resource
     // verifies the forwarded proof again.
     let fence_kit::ProvenFence { token, proof, .. } =
-        fence_kit::FencedWrite::from_headers(&headers)?
-            .verify(&proxy.verifier, &payment_api::payout_lock_key(payout_id))?;
+        fence_kit::FencedWrite::from_headers(&headers)?.verify(
+            &proxy.verifier.current(),
+            &payment_api::payout_lock_key(payout_id),
+        )?;
     let fence = Fence { token, proof };
     let reservation = proxy.reserve(payout_id, &fence).await?;
     let (outcome, rail_reference) = proxy.call_rail(&reservation).await;
@@ -312,8 +316,11 @@ async fn submit(
 
 /// Binds: a service ready to run.
 pub async fn build(config: &Config) -> anyhow::Result<Service> {
-    let verifier = FenceVerifier::parse(&config.fence_public_keys)
-        .map_err(|e| anyhow::anyhow!("FENCE_PUBLIC_KEYS: {e}"))?;
+    let verifier = service_kit::trusted_keys(
+        config.fence_public_keys.as_deref(),
+        config.fence_public_keys_file.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     service_kit::install_metrics();
     describe_metrics();
     let http = reqwest::Client::builder()

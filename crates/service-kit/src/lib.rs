@@ -8,6 +8,7 @@
 mod auth;
 mod error;
 mod extract;
+mod fence_keys;
 mod json;
 mod layers;
 pub mod openapi;
@@ -18,6 +19,7 @@ mod telemetry;
 pub use auth::require_bearer;
 pub use error::{ApiError, code_for_status, not_found, tag};
 pub use extract::single_header;
+pub use fence_keys::trusted_keys;
 pub use json::ApiJson;
 pub use layers::{RequestMetrics, common_layers, jsonify_errors};
 pub use process_kit::{LogFormat, logging, parse_or_exit, shutdown};

@@ -13,6 +13,7 @@ mod faults;
 mod lock_server;
 mod process;
 mod queries;
+mod rotation;
 mod secrets;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,8 @@ pub use secrets::Secrets;
 
 /// How long a service may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
+/// The trusted-keys file of local resources, in the log directory.
+const TRUSTED_KEYS_FILE: &str = "fence-public-keys";
 /// How often a restart starts a process before it gives up.
 const RESTART_ATTEMPTS: u32 = 20;
 /// How long one restarted process may take to answer ready.
@@ -228,6 +231,11 @@ impl Stack {
             lock_servers
                 .push(spawn_lock_server(&bins[0], name, &lock_store, &lock_env, &log_dir).await?);
         }
+        // Local resources read their trusted keys from a file they reload on SIGHUP (a key
+        // rotation under live traffic); containers get them inline from `.env`.
+        let keys_file = log_dir.join(TRUSTED_KEYS_FILE);
+        std::fs::write(&keys_file, format!("{public_keys}\n"))?;
+        let trusted_keys = ("FENCE_PUBLIC_KEYS_FILE", keys_file.display().to_string());
         let (pay_port, proxy_port, rail_port) = (free_port(), free_port(), free_port());
         let payment_url = format!("http://127.0.0.1:{pay_port}");
         let proxy_url = format!("http://127.0.0.1:{proxy_port}");
@@ -245,7 +253,7 @@ impl Stack {
                     ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
                     ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
                     ("PAYMENT_READER_TOKEN", secrets.reader.clone()),
-                    ("FENCE_PUBLIC_KEYS", public_keys.clone()),
+                    trusted_keys.clone(),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                     // Short, so tests see a stuck payout counted.
                     ("PAYMENT_STUCK_AFTER", "2s".to_owned()),
@@ -270,7 +278,7 @@ impl Stack {
                     ("RAIL_PROXY_CREDENTIAL", secrets.rail.clone()),
                     ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
                     ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
-                    ("FENCE_PUBLIC_KEYS", public_keys.clone()),
+                    trusted_keys.clone(),
                     ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                 ],

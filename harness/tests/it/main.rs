@@ -9,4 +9,5 @@ mod lockctl;
 mod m2;
 mod metrics_hygiene;
 mod module_rule;
+mod rotation;
 mod sdk;

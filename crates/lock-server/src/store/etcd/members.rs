@@ -119,7 +119,15 @@ impl EtcdStore {
     pub(super) async fn keep_alive(&self, lease: i64) -> Result<bool, StoreError> {
         self.call("lease keep-alive", |client| async move {
             match client.lease_client().keep_alive(lease).await {
-                Ok(_) => Ok(true),
+                Ok((keeper, mut answers)) => {
+                    // End the stream cleanly: close our half, read etcd's end. A stream
+                    // dropped open is reset (RST_STREAM), and etcd's HTTP/2 server answers
+                    // many resets in a row with GOAWAY, failing every call on the connection
+                    // ("http2 error" under a hot key, where every grant keeps a lease alive).
+                    drop(keeper);
+                    while answers.message().await?.is_some() {}
+                    Ok(true)
+                }
                 Err(etcd_client::Error::LeaseKeepAliveError(message))
                     if message.contains("not found") =>
                 {

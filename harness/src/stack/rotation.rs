@@ -1,0 +1,63 @@
+//! Rotating the lock service's signing key under live traffic, as an operator would: the
+//! resources trust a new key (their keys file rewritten, then SIGHUP), the replicas switch to
+//! it one at a time (drain, exit, start with the new key: the service never stops), and the
+//! resources retire the old key. Local processes only.
+
+use super::*;
+
+/// How long a replica may take to drain and exit after SIGTERM.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a service may take to log a reload after SIGHUP.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
+
+impl Stack {
+    /// Everything service `name`'s current incarnation logged so far.
+    pub fn service_log(&self, name: &str) -> anyhow::Result<String> {
+        Ok(self.services[self.service_index(name)?].log())
+    }
+
+    /// The file payment-resource and rail-proxy read their trusted keys from.
+    pub fn trusted_keys_file(&self) -> PathBuf {
+        self.log_dir.join(TRUSTED_KEYS_FILE)
+    }
+
+    /// payment-resource and rail-proxy trust exactly `entries` (`key_id=base64` each) once
+    /// this returns: the file is rewritten, each gets SIGHUP, and each logged the reload.
+    pub async fn trust_keys(&self, entries: &[String]) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.compose, "key rotation needs local processes");
+        std::fs::write(self.trusted_keys_file(), entries.join("\n") + "\n")?;
+        for name in ["payment-resource", "rail-proxy"] {
+            let service = &self.services[self.service_index(name)?];
+            let reloads = || service.log().matches("\"fence_keys_reloaded\"").count();
+            let before = reloads();
+            service.signal(Signal::SIGHUP);
+            test_support::poll_until(
+                &format!("{name} to reload its trusted keys"),
+                RELOAD_DEADLINE,
+                || async { (reloads() > before).then_some(()) },
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Every replica signs with `key_id`'s `secret` (base64) from now on: one at a time, each
+    /// drains (SIGTERM), exits and starts again with the new key, so another replica always
+    /// serves.
+    pub async fn sign_with(&mut self, key_id: &str, secret: &str) -> anyhow::Result<()> {
+        let (_, env) = self
+            .lock_spec
+            .as_mut()
+            .context("key rotation needs local processes")?;
+        env.retain(|(k, _)| !matches!(*k, "LOCK_SIGNING_KEY" | "LOCK_SIGNING_KEY_ID"));
+        env.push(("LOCK_SIGNING_KEY", secret.to_owned()));
+        env.push(("LOCK_SIGNING_KEY_ID", key_id.to_owned()));
+        for index in 0..self.lock_servers.len() {
+            let replica = &mut self.lock_servers[index].process;
+            replica.signal(Signal::SIGTERM);
+            replica.wait_exit(DRAIN_DEADLINE).await?;
+            self.restart_lock_server(index).await?;
+        }
+        Ok(())
+    }
+}
