@@ -28,21 +28,16 @@ pub fn trusted_keys(inline: Option<&str>, file: Option<&Path>) -> Result<Arc<Tru
     };
     let keys = Arc::new(keys);
     if file.is_some() {
-        tokio::spawn(reload_on_sighup(keys.clone()));
+        // Registered here, before the service serves: a SIGHUP from then on reloads, never
+        // ends the process (SIGHUP's default).
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("FENCE_PUBLIC_KEYS_FILE: no SIGHUP handler to reload it: {e}"))?;
+        tokio::spawn(reload_on_sighup(keys.clone(), hangups));
     }
     Ok(keys)
 }
 
-async fn reload_on_sighup(keys: Arc<TrustedKeys>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::error!(
-            event = "fence_keys_reload_failed",
-            error = "no SIGHUP handler",
-            "the trusted keys cannot be reloaded"
-        );
-        return;
-    };
+async fn reload_on_sighup(keys: Arc<TrustedKeys>, mut hangups: tokio::signal::unix::Signal) {
     while hangups.recv().await.is_some() {
         match keys.reload() {
             Ok(key_ids) => {
