@@ -233,12 +233,20 @@ async fn take(
     })
 }
 
-/// The proof with its signature's last character changed: well formed, signing nothing.
+/// The proof with one bit of its signature flipped: well formed (valid base64url of 64
+/// bytes), signing nothing. Flipping a character instead could change only padding bits,
+/// which a lenient decoder reads as the genuine signature.
 fn tampered(proof: &str) -> String {
-    let mut forged = proof.to_owned();
-    let last = forged.pop().unwrap_or('A');
-    forged.push(if last == 'A' { 'B' } else { 'A' });
-    forged
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (head, signature) = proof.rsplit_once('.').unwrap_or(("", proof));
+    match URL_SAFE_NO_PAD.decode(signature) {
+        Ok(mut bytes) if !bytes.is_empty() => {
+            bytes[0] ^= 1;
+            format!("{head}.{}", URL_SAFE_NO_PAD.encode(bytes))
+        }
+        _ => format!("{proof}x"),
+    }
 }
 
 async fn probe(
@@ -352,9 +360,9 @@ async fn probe(
             answer: answer.shown(),
         });
     }
-    // Both sessions would end a lease later by themselves; closing them frees the keys now,
+    // The sessions would end a lease later by themselves; closing them frees the keys now,
     // and a failed close changes nothing the report says.
-    for session in [old.session, new.session] {
+    for session in [old.session, elsewhere.session, new.session] {
         let _ = client.close_session(session).await;
     }
     Ok(verdicts)

@@ -131,7 +131,17 @@ impl Proxy {
             .await
             .map_err(|e| unavailable("payment-resource answer", e))?;
         let code = body.code();
-        if code.is_refusal_of_a_stale_write() && self.has_submission(payout_id).await? {
+        // Only a count and a log line hang on the lookup: a failed one never hides the
+        // refusal (a stale writer must learn it was fenced).
+        let duplicate = code.is_refusal_of_a_stale_write()
+            && match self.has_submission(payout_id).await {
+                Ok(found) => found,
+                Err(err) => {
+                    tracing::warn!(event = "submission_lookup_failed", payout_id, error = %err.message, "could not tell whether a submission is on record");
+                    false
+                }
+            };
+        if duplicate {
             metrics::counter!(DUPLICATE_ATTEMPTED_TOTAL).increment(1);
             tracing::warn!(
                 event = "rail_duplicate_attempted",

@@ -77,6 +77,52 @@ fn fenced_file_refuses_a_malformed_token_or_proof_with_exit_1_and_writes_nothing
 }
 
 #[test]
+fn fenced_file_refuses_a_fence_file_it_cannot_read_as_a_fence_and_writes_nothing() {
+    use lock_api::{FenceSigner, FencingToken, GrantId, LockKey, SessionId};
+    let dir = std::env::temp_dir().join(format!("fenced-file-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f.txt");
+    let signer = FenceSigner::from_seed("t1", [5; 32]);
+    let key = LockKey::parse("k").unwrap();
+    let token = FencingToken(3);
+    let proof = signer.sign(
+        &key,
+        token,
+        &GrantId::derive(SessionId::random(), &key, token),
+    );
+    let keys = signer.verifier_entry();
+    let env = [
+        ("LOCK_KEY", "k"),
+        ("LOCK_FENCING_TOKEN", "3"),
+        ("LOCK_FENCING_PROOF", proof.as_str()),
+        ("FENCE_PUBLIC_KEYS", keys.as_str()),
+    ];
+    for stored in ["", "seven g", "0 g", "-2 g"] {
+        std::fs::write(dir.join("f.txt.fence"), stored).unwrap();
+        let out = fenced_file(&[file.to_str().unwrap()], &env);
+        assert_eq!(out.status.code(), Some(2), "{stored:?}: {out:?}");
+        assert!(
+            one_line(&out).contains("not a fence"),
+            "{stored:?}: {out:?}"
+        );
+        assert!(!file.exists(), "{stored:?}: nothing was written");
+    }
+    // A token alone is a fence set before grants were named: token 3 is below it.
+    std::fs::write(dir.join("f.txt.fence"), "7").unwrap();
+    let out = fenced_file(&[file.to_str().unwrap()], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(one_line(&out).contains("FENCED_OUT"), "{out:?}");
+    std::fs::remove_file(dir.join("f.txt.fence")).unwrap();
+    let out = fenced_file(&[file.to_str().unwrap()], &env);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a missing fence is a fresh resource: {out:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn fenced_kv_refuses_to_start_without_its_settings() {
     let out = Command::new(env!("CARGO_BIN_EXE_fenced-kv"))
         .env_clear()

@@ -67,16 +67,21 @@ fn run() -> Result<(), Failure> {
     // No fence file: never claimed. Any other failure to read it is no answer: guessing
     // "unclaimed" would let a stale holder through.
     let stored = match std::fs::read_to_string(&fence_path) {
-        Ok(stored) => stored,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Ok(stored) => Some(stored),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => return Err(usage(format!("{}: {err}", fence_path.display()))),
     };
-    let (token, grant) = stored.trim().split_once(' ').unwrap_or(("0", ""));
-    let fence = GrantFence {
-        token: token
-            .parse()
-            .map_err(|_| usage(format!("{}: not a fence", fence_path.display())))?,
-        grant,
+    // An existing fence file must hold `token grant` with a token of at least 1: anything
+    // else (empty, truncated, garbage) is refused, never read as "never claimed".
+    let fence = match stored.as_deref().map(str::trim) {
+        None => GrantFence::UNCLAIMED,
+        Some(line) => {
+            let (token, grant) = line.split_once(' ').unwrap_or((line, ""));
+            match token.parse::<i64>() {
+                Ok(token) if token >= 1 => GrantFence { token, grant },
+                _ => return Err(usage(format!("{}: not a fence", fence_path.display()))),
+            }
+        }
     };
     let grant = proven.grant.as_text();
     let presented = GrantFence {
