@@ -114,7 +114,7 @@ pub struct ProvenFence {
 impl ProvenFence {
     /// The token as a fence column holds it (tokens are validated within `i64`).
     pub fn token_i64(&self) -> i64 {
-        i64::try_from(self.token.0).unwrap_or(i64::MAX)
+        self.token.as_i64()
     }
 }
 

@@ -49,6 +49,12 @@ impl FencingToken {
         }
         Ok(self)
     }
+
+    /// The token as a signed 64-bit column holds it (PostgreSQL `bigint`, a resource's fence):
+    /// exact for every validated token, saturating at [`Self::MAX`] otherwise.
+    pub fn as_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
 }
 
 impl fmt::Display for FencingToken {

@@ -47,6 +47,14 @@ impl State {
     fn core(&mut self) -> &mut SessionCore {
         &mut self.core
     }
+
+    /// The newest proof of `key`'s grant with `token`, if the session holds one.
+    fn proof_of(&self, key: &LockKey, token: FencingToken) -> Option<String> {
+        self.proofs
+            .get(key)
+            .filter(|(held, _)| *held == token)
+            .map(|(_, proof)| proof.clone())
+    }
 }
 
 /// State shared by a session, its handles and the heartbeat thread.
@@ -420,11 +428,7 @@ impl LockClientSession {
             Ok(None) => Ok(None),
             Ok(Some(held)) => {
                 let cell = Self::cell(&mut state, key, &held);
-                let proof = state
-                    .proofs
-                    .get(key)
-                    .filter(|(token, _)| *token == held.token)
-                    .map(|(_, proof)| proof.clone());
+                let proof = state.proof_of(key, held.token);
                 Ok(Some(self.handle(key, &held, cell, proof)))
             }
             Err(Refused::Session(reason)) => Err(self.session_error(reason)),
@@ -546,14 +550,8 @@ impl LockClientSession {
     /// that signs with a rotated key sends a proof under the new key), else the grant's own.
     /// Send this with every write: once resources retire the old key, only it verifies.
     pub fn fence_proof(&self, handle: &LockHandle) -> Option<String> {
-        let state = self.shared.state();
-        let newest = state
-            .proofs
-            .get(handle.lock_key())
-            .filter(|(token, _)| *token == handle.fencing_token());
-        newest
-            .map(|(_, proof)| proof.clone())
-            .or_else(|| handle.fence_proof().map(str::to_owned))
+        let newest = (self.shared.state()).proof_of(handle.lock_key(), handle.fencing_token());
+        newest.or_else(|| handle.fence_proof().map(str::to_owned))
     }
 
     /// Returns `Ok(())` while `handle`'s grant is still within its conservative deadline,

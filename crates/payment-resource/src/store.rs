@@ -113,11 +113,6 @@ fn submission(row: &PgRow) -> Result<Submission, PayError> {
     })
 }
 
-fn token_i64(token: FencingToken) -> i64 {
-    // fence-kit validates tokens within i64 when it reads the header.
-    i64::try_from(token.0).unwrap_or(i64::MAX)
-}
-
 /// Locks `payout_id`'s row and applies `rule` to the presented grant. Stale tokens (and a
 /// token issued twice, from the grant that did not claim) are refused before terminality is
 /// reported, so a zombie always learns it was fenced.
@@ -130,7 +125,7 @@ pub async fn fenced(
     let (current, fence_grant) = locked(tx, payout_id).await?;
     let grant = presented.grant.as_text();
     let presented_fence = GrantFence {
-        token: token_i64(presented.token),
+        token: presented.token.as_i64(),
         grant: &grant,
     };
     let fence = GrantFence {
@@ -302,7 +297,7 @@ impl PayStore {
               WHERE payout_id = $1 RETURNING {PAYOUT_COLUMNS}"
         ))
         .bind(payout_id)
-        .bind(token_i64(fence.token))
+        .bind(fence.token.as_i64())
         .bind(fence.grant.as_text())
         .fetch_one(&mut *tx)
         .await?;
@@ -325,7 +320,7 @@ impl PayStore {
              RETURNING payout_id, presented_token, outcome, rail_reference",
         )
         .bind(payout_id)
-        .bind(token_i64(token))
+        .bind(token.as_i64())
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(PayError::AlreadySubmitted(payout_id))?;
@@ -378,7 +373,7 @@ impl PayStore {
             .await?
             .ok_or(PayError::SubmissionUnknown(payout_id))?;
         let current = submission(&current)?;
-        if current.presented_token != token_i64(token) {
+        if current.presented_token != token.as_i64() {
             return Err(PayError::FencedOut {
                 payout_id,
                 token: token.0,
@@ -498,7 +493,7 @@ impl PayStore {
     ) -> Result<(Payout, i64), PayError> {
         let mut tx = self.pool.begin().await?;
         let (current, _) = locked(&mut tx, payout_id).await?;
-        if token_i64(fence.token) <= current.fence {
+        if fence.token.as_i64() <= current.fence {
             return Err(PayError::FencedOut {
                 payout_id,
                 token: fence.token.0,
@@ -516,7 +511,7 @@ impl PayStore {
               WHERE payout_id = $1 RETURNING {PAYOUT_COLUMNS}"
         ))
         .bind(payout_id)
-        .bind(token_i64(fence.token))
+        .bind(fence.token.as_i64())
         .bind(fence.grant.as_text())
         .fetch_one(&mut *tx)
         .await?;

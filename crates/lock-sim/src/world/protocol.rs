@@ -458,7 +458,7 @@ impl World {
         // The proof the lock-server signed names this grant: its session, key and token.
         let grant = GrantId::derive(session.id, &job.key, token).as_text();
         let payout = job.payout;
-        let token = i64::try_from(token.0).unwrap_or(i64::MAX);
+        let token = token.as_i64();
         self.request(
             c,
             Node::Bank,
