@@ -80,6 +80,12 @@ pub enum ErrorCode {
     /// 429: this replica already holds as many waiters as it allows (per key or in all);
     /// retry after backoff, as for `LOCK_HELD`.
     TooManyWaiters,
+    /// 429: this credential sent more requests than its rate allows; `Retry-After` says
+    /// when the next one is let through.
+    RateLimited,
+    /// 429: this credential already holds as many sessions through this replica as its
+    /// quota allows; close one first.
+    TooManySessions,
     /// 409: the grant being renewed is no longer live.
     LockLost,
     /// 409: the grant being renewed was revoked by an operator (L8); the message says by
@@ -113,7 +119,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => 415,
             Self::UriTooLong => 414,
             Self::HeadersTooLarge => 431,
-            Self::TooManyWaiters => 429,
+            Self::TooManyWaiters | Self::RateLimited | Self::TooManySessions => 429,
             Self::NotLeader | Self::StoreUnavailable => 503,
             Self::Internal => 500,
         }
@@ -137,6 +143,8 @@ impl ErrorCode {
             Self::SessionExpired => "SESSION_EXPIRED",
             Self::LockHeld => "LOCK_HELD",
             Self::TooManyWaiters => "TOO_MANY_WAITERS",
+            Self::RateLimited => "RATE_LIMITED",
+            Self::TooManySessions => "TOO_MANY_SESSIONS",
             Self::LockLost => "LOCK_LOST",
             Self::LockRevoked => "LOCK_REVOKED",
             Self::LockNotHeld => "LOCK_NOT_HELD",
@@ -158,6 +166,10 @@ pub enum RetryVerdict {
     NextTick,
     /// Retry after backoff: another holder may release (`LOCK_HELD`).
     Backoff,
+    /// Retry after backoff on the same replica: the caller is over its rate or quota there
+    /// (429 `RATE_LIMITED`, `TOO_MANY_SESSIONS`); when the caller's budget runs out the
+    /// refusal stands (it says nothing about who holds the lock).
+    Throttled,
 }
 
 /// Why a lock was lost.
@@ -239,6 +251,13 @@ pub enum LockError {
         /// The server's explanation.
         message: String,
     },
+    /// This credential is over its request rate or its session quota (429); retry after a
+    /// backoff, as the server's `Retry-After` asks.
+    #[error("throttled: {message}")]
+    Throttled {
+        /// The server's explanation: which limit.
+        message: String,
+    },
     /// The session is unknown to the store (404).
     #[error("session unknown: {message}")]
     SessionUnknown {
@@ -304,6 +323,7 @@ impl LockError {
             },
             ErrorCode::FencedOut => Self::FencedOut { message },
             ErrorCode::LockHeld | ErrorCode::TooManyWaiters => Self::Contention { message },
+            ErrorCode::RateLimited | ErrorCode::TooManySessions => Self::Throttled { message },
             ErrorCode::SessionUnknown => Self::SessionUnknown { message },
             ErrorCode::SessionExpired => Self::SessionExpired { message },
             ErrorCode::NotLeader => Self::NotLeader { message },
@@ -328,6 +348,7 @@ impl LockError {
         match self {
             Self::NotLeader { .. } | Self::Unavailable { .. } => RetryVerdict::NextTick,
             Self::Contention { .. } => RetryVerdict::Backoff,
+            Self::Throttled { .. } => RetryVerdict::Throttled,
             Self::Lost(_)
             | Self::FencedOut { .. }
             | Self::SessionUnknown { .. }
@@ -342,8 +363,10 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 22] = [
+    const ALL: [ErrorCode; 24] = [
         ErrorCode::LockRevoked,
+        ErrorCode::RateLimited,
+        ErrorCode::TooManySessions,
         ErrorCode::TooManyWaiters,
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
@@ -408,5 +431,10 @@ mod tests {
         assert_eq!(nl.retry(), RetryVerdict::NextTick);
         let held = LockError::from_wire(409, body(ErrorCode::LockHeld), None);
         assert_eq!(held.retry(), RetryVerdict::Backoff);
+        for code in [ErrorCode::RateLimited, ErrorCode::TooManySessions] {
+            let throttled = LockError::from_wire(429, body(code), None);
+            assert!(matches!(throttled, LockError::Throttled { .. }), "{code:?}");
+            assert_eq!(throttled.retry(), RetryVerdict::Throttled);
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! [`LockLost`]), and the log [`Throttle`] the services and the executor share. This crate
 //! does no I/O.
 
+mod credentials;
 mod error;
 mod handle;
 mod ids;
@@ -19,6 +20,11 @@ mod text;
 mod throttle;
 mod wire;
 
+pub use credentials::{
+    CREDENTIAL_NAME_MAX_BYTES, CREDENTIAL_SECRET_BYTES, CredentialEntry, CredentialsError,
+    LOCK_CREDENTIAL_ROLES, LimitOverrides, OwnerRule, PAYMENT_CREDENTIAL_ROLES, parse_credentials,
+    secret_sha256,
+};
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
 pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};

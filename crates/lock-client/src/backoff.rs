@@ -20,6 +20,19 @@ pub fn full_jitter(
     Duration::from_nanos(rng.u64(0..=top))
 }
 
+/// A sleep drawn uniformly from the upper half of `[0, ceiling(base, cap, attempt)]`
+/// ("equal jitter"): spread like full jitter, but never near zero, for a retry that must
+/// give the other side time (a quota that frees only when someone leaves).
+pub fn equal_jitter(
+    base: Duration,
+    cap: Duration,
+    attempt: u32,
+    rng: &mut fastrand::Rng,
+) -> Duration {
+    let top = u64::try_from(ceiling(base, cap, attempt).as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(top / 2 + rng.u64(0..=top - top / 2))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +65,24 @@ mod tests {
                 low > 300 && high > 300,
                 "attempt {attempt}: not uniform ({low} low, {high} high)"
             );
+        }
+    }
+
+    #[test]
+    fn equal_jitter_stays_in_the_upper_half() {
+        let (base, cap) = (Duration::from_millis(100), Duration::from_millis(2_000));
+        let mut rng = fastrand::Rng::with_seed(8);
+        for attempt in 0..8 {
+            let top = ceiling(base, cap, attempt);
+            let draws: Vec<Duration> = (0..2_000)
+                .map(|_| equal_jitter(base, cap, attempt, &mut rng))
+                .collect();
+            assert!(
+                draws.iter().all(|d| *d >= top / 2 && *d <= top),
+                "attempt {attempt}"
+            );
+            let high = draws.iter().filter(|d| **d > top * 3 / 4).count();
+            assert!(high > 700 && high < 1_300, "attempt {attempt}: {high} high");
         }
     }
 }

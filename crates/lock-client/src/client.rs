@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::background::Background;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{AcquirePolicy, ConfigError, Credential, LockClientConfig};
+use crate::core::acquire::throttled_open_retry;
 use crate::core::{AcquireLoop, Next, SessionCore, TickGrid};
 use crate::heartbeat;
 use crate::session::{LockClientSession, Shared};
@@ -187,7 +188,9 @@ impl LockClient {
         let mut last = None;
         let count = config.endpoints.len();
         let first = fastrand::usize(..count.max(1));
-        for step in 0..count {
+        let mut throttled = 0;
+        let mut step = 0;
+        while step < count {
             let index = (first + step) % count;
             let endpoint = &config.endpoints[index];
             let send_nanos = self.inner.clock.now_nanos();
@@ -236,12 +239,21 @@ impl LockClient {
                             LockError::from_wire(status, body, None)
                         }
                     };
-                    if err.retry() != RetryVerdict::NextTick {
+                    let verdict = err.retry();
+                    let mut rng = fastrand::Rng::new();
+                    if let Some(sleep) = throttled_open_retry(verdict, throttled, &mut rng) {
+                        // Over its rate or session quota here: the same replica, later.
+                        throttled += 1;
+                        self.inner.clock.sleep(sleep).await;
+                        continue;
+                    }
+                    if verdict != RetryVerdict::NextTick {
                         return Err(err);
                     }
                     last = Some(err);
                 }
             }
+            step += 1;
         }
         Err(last.unwrap_or(LockError::Unavailable {
             message: "no endpoint configured".into(),

@@ -123,10 +123,31 @@ pub struct Config {
     #[arg(long, env = "LOCK_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// Bearer token lock clients present on every lock call but revoke. When unset, those calls
-    /// answer 403.
+    /// Bearer token lock clients present on every lock call but revoke: the credential
+    /// `lock-client`, any owner. With neither it nor a credentials file naming a `client`,
+    /// those calls answer 403.
     #[arg(long, env = "LOCK_CLIENT_TOKEN", hide_env_values = true)]
     pub client_token: Option<String>,
+
+    /// Named credentials, one a line (`name roles owners sha256:<hex> [limits]`, roles
+    /// `client` and `admin`; `lockctl credential` writes lines), read again on SIGHUP. Each
+    /// client is bound to the owners it may open sessions as and can be removed alone.
+    #[arg(long, env = "LOCK_CREDENTIALS_FILE")]
+    pub credentials_file: Option<std::path::PathBuf>,
+
+    /// Requests a second and burst per caller per replica.
+    #[command(flatten)]
+    pub rate: service_kit::RateDefaults,
+
+    /// Sessions one caller may hold open through this replica; one more answers 429
+    /// `TOO_MANY_SESSIONS`. A credential's `sessions=` overrides it.
+    #[arg(long = "limits.sessions", env = "LIMIT_SESSIONS", default_value_t = crate::quota::SESSIONS_PER_CALLER_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sessions_per_caller: u32,
+
+    /// Acquires of one caller waiting on this replica at once; one more answers 429
+    /// `TOO_MANY_WAITERS`. A credential's `waiters=` overrides it.
+    #[arg(long = "limits.waiters", env = "LIMIT_WAITERS", default_value_t = crate::quota::WAITERS_PER_CALLER_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
+    pub waiters_per_caller: u32,
 
     /// Ed25519 secret seed (base64, 32 bytes) every grant's proof is signed with; replicas
     /// share it. When unset, grants carry no proof and resources refuse their tokens.

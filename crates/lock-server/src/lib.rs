@@ -12,6 +12,7 @@
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod quota;
 pub mod reaper;
 pub mod server;
 pub mod signing;

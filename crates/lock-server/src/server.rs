@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{BackendChoice, Config, TtlPolicy};
+use crate::quota::Quotas;
 use crate::state::{AppState, Credentials};
 use crate::store::{Batched, EtcdStore, LockStore, MemoryStore, PostgresStore, StoreError};
 
@@ -116,10 +117,13 @@ impl Server {
                 "LOCK_SIGNING_KEY is unset: grants carry no proof, and resources that verify proofs refuse their tokens"
             ),
         }
-        if config.client_token.as_deref().is_none_or(str::is_empty) {
+        // Before anything registers a series: the callers' counters are exported from start.
+        service_kit::install_metrics();
+        let callers = callers(config).map_err(StartError::Config)?;
+        if !callers.has_role(crate::http::CLIENT_ROLE) {
             tracing::warn!(
                 event = "lock_surface_disabled",
-                "LOCK_CLIENT_TOKEN is unset: L1-L7 answer 403 until it is configured"
+                "no client credential (LOCK_CLIENT_TOKEN or a `client` in LOCK_CREDENTIALS_FILE): L1-L7 answer 403 until one is configured"
             );
         }
         let state = AppState::new(
@@ -127,8 +131,8 @@ impl Server {
             ttl,
             wait,
             Credentials {
-                admin_token: config.admin_token.clone(),
-                client_token: config.client_token.clone(),
+                callers,
+                quotas: Quotas::new(config.sessions_per_caller, config.waiters_per_caller),
                 signer,
             },
         );
@@ -136,7 +140,6 @@ impl Server {
         // The store-clock guard's first reading, before any grant: a step after this start
         // is then measured against this replica's own clock, not only its host's wall clock.
         state.clock_checked().sample().await?;
-        service_kit::install_metrics();
         crate::metrics::describe(state.backend().as_str());
         Ok(Self {
             listener,
@@ -204,6 +207,34 @@ impl Server {
         tracing::info!(event = "stopped", "lock-server stopped");
         served
     }
+}
+
+/// The credentials a replica accepts: `LOCK_CLIENT_TOKEN` (`lock-client`), `LOCK_ADMIN_TOKEN`
+/// (`lock-admin`) and the credentials file's. With a file, a task reloads it on SIGHUP, so
+/// call from within the runtime.
+fn callers(config: &Config) -> Result<Arc<service_kit::Callers>, String> {
+    use crate::http::{ADMIN_CREDENTIAL, ADMIN_ROLE, CLIENT_CREDENTIAL, CLIENT_ROLE};
+    let env = [
+        (&config.client_token, CLIENT_CREDENTIAL, CLIENT_ROLE),
+        (&config.admin_token, ADMIN_CREDENTIAL, ADMIN_ROLE),
+    ];
+    let fixed = env
+        .into_iter()
+        .filter_map(|(secret, name, role)| {
+            let secret = secret.as_deref().filter(|s| !s.trim().is_empty())?;
+            Some(lock_api::CredentialEntry::from_secret(
+                name,
+                &[role],
+                secret,
+            ))
+        })
+        .collect();
+    service_kit::Callers::load(
+        lock_api::LOCK_CREDENTIAL_ROLES,
+        fixed,
+        config.credentials_file.as_deref(),
+        config.rate,
+    )
 }
 
 /// Refuses a store that can lose a committed token, unless `allow_unsafe` (then says so

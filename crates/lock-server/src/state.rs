@@ -5,17 +5,20 @@ use std::sync::Arc;
 use lock_api::{Backend, FenceSigner};
 use tokio::sync::watch;
 
+use service_kit::Callers;
+
 use crate::config::{TtlPolicy, WaitPolicy};
+use crate::quota::Quotas;
 use crate::store::{ClockCheckedStore, LockStore, StoreError};
 use crate::waiting::Waiters;
 
-/// The secrets a replica is configured with.
-#[derive(Debug, Default)]
+/// Who a replica lets in, how much of it each caller may take, and the key it signs with.
+#[derive(Debug)]
 pub struct Credentials {
-    /// Revoke's bearer token (the operators').
-    pub admin_token: Option<String>,
-    /// The lock clients' bearer token (every lock route but revoke).
-    pub client_token: Option<String>,
+    /// The credentials it accepts, with their request rates.
+    pub callers: Arc<Callers>,
+    /// Each caller's sessions and waiters here.
+    pub quotas: Quotas,
     /// Signs every grant's proof.
     pub signer: Option<FenceSigner>,
 }
@@ -32,8 +35,8 @@ struct Inner {
     store: Arc<dyn LockStore>,
     clock: Arc<ClockCheckedStore>,
     ttl: TtlPolicy,
-    admin_token: Option<String>,
-    client_token: Option<String>,
+    callers: Arc<Callers>,
+    quotas: Quotas,
     signer: Option<FenceSigner>,
     wait: WaitPolicy,
     waiters: Arc<Waiters>,
@@ -50,7 +53,6 @@ impl AppState {
         wait: WaitPolicy,
         credentials: Credentials,
     ) -> Self {
-        let nonempty = |t: Option<String>| t.filter(|t| !t.is_empty());
         let clock = Arc::new(ClockCheckedStore::new(
             store,
             std::time::Duration::from_millis(ttl.max_ms),
@@ -60,8 +62,8 @@ impl AppState {
                 store: clock.clone(),
                 clock,
                 ttl,
-                admin_token: nonempty(credentials.admin_token),
-                client_token: nonempty(credentials.client_token),
+                callers: credentials.callers,
+                quotas: credentials.quotas,
                 signer: credentials.signer,
                 wait,
                 waiters: Arc::new(Waiters::new(wait)),
@@ -104,9 +106,14 @@ impl AppState {
         self.inner.draining.subscribe()
     }
 
-    /// The lock clients' bearer token (every lock route but revoke), if configured.
-    pub fn client_token(&self) -> Option<&str> {
-        self.inner.client_token.as_deref()
+    /// The credentials this replica accepts.
+    pub fn callers(&self) -> &Callers {
+        &self.inner.callers
+    }
+
+    /// Each caller's sessions and waiters on this replica.
+    pub fn quotas(&self) -> &Quotas {
+        &self.inner.quotas
     }
 
     /// The grant signer, if configured.
@@ -127,11 +134,6 @@ impl AppState {
     /// TTL defaults and range.
     pub fn ttl(&self) -> &TtlPolicy {
         &self.inner.ttl
-    }
-
-    /// The configured admin bearer token, if any.
-    pub fn admin_token(&self) -> Option<&str> {
-        self.inner.admin_token.as_deref()
     }
 
     /// From now on, mutations are answered `NOT_LEADER` and readiness fails.

@@ -119,6 +119,9 @@ pub enum Command {
     /// proofs, and report which of the fence's promises it keeps (exit 1 if any is broken).
     #[command(long_about = FENCE_CHECK_ABOUT)]
     FenceCheck(FenceCheckArgs),
+    /// Make a caller for a credentials file: its secret to --secret-file (mode 0600), its
+    /// line (the secret's digest, roles, owners, limits) to stdout.
+    Credential(CredentialArgs),
 }
 
 /// `lockctl session ...`.
@@ -222,6 +225,36 @@ pub struct FenceCheckArgs {
     /// so a run takes about one lease.
     #[arg(long, value_parser = positive_duration, default_value = "2s")]
     pub lease: Duration,
+}
+
+/// `lockctl credential`.
+#[derive(Debug, Args)]
+pub struct CredentialArgs {
+    /// The caller's name, in every audit line (1-64 of A-Z a-z 0-9 - _ .).
+    pub name: String,
+    /// Its roles, comma-separated: client, admin (LOCK_CREDENTIALS_FILE); creator, executor,
+    /// proxy, admin, reader (PAYMENT_CREDENTIALS_FILE).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub roles: Vec<String>,
+    /// The lock owners it may open sessions as: owner ids or prefixes ending in '*',
+    /// comma-separated; '*' any; '-' none [default: -].
+    #[arg(long)]
+    pub owners: Option<String>,
+    /// Where the secret is written (created with mode 0600; must not exist).
+    #[arg(long, value_name = "PATH")]
+    pub secret_file: std::path::PathBuf,
+    /// Its own requests a second per replica [default: the service's].
+    #[arg(long)]
+    pub rps: Option<u32>,
+    /// Its own burst above the rate [default: the service's].
+    #[arg(long)]
+    pub burst: Option<u32>,
+    /// Its own quota of sessions open through one replica [default: the service's].
+    #[arg(long)]
+    pub sessions: Option<u32>,
+    /// Its own quota of acquires waiting on one replica [default: the service's].
+    #[arg(long)]
+    pub waiters: Option<u32>,
 }
 
 /// `lockctl revoke`.

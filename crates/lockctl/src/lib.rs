@@ -15,9 +15,12 @@
 //!   heartbeats, for as long as CMD runs; stop CMD the moment the SDK declares the lock lost.
 //! - `fence-check KEY URL [--claim-url URL] [--bearer-env VAR]` ([`fence_check`]): the
 //!   conformance kit for fenced resources: which of the fence's promises URL keeps.
+//! - `credential NAME --roles … --secret-file PATH` ([`credential`]): a caller for a
+//!   credentials file: the secret to the file, the line to stdout.
 
 pub mod cli;
 mod commands;
+mod credential;
 pub mod error;
 mod fence_check;
 pub mod output;
@@ -45,6 +48,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Revoke(args) => commands::revoke(global, args).await,
         Command::Run(args) => run::run(global, args).await,
         Command::FenceCheck(args) => fence_check::fence_check(global, args).await,
+        Command::Credential(args) => credential::credential(global, args),
     }
 }
 

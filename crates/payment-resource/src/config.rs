@@ -43,6 +43,14 @@ pub struct Config {
     /// reads answer 403.
     #[arg(long, env = "PAYMENT_READER_TOKEN", hide_env_values = true)]
     pub reader_token: Option<String>,
+    /// Named credentials, one a line (`name roles owners sha256:<hex> [limits]`, roles
+    /// `creator`, `executor`, `proxy`, `admin`, `reader`, owners `-`), read again on SIGHUP:
+    /// each executor or creator its own secret, removable alone.
+    #[arg(long, env = "PAYMENT_CREDENTIALS_FILE")]
+    pub credentials_file: Option<std::path::PathBuf>,
+    /// Requests a second and burst per caller.
+    #[command(flatten)]
+    pub rate: service_kit::RateDefaults,
     /// The lock service's public keys, `key_id=base64[,key_id=base64]`: every fenced write's
     /// `X-Fencing-Proof` must be one of their signatures of `payout:{id}` and the token.
     /// Required.

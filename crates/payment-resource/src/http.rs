@@ -21,7 +21,7 @@ use payment_api::{
     Reservation, Submission,
 };
 use serde::Deserialize;
-use service_kit::{ApiError, ApiJson, RequestMetrics, common_layers};
+use service_kit::{ApiError, ApiJson, Caller, Callers, RequestMetrics, common_layers};
 
 use crate::store::{LIST_LIMIT_MAX, PayError, PayStore};
 
@@ -35,16 +35,8 @@ const LIST_LIMIT_DEFAULT: i64 = 50;
 pub struct AppState {
     /// paydb.
     pub store: PayStore,
-    /// rail-proxy's bearer token (reserve, record outcome).
-    pub proxy_token: Option<Arc<str>>,
-    /// The payout creators' bearer token (P0).
-    pub creator_token: Option<Arc<str>>,
-    /// The executors' bearer token (list claimable, P2, P3).
-    pub executor_token: Option<Arc<str>>,
-    /// The operators' bearer token (re-fence).
-    pub admin_token: Option<Arc<str>>,
-    /// The readers' bearer token (a payout, its submission, the ledger summary).
-    pub reader_token: Option<Arc<str>>,
+    /// The credentials it accepts (each with its roles) and their request rates.
+    pub callers: Arc<Callers>,
     /// The lock service's public keys: every fenced write's proof is checked against them.
     pub verifier: Arc<TrustedKeys>,
     /// The proxy's hop budget.
@@ -108,7 +100,7 @@ type ApiResult<T> = Result<T, ApiError>;
 
 /// The callers of payment-resource, each with its own credential (SECURITY.md).
 #[derive(Debug, Clone, Copy)]
-enum Role {
+pub enum Role {
     /// P0.
     Creator,
     /// List claimable, P2, P3.
@@ -122,37 +114,60 @@ enum Role {
 }
 
 impl Role {
-    /// The configured credential and how refusals name it.
-    fn credential(self, state: &AppState) -> (Option<&str>, &'static str) {
+    /// Its name in the credentials file, and how refusals name it.
+    fn names(self) -> (&'static str, &'static str) {
         match self {
             Self::Creator => (
-                state.creator_token.as_deref(),
-                "creating payouts (PAYMENT_CREATOR_TOKEN)",
+                "creator",
+                "creating payouts (PAYMENT_CREATOR_TOKEN or a `creator` credential)",
             ),
             Self::Executor => (
-                state.executor_token.as_deref(),
-                "executors' calls (PAYOUT_EXECUTOR_TOKEN)",
+                "executor",
+                "executors' calls (PAYOUT_EXECUTOR_TOKEN or an `executor` credential)",
             ),
             Self::Proxy => (
-                state.proxy_token.as_deref(),
-                "submissions (PAYMENT_PROXY_TOKEN)",
+                "proxy",
+                "submissions (PAYMENT_PROXY_TOKEN or a `proxy` credential)",
             ),
             Self::Admin => (
-                state.admin_token.as_deref(),
-                "re-fencing (PAYMENT_ADMIN_TOKEN)",
+                "admin",
+                "re-fencing (PAYMENT_ADMIN_TOKEN or an `admin` credential)",
             ),
             Self::Reader => (
-                state.reader_token.as_deref(),
-                "reads (PAYMENT_READER_TOKEN)",
+                "reader",
+                "reads (PAYMENT_READER_TOKEN or a `reader` credential)",
             ),
         }
     }
 
-    /// The caller presents this role's credential.
-    fn check(self, state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-        let (expected, what) = self.credential(state);
-        service_kit::require_bearer(headers, expected, what)
+    /// The caller, when it presents a credential with this role and is within its rate.
+    fn check(self, state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
+        let (role, what) = self.names();
+        let caller = state.callers.authorize(headers, role, what)?;
+        state.callers.admit(&caller)?;
+        Ok(caller)
     }
+}
+
+/// The credentials of payment-resource's environment, each with its one role.
+pub fn env_credentials(config: &crate::Config) -> Vec<lock_api::CredentialEntry> {
+    [
+        (&config.creator_token, "payment-creator", Role::Creator),
+        (&config.executor_token, "payout-executor", Role::Executor),
+        (&config.proxy_token, "rail-proxy", Role::Proxy),
+        (&config.admin_token, "payment-admin", Role::Admin),
+        (&config.reader_token, "payment-reader", Role::Reader),
+    ]
+    .into_iter()
+    .filter_map(|(secret, name, role)| {
+        let secret = secret.as_deref().filter(|s| !s.trim().is_empty())?;
+        Some(lock_api::CredentialEntry::from_secret(
+            name,
+            &[role.names().0],
+            secret,
+        ))
+    })
+    .collect()
 }
 
 /// A fenced write's checks, in order: the role's credential, the payout id of the path, the
@@ -164,11 +179,21 @@ fn fenced_write(
     raw_id: &str,
     role: Role,
 ) -> ApiResult<(i64, ProvenFence)> {
-    role.check(state, headers)?;
+    fenced_write_by(state, headers, raw_id, role).map(|(_, id, fence)| (id, fence))
+}
+
+/// [`fenced_write`], also naming the caller (for audit lines).
+fn fenced_write_by(
+    state: &AppState,
+    headers: &HeaderMap,
+    raw_id: &str,
+    role: Role,
+) -> ApiResult<(Caller, i64, ProvenFence)> {
+    let caller = role.check(state, headers)?;
     let id = payout_id(raw_id)?;
     let key = payment_api::payout_lock_key(id);
     let fence = FencedWrite::from_headers(headers)?.verify(&state.verifier.current(), &key)?;
-    Ok((id, fence))
+    Ok((caller, id, fence))
 }
 
 fn payout_id(raw: &str) -> ApiResult<i64> {
@@ -419,9 +444,15 @@ async fn get_submission(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Submission>> {
     // rail-proxy reads it too, with its own credential, after a refused reservation.
-    if Role::Proxy.check(&state, &headers).is_err() {
-        Role::Reader.check(&state, &headers)?;
-    }
+    let (proxy, what) = Role::Proxy.names();
+    let caller = match state.callers.authorize(&headers, proxy, what) {
+        Ok(caller) => caller,
+        Err(_) => {
+            let (reader, what) = Role::Reader.names();
+            state.callers.authorize(&headers, reader, what)?
+        }
+    };
+    state.callers.admit(&caller)?;
     Ok(Json(state.store.submission(payout_id(&id)?).await?))
 }
 
@@ -483,11 +514,12 @@ async fn refence(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    let (id, fence) = fenced_write(&state, &headers, &id, Role::Admin)?;
+    let (caller, id, fence) = fenced_write_by(&state, &headers, &id, Role::Admin)?;
     let (payout, old_fence) = state.store.refence(id, &fence).await?;
     metrics::counter!("payouts_refenced_total").increment(1);
     tracing::warn!(
         event = "payout_refenced",
+        credential = %caller.name,
         payout_id = id,
         old_fence,
         new_fence = payout.fence,

@@ -24,14 +24,16 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
     let store = store::PayStore::connect(&config.database_url, config.db_max_connections).await?;
     service_kit::install_metrics();
     describe_metrics();
-    let secret = |t: &Option<String>| t.as_deref().filter(|t| !t.is_empty()).map(Into::into);
+    let callers = service_kit::Callers::load(
+        lock_api::PAYMENT_CREDENTIAL_ROLES,
+        http::env_credentials(config),
+        config.credentials_file.as_deref(),
+        config.rate,
+    )
+    .map_err(anyhow::Error::msg)?;
     let state = http::AppState {
         store: store.clone(),
-        proxy_token: secret(&config.proxy_token),
-        creator_token: secret(&config.creator_token),
-        executor_token: secret(&config.executor_token),
-        admin_token: secret(&config.admin_token),
-        reader_token: secret(&config.reader_token),
+        callers,
         verifier,
         hop_budget: config.hop_budget,
     };

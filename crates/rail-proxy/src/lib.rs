@@ -16,7 +16,9 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
-use lock_api::{ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FencingToken};
+use lock_api::{
+    CredentialEntry, ErrorCode, FENCING_PROOF_HEADER, FENCING_TOKEN_HEADER, FencingToken,
+};
 use payment_api::{
     AnyErrorBody, RecordOutcome, Reservation, SubmissionOutcome, SubmitResult, Transfer,
     TransferAnswer,
@@ -54,9 +56,17 @@ pub struct Config {
     /// The bearer token presented to payment-resource's submission endpoints.
     #[arg(long, env = "PAYMENT_PROXY_TOKEN", hide_env_values = true)]
     pub payment_token: String,
-    /// The bearer token executors present to submit. When unset, submits answer 403.
+    /// The bearer token executors present to submit (the credential `payout-executor`).
+    /// With neither it nor an `executor` in the credentials file, submits answer 403.
     #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]
     pub executor_token: Option<String>,
+    /// payment-resource's credentials file, shared: its `executor` credentials may submit.
+    /// Read again on SIGHUP.
+    #[arg(long, env = "PAYMENT_CREDENTIALS_FILE")]
+    pub credentials_file: Option<std::path::PathBuf>,
+    /// Requests a second and burst per caller.
+    #[command(flatten)]
+    pub rate: service_kit::RateDefaults,
     /// The lock service's public keys, `key_id=base64[,…]`: a submit's `X-Fencing-Proof`
     /// must be one of their signatures of `payout:{id}` and the token. Required.
     #[arg(long, env = "FENCE_PUBLIC_KEYS")]
@@ -79,6 +89,9 @@ pub struct Config {
     pub http: service_kit::HttpLimits,
 }
 
+/// The role that may submit.
+const EXECUTOR_ROLE: &str = "executor";
+
 #[derive(Debug)]
 struct Proxy {
     http: reqwest::Client,
@@ -86,7 +99,7 @@ struct Proxy {
     rail_url: String,
     rail_credential: String,
     payment_token: String,
-    executor_token: Option<String>,
+    callers: Arc<service_kit::Callers>,
     verifier: Arc<fence_kit::TrustedKeys>,
     rail_timeout: Duration,
 }
@@ -267,11 +280,12 @@ async fn submit(
     Path(id): Path<String>,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Json<SubmitResult>> {
-    service_kit::require_bearer(
+    let caller = proxy.callers.authorize(
         &headers,
-        proxy.executor_token.as_deref(),
-        "submits (PAYOUT_EXECUTOR_TOKEN)",
+        EXECUTOR_ROLE,
+        "submits (PAYOUT_EXECUTOR_TOKEN or an `executor` credential)",
     )?;
+    proxy.callers.admit(&caller)?;
     match body {
         Ok(bytes) if bytes.is_empty() => {}
         Ok(_) => return Err(ApiError::invalid("body", "submit takes no body")),
@@ -333,6 +347,18 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
     .map_err(anyhow::Error::msg)?;
     service_kit::install_metrics();
     describe_metrics();
+    let executors = config
+        .executor_token
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+        .map(|secret| CredentialEntry::from_secret("payout-executor", &[EXECUTOR_ROLE], secret));
+    let callers = service_kit::Callers::load(
+        lock_api::PAYMENT_CREDENTIAL_ROLES,
+        executors.into_iter().collect(),
+        config.credentials_file.as_deref(),
+        config.rate,
+    )
+    .map_err(anyhow::Error::msg)?;
     let http = reqwest::Client::builder()
         .timeout(config.hop_budget)
         .build()?;
@@ -342,7 +368,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         rail_url: config.rail_url.trim_end_matches('/').to_owned(),
         rail_credential: config.rail_credential.clone(),
         payment_token: config.payment_token.clone(),
-        executor_token: config.executor_token.clone().filter(|t| !t.is_empty()),
+        callers,
         verifier,
         rail_timeout: config.rail_timeout,
     });

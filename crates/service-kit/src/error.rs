@@ -16,6 +16,8 @@ pub struct ApiError {
     pub code: WireCode,
     /// For humans; names the field for `INVALID_ARGUMENT`.
     pub message: String,
+    /// Sent as `Retry-After` (whole seconds, at least 1) with a 429.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -24,7 +26,16 @@ impl ApiError {
         Self {
             code: code.into(),
             message: message.into(),
+            retry_after_secs: None,
         }
+    }
+
+    /// The same error, telling the caller to come back after `wait` (rounded up to whole
+    /// seconds, as `Retry-After` counts them).
+    pub fn retry_after(mut self, wait: std::time::Duration) -> Self {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        self.retry_after_secs = Some(secs.max(1));
+        self
     }
 
     /// `INVALID_ARGUMENT` naming `field`.
@@ -74,7 +85,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.code.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let response = (
+        let mut response = (
             status,
             Json(Body {
                 code: self.code.code,
@@ -82,6 +93,11 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
         tag(response, self.code)
     }
 }

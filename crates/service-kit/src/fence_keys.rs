@@ -28,26 +28,17 @@ pub fn trusted_keys(inline: Option<&str>, file: Option<&Path>) -> Result<Arc<Tru
     };
     let keys = Arc::new(keys);
     if file.is_some() {
-        // Registered here, before the service serves: a SIGHUP from then on reloads, never
-        // ends the process (SIGHUP's default).
-        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|e| format!("FENCE_PUBLIC_KEYS_FILE: no SIGHUP handler to reload it: {e}"))?;
-        tokio::spawn(reload_on_sighup(keys.clone(), hangups));
-    }
-    Ok(keys)
-}
-
-async fn reload_on_sighup(keys: Arc<TrustedKeys>, mut hangups: tokio::signal::unix::Signal) {
-    while hangups.recv().await.is_some() {
-        match keys.reload() {
+        let reloaded = keys.clone();
+        crate::hangup::on_sighup("FENCE_PUBLIC_KEYS_FILE", move || match reloaded.reload() {
             Ok(key_ids) => {
                 tracing::info!(event = "fence_keys_reloaded", key_ids = ?key_ids, "trusting exactly these signing keys");
             }
             Err(err) => {
                 tracing::error!(event = "fence_keys_reload_failed", error = %err, "kept the keys in force");
             }
-        }
+        })?;
     }
+    Ok(keys)
 }
 
 #[cfg(test)]

@@ -43,6 +43,12 @@ pub use secrets::Secrets;
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// The trusted-keys file of local resources, in the log directory.
 const TRUSTED_KEYS_FILE: &str = "fence-public-keys";
+/// The lock-servers' named credentials (`LOCK_CREDENTIALS_FILE`) in a local stack's log
+/// directory: empty at start (the role secrets of the environment serve), written by
+/// [`Stack::accept_credentials`].
+const LOCK_CREDENTIALS_FILE: &str = "lock-credentials";
+/// payment-resource's and rail-proxy's (`PAYMENT_CREDENTIALS_FILE`), as above.
+const PAYMENT_CREDENTIALS_FILE: &str = "payment-credentials";
 /// How often a restart starts a process before it gives up.
 const RESTART_ATTEMPTS: u32 = 20;
 /// How long one restarted process may take to answer ready.
@@ -226,6 +232,19 @@ impl Stack {
             ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
         ];
         lock_env.extend(secrets.lock_server_env());
+        let lock_credentials = log_dir.join(LOCK_CREDENTIALS_FILE);
+        let payment_credentials = log_dir.join(PAYMENT_CREDENTIALS_FILE);
+        for file in [&lock_credentials, &payment_credentials] {
+            std::fs::write(file, "")?;
+        }
+        lock_env.push((
+            "LOCK_CREDENTIALS_FILE",
+            lock_credentials.display().to_string(),
+        ));
+        let payment_credentials = (
+            "PAYMENT_CREDENTIALS_FILE",
+            payment_credentials.display().to_string(),
+        );
         let mut lock_servers = Vec::new();
         for name in ["lock-server-1", "lock-server-2"] {
             lock_servers
@@ -254,6 +273,7 @@ impl Stack {
                     ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
                     ("PAYMENT_READER_TOKEN", secrets.reader.clone()),
                     trusted_keys.clone(),
+                    payment_credentials.clone(),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                     // Short, so tests see a stuck payout counted.
                     ("PAYMENT_STUCK_AFTER", "2s".to_owned()),
@@ -279,6 +299,7 @@ impl Stack {
                     ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
                     ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
                     trusted_keys.clone(),
+                    payment_credentials,
                     ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
                     ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
                 ],

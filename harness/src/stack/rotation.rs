@@ -1,7 +1,8 @@
-//! Rotating the lock service's signing key under live traffic, as an operator would: the
-//! resources trust a new key (their keys file rewritten, then SIGHUP), the replicas switch to
-//! it one at a time (drain, exit, start with the new key: the service never stops), and the
-//! resources retire the old key. Local processes only.
+//! What operators change under live traffic, as they would: rotating the lock service's
+//! signing key (the resources trust a new key, their keys file rewritten, then SIGHUP; the
+//! replicas switch to it one at a time, drain, exit, start with the new key, so the service
+//! never stops; the resources retire the old key), and the named credentials every service
+//! accepts (files rewritten, then SIGHUP). Local processes only.
 
 use super::*;
 
@@ -33,6 +34,44 @@ impl Stack {
             service.signal(Signal::SIGHUP);
             test_support::poll_until(
                 &format!("{name} to reload its trusted keys"),
+                RELOAD_DEADLINE,
+                || async { (reloads() > before).then_some(()) },
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// From the moment this returns, the lock-servers accept exactly `lock_lines` besides
+    /// the environment's role secrets, and payment-resource and rail-proxy exactly
+    /// `payment_lines` (credentials-file lines): both files are rewritten, every service
+    /// gets SIGHUP, and each logged the reload.
+    pub async fn accept_credentials(
+        &self,
+        lock_lines: &[String],
+        payment_lines: &[String],
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.compose, "credential files need local processes");
+        let text = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        std::fs::write(self.log_dir.join(LOCK_CREDENTIALS_FILE), text(lock_lines))?;
+        std::fs::write(
+            self.log_dir.join(PAYMENT_CREDENTIALS_FILE),
+            text(payment_lines),
+        )?;
+        let services = self
+            .lock_servers
+            .iter()
+            .map(|l| ("a lock-server", &l.process))
+            .chain(["payment-resource", "rail-proxy"].into_iter().map(|name| {
+                let index = self.service_index(name).unwrap_or(0);
+                (name, &self.services[index])
+            }));
+        for (name, service) in services {
+            let reloads = || service.log().matches("\"credentials_reloaded\"").count();
+            let before = reloads();
+            service.signal(Signal::SIGHUP);
+            test_support::poll_until(
+                &format!("{name} to reload its credentials"),
                 RELOAD_DEADLINE,
                 || async { (reloads() > before).then_some(()) },
             )

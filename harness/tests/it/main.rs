@@ -3,6 +3,7 @@
 
 mod architecture_map;
 mod attack;
+mod callers;
 mod executor_config;
 mod fence_check;
 mod lockctl;

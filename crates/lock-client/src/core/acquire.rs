@@ -27,6 +27,36 @@ pub fn wait_ms_for(remaining_nanos: u64, request_timeout: Duration) -> Option<u6
     (wait_ms > 0).then_some(wait_ms)
 }
 
+/// Most times opening a session is retried on a replica that answered it is over the
+/// caller's rate or session quota (429); then the refusal is the answer.
+pub const OPEN_THROTTLED_RETRIES_MAX: u32 = 5;
+/// Backoff of a throttled open: attempt `n` sleeps in the upper half of `min(cap, base ·
+/// 2^n)`, so the retries span at least 1.5 s (a session quota frees only when one closes or
+/// runs out). The base is above the time a bucket refills one request at any sane rate.
+const OPEN_THROTTLED_BASE_MS: u64 = 100;
+/// Backoff cap of a throttled open.
+const OPEN_THROTTLED_CAP_MS: u64 = 2_000;
+
+/// After a session open failed with `verdict`, having been throttled `throttled_so_far` times:
+/// how long to sleep before asking the same replica again, or `None` to go on as for any
+/// other refusal (the next endpoint for `NextTick`, else stop with the error).
+pub fn throttled_open_retry(
+    verdict: RetryVerdict,
+    throttled_so_far: u32,
+    rng: &mut fastrand::Rng,
+) -> Option<Duration> {
+    (verdict == RetryVerdict::Throttled && throttled_so_far < OPEN_THROTTLED_RETRIES_MAX).then(
+        || {
+            backoff::equal_jitter(
+                Duration::from_millis(OPEN_THROTTLED_BASE_MS),
+                Duration::from_millis(OPEN_THROTTLED_CAP_MS),
+                throttled_so_far,
+                rng,
+            )
+        },
+    )
+}
+
 /// The session loss a refusal means: the server no longer knows the session (404) or it
 /// expired there (410). Either is final for every grant in it.
 pub fn session_loss(code: ErrorCode) -> Option<LossReason> {
@@ -183,6 +213,7 @@ impl AcquireLoop {
             _ => {
                 let spent = self.attempts >= self.policy.max_attempts
                     || self.remaining_nanos(now_nanos) == 0;
+                // Only contention ends as "still held"; a throttled caller's refusal stands.
                 spent.then_some(if verdict == RetryVerdict::Backoff {
                     Next::Contended
                 } else {
@@ -302,6 +333,51 @@ mod tests {
         assert_eq!(
             lp.failed(START, RetryVerdict::Never, &mut rng).next,
             Next::Fail
+        );
+    }
+
+    #[test]
+    fn a_throttled_caller_backs_off_on_the_same_replica_and_ends_with_the_refusal() {
+        let mut rng = fastrand::Rng::with_seed(4);
+        let mut lp = AcquireLoop::new(&policy(2_000, 32), Duration::from_secs(1), START);
+        let _ = lp.attempt(START);
+        let after = lp.failed(START, RetryVerdict::Throttled, &mut rng);
+        assert!(
+            !after.rotate && matches!(after.next, Next::Retry(_)),
+            "{after:?}"
+        );
+        let _ = lp.attempt(START);
+        let spent = START.wrapping_add(2_000 * MS);
+        assert_eq!(
+            lp.failed(spent, RetryVerdict::Throttled, &mut rng).next,
+            Next::Fail,
+            "over its rate is not 'still held'"
+        );
+        let mut slept = Duration::ZERO;
+        for n in 0..OPEN_THROTTLED_RETRIES_MAX {
+            let sleep = throttled_open_retry(RetryVerdict::Throttled, n, &mut rng).unwrap();
+            assert!(
+                sleep <= Duration::from_millis(OPEN_THROTTLED_CAP_MS),
+                "{sleep:?}"
+            );
+            slept += sleep;
+        }
+        assert!(slept >= Duration::from_millis(1_500), "{slept:?}");
+        assert_eq!(
+            throttled_open_retry(
+                RetryVerdict::Throttled,
+                OPEN_THROTTLED_RETRIES_MAX,
+                &mut rng
+            ),
+            None
+        );
+        assert_eq!(
+            throttled_open_retry(RetryVerdict::NextTick, 0, &mut rng),
+            None
+        );
+        assert_eq!(
+            throttled_open_retry(RetryVerdict::Backoff, 0, &mut rng),
+            None
         );
     }
 

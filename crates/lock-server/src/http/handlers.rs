@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
@@ -16,7 +16,7 @@ use crate::metrics as m;
 use crate::state::AppState;
 use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, StoreError};
 use crate::waiting::{self, Waited};
-use service_kit::{ApiError, ApiJson};
+use service_kit::{ApiError, ApiJson, Caller};
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -36,24 +36,38 @@ fn session_from_path(raw: &str) -> ApiResult<SessionId> {
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", operation_id = "L1_create_session",
     request_body = CreateSessionRequest, security(("lock_client" = [])),
     responses((status = 201, description = "the session, with the TTL granted", body = CreateSessionResponse),
-        (status = 400, description = "INVALID_ARGUMENT: owner_id, ttl_ms, an unknown field or a malformed body", body = ErrorBody)))]
+        (status = 400, description = "INVALID_ARGUMENT: owner_id, ttl_ms, an unknown field or a malformed body", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: this credential may not open sessions as this owner_id, or no client credential is configured", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_SESSIONS: this credential holds its quota of sessions through this replica (limits.sessions); RATE_LIMITED: over its requests a second", body = ErrorBody)))]
 /// L1 `POST /v1/sessions`.
 pub async fn create_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<CreateSessionRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateSessionResponse>)> {
     let requested = match req.ttl_ms {
         Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
         None => state.ttl().session_default_ms,
     };
+    if !caller.owners.allows(req.owner_id.as_str()) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "credential {} may not open sessions as owner {}",
+                caller.name, req.owner_id
+            ),
+        ));
+    }
+    let place = state.quotas().open_session(&caller)?;
     let record = state
         .store()
         .create_session(&req.owner_id, state.ttl().clamp(requested))
         .await
         .map_err(api_error)?;
+    place.opened(record.session_id, record.ttl_ms);
     metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
         .increment(1);
-    tracing::info!(event = "session_created", session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
+    tracing::info!(event = "session_created", credential = %caller.name, session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
     Ok((
         StatusCode::CREATED,
         Json(CreateSessionResponse {
@@ -74,11 +88,13 @@ pub async fn create_session(
 /// L2 `POST /v1/sessions/{session_id}/heartbeat`.
 pub async fn heartbeat(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
     let session = session_from_path(&session_id)?;
     let record = state.store().heartbeat(session).await.map_err(api_error)?;
-    tracing::info!(event = "session_extended", session = %session, expires_at = %record.expires_at.to_rfc3339());
+    state.quotas().extended(&caller, session, record.ttl_ms);
+    tracing::info!(event = "session_extended", credential = %caller.name, session = %session, expires_at = %record.expires_at.to_rfc3339());
     Ok(Json(HeartbeatResponse {
         ttl_ms: record.ttl_ms,
         expires_at: record.expires_at,
@@ -92,6 +108,7 @@ pub async fn heartbeat(
 /// L3 `DELETE /v1/sessions/{session_id}`: 204 whether or not it existed.
 pub async fn delete_session(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(session_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let session = session_from_path(&session_id)?;
@@ -101,7 +118,8 @@ pub async fn delete_session(
         .delete_session(session)
         .await
         .map_err(api_error)?;
-    tracing::info!(event = "session_closed", session = %session, invoked_at = %invoked_at.to_rfc3339());
+    state.quotas().closed(&caller, session);
+    tracing::info!(event = "session_closed", credential = %caller.name, session = %session, invoked_at = %invoked_at.to_rfc3339());
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -112,12 +130,13 @@ pub async fn delete_session(
         (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
         (status = 409, description = "LOCK_HELD: another live session holds it, the key is in a lock-delay, or waiters queued first (after wait_ms, if given)", body = ErrorBody),
         (status = 410, description = "SESSION_EXPIRED", body = ErrorBody),
-        (status = 429, description = "TOO_MANY_WAITERS: wait_ms given but this replica already holds lock.max.waiters(-per-key) waiters", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_WAITERS: wait_ms given but this replica already holds lock.max.waiters(-per-key) waiters, or this credential's limits.waiters; RATE_LIMITED: over its requests a second", body = ErrorBody),
         (status = 503, description = "NOT_LEADER: draining (a waiter keeps its queue place for its retry elsewhere)", body = ErrorBody)))]
 /// L4 `POST /v1/locks/{lock_key}/acquire`. With `wait_ms` the request is held, in FIFO
 /// order with the key's other waiters on every replica, until granted or the wait ends.
 pub async fn acquire(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(lock_key): Path<String>,
     ApiJson(req): ApiJson<AcquireRequest>,
 ) -> ApiResult<Json<LockGrant>> {
@@ -151,6 +170,7 @@ pub async fn acquire(
             0,
         )
     } else {
+        let _place = state.quotas().wait(&caller)?;
         let waited = waiting::acquire_waiting(
             state.store_arc(),
             state.waiters(),
@@ -221,7 +241,7 @@ pub async fn acquire(
             grant.proof = sign(&state, &grant);
             grant.waited_ms = waited_ms;
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-            tracing::info!(event = "lock_granted", key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
+            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
                 metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
                     .increment(1);
@@ -267,6 +287,7 @@ pub async fn acquire(
 /// L5 `POST /v1/locks/{lock_key}/renew`.
 pub async fn renew(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(lock_key): Path<String>,
     ApiJson(req): ApiJson<RenewRequest>,
 ) -> ApiResult<Json<LockGrant>> {
@@ -278,7 +299,7 @@ pub async fn renew(
     {
         Ok(mut grant) => {
             grant.proof = sign(&state, &grant);
-            tracing::info!(event = "lock_renewed", key = %key, token = grant.fencing_token.0, session = %grant.session_id, expires_at = %grant.expires_at.to_rfc3339());
+            tracing::info!(event = "lock_renewed", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id, expires_at = %grant.expires_at.to_rfc3339());
             Ok(Json(grant))
         }
         Err(err @ StoreError::LockLost { .. }) => {
@@ -304,6 +325,7 @@ pub async fn renew(
 /// L6 `POST /v1/locks/{lock_key}/release`: compare-and-delete on key, session and token.
 pub async fn release(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(lock_key): Path<String>,
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> ApiResult<Json<ReleaseResponse>> {
@@ -315,7 +337,7 @@ pub async fn release(
         .release(&key, req.session_id, token)
         .await
         .map_err(api_error)?;
-    tracing::info!(event = "lock_released", key = %key, token = token.0, session = %req.session_id, released, invoked_at = %invoked_at.to_rfc3339());
+    tracing::info!(event = "lock_released", credential = %caller.name, key = %key, token = token.0, session = %req.session_id, released, invoked_at = %invoked_at.to_rfc3339());
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))
@@ -346,20 +368,27 @@ pub async fn get_lock(
     responses((status = 200, description = "the revoke result", body = LockOutcome),
         (status = 400, description = "INVALID_ARGUMENT: Authorization sent twice, lock_key, reason, an unknown field or the body", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body that is not application/json", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED: Authorization missing, not bearer, or a wrong token", body = ErrorBody),
-        (status = 403, description = "FORBIDDEN: LOCK_ADMIN_TOKEN unset: revoke is disabled", body = ErrorBody)))]
-/// L8 `POST /v1/locks/{lock_key}/revoke` (admin): needs `Authorization: Bearer <LOCK_ADMIN_TOKEN>`.
+        (status = 401, description = "UNAUTHENTICATED: Authorization missing, not bearer, or not an admin credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: no admin credential is configured: revoke is disabled", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: this credential is over its requests a second on this replica", body = ErrorBody)))]
+/// L8 `POST /v1/locks/{lock_key}/revoke`: needs an `admin` credential (`LOCK_ADMIN_TOKEN`
+/// or a named one).
 pub async fn revoke(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(lock_key): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<LockOutcome>> {
-    authorize_admin(&state, &headers)?;
+    let caller = state.callers().authorize(
+        &headers,
+        ADMIN_ROLE,
+        "revoke (LOCK_ADMIN_TOKEN or an `admin` credential)",
+    )?;
+    state.callers().admit(&caller)?;
     let key = key_from_path(lock_key)?;
     let request: RevokeRequest = ApiJson::optional(&headers, &body)?;
     let note = RevokeNote {
-        by: ADMIN_CREDENTIAL.to_owned(),
+        by: caller.name.clone(),
         reason: request.reason,
     };
     let token: Option<FencingToken> = state.store().revoke(&key, &note).await.map_err(api_error)?;
@@ -377,8 +406,14 @@ pub async fn revoke(
     }))
 }
 
-/// The name of `LOCK_ADMIN_TOKEN`'s credential, the one that may revoke: audit lines and the
-/// holder's refusal say who revoked.
+/// The role of lock clients: every lock route but revoke.
+pub const CLIENT_ROLE: &str = lock_api::LOCK_CREDENTIAL_ROLES[0];
+/// The role of operators: revoke.
+pub const ADMIN_ROLE: &str = lock_api::LOCK_CREDENTIAL_ROLES[1];
+/// The name of `LOCK_CLIENT_TOKEN`'s credential.
+pub const CLIENT_CREDENTIAL: &str = "lock-client";
+/// The name of `LOCK_ADMIN_TOKEN`'s credential: audit lines and the holder's refusal say
+/// who revoked.
 pub const ADMIN_CREDENTIAL: &str = "lock-admin";
 
 /// The proof of `grant`, when this replica signs grants: it names the grant (its session,
@@ -390,25 +425,29 @@ fn sign(state: &AppState, grant: &LockGrant) -> Option<String> {
     })
 }
 
-/// Middleware of L1-L7: `Authorization: Bearer <LOCK_CLIENT_TOKEN>`.
+/// Middleware of L1-L7: a `client` credential (`LOCK_CLIENT_TOKEN` or a named one) within
+/// its request rate; handlers find the caller as an extension.
 pub async fn require_client(
     State(state): State<AppState>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match service_kit::require_bearer(
-        request.headers(),
-        state.client_token(),
-        "the lock surface (LOCK_CLIENT_TOKEN)",
-    ) {
-        Ok(()) => next.run(request).await,
+    let admitted = state
+        .callers()
+        .authorize(
+            request.headers(),
+            CLIENT_ROLE,
+            "the lock surface (LOCK_CLIENT_TOKEN or a `client` credential)",
+        )
+        .and_then(|caller| state.callers().admit(&caller).map(|()| caller));
+    match admitted {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Err(err) => err.into_response(),
     }
-}
-
-fn authorize_admin(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-    service_kit::require_bearer(headers, state.admin_token(), "revoke (LOCK_ADMIN_TOKEN)")
 }
 
 #[utoipa::path(get, path = "/health/ready", tag = "health", operation_id = "ready",

@@ -21,6 +21,8 @@ use service_kit::{ApiError, RequestMetrics, common_layers};
 use crate::metrics as m;
 use crate::state::AppState;
 
+pub use handlers::{ADMIN_CREDENTIAL, ADMIN_ROLE, CLIENT_CREDENTIAL, CLIENT_ROLE};
+
 /// The router of one replica.
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
     // Every lock route but revoke: the lock clients' credential, checked before anything else.

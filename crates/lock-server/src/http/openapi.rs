@@ -65,12 +65,19 @@ const WITH_BODY: [(u16, &str); 2] = [
     ),
 ];
 /// L1-L7: the lock clients' credential, checked before anything else.
-const CLIENT_CREDENTIAL: [(u16, &str); 3] = [
+const CLIENT_CREDENTIAL: [(u16, &str); 4] = [
     (400, "INVALID_ARGUMENT: Authorization sent twice"),
-    (401, "UNAUTHENTICATED: Authorization missing or wrong"),
+    (
+        401,
+        "UNAUTHENTICATED: Authorization missing, or not a client credential",
+    ),
     (
         403,
-        "FORBIDDEN: LOCK_CLIENT_TOKEN unset: the lock surface is disabled",
+        "FORBIDDEN: no client credential is configured: the lock surface is disabled",
+    ),
+    (
+        429,
+        "RATE_LIMITED: this credential is over its requests a second on this replica; Retry-After says when to come back",
     ),
 ];
 

@@ -69,7 +69,13 @@ const WITH_BODY: [(u16, &str); 2] = [
     ),
 ];
 /// Credentialed endpoints.
-const CREDENTIALED: [(u16, &str); 1] = [(400, "INVALID_ARGUMENT: Authorization sent twice")];
+const CREDENTIALED: [(u16, &str); 2] = [
+    (400, "INVALID_ARGUMENT: Authorization sent twice"),
+    (
+        429,
+        "RATE_LIMITED: this credential is over its requests a second; Retry-After says when to come back",
+    ),
+];
 
 impl Modify for CommonAnswers {
     fn modify(&self, doc: &mut Document) {
