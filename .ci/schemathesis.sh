@@ -44,7 +44,7 @@ port=$(free_port)
 eval "$(./target/debug/lock-server --generate-signing-key | grep -v '^#' | sed 's/^/export /')"
 DATABASE_URL=$(fresh_db schemathesis_lock) LOCK_SERVER_BIND="127.0.0.1:$port" \
     LOCK_CLIENT_TOKEN="$client_token" LOCK_ADMIN_TOKEN="admin-$client_token" \
-    LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE=true LOG_FORMAT=json RUST_LOG=warn \
+    LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE=true UNSAFE_PLAINTEXT_HTTP=true LOG_FORMAT=json RUST_LOG=warn \
     ./target/debug/lock-server >"$work/lock-server.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$port"
@@ -67,7 +67,7 @@ run "$lock/openapi.json" --include-path '/v1/locks/{lock_key}/revoke' \
 # X-Fencing-Token / X-Fencing-Proof values: their refusals (400, 403 PROOF_INVALID) are
 # part of what is checked.
 port=$(free_port)
-PAYMENT_BIND="127.0.0.1:$port" DATABASE_URL=$(fresh_db schemathesis_pay) \
+PAYMENT_BIND="127.0.0.1:$port" UNSAFE_PLAINTEXT_HTTP=true DATABASE_URL=$(fresh_db schemathesis_pay) \
     PAYMENT_CREATOR_TOKEN="creator-$client_token" PAYOUT_EXECUTOR_TOKEN="executor-$client_token" \
     PAYMENT_PROXY_TOKEN="proxy-$client_token" PAYMENT_ADMIN_TOKEN="admin-$client_token" \
     PAYMENT_READER_TOKEN="reader-$client_token" FENCE_PUBLIC_KEYS="$FENCE_PUBLIC_KEYS" LOG_FORMAT=json RUST_LOG=warn \

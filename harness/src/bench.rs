@@ -42,6 +42,10 @@ pub struct LockBenchOptions {
     /// PostgreSQL: the second lock-server the SDK side also runs against, in the same run.
     #[arg(long, value_enum, default_value = "before")]
     pub baseline: Baseline,
+    /// Also run the SDK side against a third lock-server on the same store serving HTTPS (a
+    /// CA of the run's own): the cost of TLS, in the same run.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// The baseline lock-server of a PostgreSQL run: the same store and build, with group commit
@@ -232,6 +236,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             ("HTTP_CONNECTIONS_MAX", "4096".into()),
         ],
         log_dir.path(),
+        None,
     )
     .await?;
     // The baseline in the same run: the same store and build, group commit or hand-over off.
@@ -250,11 +255,34 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                         hand_over,
                     ],
                     log_dir.path(),
+                    None,
                 )
                 .await?,
             )
         }
         BenchBackend::Etcd => None,
+    };
+    // The same server on HTTPS, for the cost of TLS.
+    let tls = match options.tls {
+        true => Some(crate::stack::TlsFiles::make(log_dir.path())?),
+        false => None,
+    };
+    let over_tls = match &tls {
+        Some(files) => Some(
+            spawn_lock_server_at(
+                "lock-server-tls",
+                &stores.lock_store,
+                &[
+                    ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
+                    ("LOCK_SESSION_TTL", "60s".into()),
+                    ("RUST_LOG", "warn".into()),
+                ],
+                log_dir.path(),
+                Some(files),
+            )
+            .await?,
+        ),
+        None => None,
     };
     let base = server.url.clone();
     let http = crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?;
@@ -307,6 +335,18 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                         etcd_rate,
                         Some(cpu)
                     )
+                );
+            }
+            if let (Some(over_tls), Some(files)) = (&over_tls, &tls) {
+                let mut config = sdk_config.clone();
+                config.endpoints = vec![over_tls.url.clone()];
+                config.tls = files.client();
+                let cpu_before = cpu_micros(over_tls.process.pid())?;
+                let sdk = bench_sides::sdk_side(&config, clients, duration, hot).await?;
+                let cpu = cpu_micros(over_tls.process.pid())? - cpu_before;
+                println!(
+                    "{}",
+                    row(clients, keys, "SDK over TLS", &sdk, etcd_rate, Some(cpu))
                 );
             }
             let cpu_before = cpu_micros(server.process.pid())?;

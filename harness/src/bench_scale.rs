@@ -62,6 +62,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
             ),
         ],
         log_dir.path(),
+        None,
     )
     .await?;
     let base = server.url.clone();

@@ -1,9 +1,9 @@
 //! The workspace module rule (`ct5-modules` in `docs/contracts/C5-config-build-and-naming.md`),
 //! checked on `cargo metadata` output so it holds where cargo-deny is not installed:
-//! - among workspace crates, `payout-executor` depends on `lock-api`, `lock-client` and
-//!   `process-kit` only (directly or through them; not `service-kit`, the HTTP kit), and
-//!   `lockctl` on `lock-api` and `lock-client` only (the SDK is its only door
-//!   to the lock surface);
+//! - among workspace crates, `payout-executor` depends on `lock-api`, `lock-client`,
+//!   `process-kit` and `tls-kit` only (directly or through them; not `service-kit`, the HTTP
+//!   kit), and `lockctl` on `lock-api`, `lock-client` and `tls-kit` only (the SDK is its
+//!   only door to the lock surface);
 //! - `lock-client` never depends on `lock-server`;
 //! - `fence-kit` never depends on `lock-server`, `lock-store` or `lock-client`: a resource
 //!   owner adopts it without the lock service's code;
@@ -16,9 +16,9 @@ use serde_json::Value;
 
 /// The crates `payout-executor` may reach among workspace crates: the SDK, and the process
 /// kit (flags, logs, recorder, shutdown), never the HTTP kit.
-pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client", "process-kit"];
+pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client", "process-kit", "tls-kit"];
 /// The crates `lockctl` may reach among workspace crates (the same: a client of the SDK).
-pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client"];
+pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client", "tls-kit"];
 
 /// Every breach of the rule in `metadata` (the JSON of `cargo metadata --format-version 1`),
 /// as human-readable lines. Empty means the rule holds.

@@ -12,7 +12,10 @@
 //! `owners` is `*` (any owner), `-` (none: the caller opens no session) or a comma list of
 //! owner ids, each exact or a prefix ending in `*`. Secrets are random (32 bytes from
 //! `lockctl credential`), not passwords chosen by people, so one SHA-256 is the right digest:
-//! a leaked file gives no secret, and no request pays for a password hash.
+//! a leaked file gives no secret, and no request pays for a password hash. Instead of a
+//! secret, `cert:<name>` names a client certificate: a caller whose certificate the
+//! service's client CA verified, with `<name>` as its first DNS name, is this credential,
+//! with no bearer secret at all (mutual TLS).
 
 use sha2::{Digest, Sha256};
 
@@ -31,6 +34,17 @@ pub const LOCK_CREDENTIAL_ROLES: &[&str] = &["client", "admin"];
 pub const PAYMENT_CREDENTIAL_ROLES: &[&str] = &["creator", "executor", "proxy", "admin", "reader"];
 /// The digest's spelling in the file.
 const DIGEST_PREFIX: &str = "sha256:";
+/// A client certificate's name's spelling in the file.
+const CERTIFICATE_PREFIX: &str = "cert:";
+
+/// How a caller proves it is this credential.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CallerProof {
+    /// A bearer secret, by its SHA-256.
+    Secret([u8; 32]),
+    /// A client certificate the service's client CA verified, by its first DNS name.
+    Certificate(String),
+}
 
 /// A credentials file that does not parse: which line and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,7 +131,7 @@ pub struct CredentialEntry {
     /// Which lock owners it may open sessions as.
     pub owners: OwnerRule,
     /// SHA-256 of its secret.
-    pub secret_sha256: [u8; 32],
+    pub proof: CallerProof,
     /// Its own limits.
     pub limits: LimitOverrides,
 }
@@ -130,7 +144,7 @@ impl CredentialEntry {
             name: name.to_owned(),
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
             owners: OwnerRule::Any,
-            secret_sha256: secret_sha256(secret),
+            proof: CallerProof::Secret(secret_sha256(secret)),
             limits: LimitOverrides::default(),
         }
     }
@@ -142,13 +156,15 @@ impl CredentialEntry {
 
     /// Its line in a credentials file.
     pub fn line(&self) -> String {
-        let digest: String = self
-            .secret_sha256
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let proof = match &self.proof {
+            CallerProof::Secret(digest) => {
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{DIGEST_PREFIX}{hex}")
+            }
+            CallerProof::Certificate(name) => format!("{CERTIFICATE_PREFIX}{name}"),
+        };
         let mut line = format!(
-            "{} {} {} {DIGEST_PREFIX}{digest}",
+            "{} {} {} {proof}",
             self.name,
             self.roles.join(","),
             self.owners.spelling()
@@ -191,12 +207,9 @@ pub fn parse_credentials(
         if entries.iter().any(|e| e.name == entry.name) {
             return Err(err(format!("{} is named twice", entry.name)));
         }
-        if entries
-            .iter()
-            .any(|e| e.secret_sha256 == entry.secret_sha256)
-        {
+        if entries.iter().any(|e| e.proof == entry.proof) {
             return Err(err(format!(
-                "{}'s secret is another credential's: each caller needs its own",
+                "{}'s secret or certificate is another credential's: each caller needs its own",
                 entry.name
             )));
         }
@@ -209,7 +222,7 @@ fn parse_line(content: &str, known_roles: &[&str]) -> Result<CredentialEntry, St
     let fields: Vec<&str> = content.split_whitespace().collect();
     let [name, roles, owners, secret, limits @ ..] = fields.as_slice() else {
         return Err(
-            "expected: name roles owners sha256:<hex> [rps=N burst=N sessions=N waiters=N]".into(),
+            "expected: name roles owners sha256:<hex>|cert:<name> [rps=N burst=N sessions=N waiters=N]".into(),
         );
     };
     let name_ok = name.len() <= CREDENTIAL_NAME_MAX_BYTES
@@ -232,15 +245,32 @@ fn parse_line(content: &str, known_roles: &[&str]) -> Result<CredentialEntry, St
         name: (*name).to_owned(),
         roles,
         owners: OwnerRule::parse(owners)?,
-        secret_sha256: parse_digest(secret)?,
+        proof: parse_proof(secret)?,
         limits: parse_limits(limits)?,
     })
+}
+
+fn parse_proof(field: &str) -> Result<CallerProof, String> {
+    let Some(name) = field.strip_prefix(CERTIFICATE_PREFIX) else {
+        return parse_digest(field).map(CallerProof::Secret);
+    };
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'));
+    if !valid {
+        return Err(format!(
+            "cert: {name:?} is not a DNS name (letters, digits, '-', '.')"
+        ));
+    }
+    Ok(CallerProof::Certificate(name.to_ascii_lowercase()))
 }
 
 fn parse_digest(field: &str) -> Result<[u8; 32], String> {
     let refused = || {
         format!(
-            "secret: expected {DIGEST_PREFIX} and 64 hex digits (lockctl credential writes it), got {} characters",
+            "secret: expected {DIGEST_PREFIX} and 64 hex digits (lockctl credential writes it) or {CERTIFICATE_PREFIX}<name>, got {} characters",
             field.len()
         )
     };
@@ -306,8 +336,15 @@ mod tests {
         assert!(!line.contains("s3cret"));
         let parsed = parse_credentials(&format!("# callers\n\n{line}  # a comment\n"), ROLES);
         assert_eq!(parsed, Ok(vec![entry.clone()]));
-        assert_eq!(entry.secret_sha256, secret_sha256(" s3cret\n"));
-        assert_ne!(entry.secret_sha256, secret_sha256("s3cre"));
+        assert_eq!(entry.proof, CallerProof::Secret(secret_sha256(" s3cret\n")));
+        assert_ne!(entry.proof, CallerProof::Secret(secret_sha256("s3cre")));
+        let by_certificate = parse_credentials("app-b client app-b cert:App-B.clients", ROLES);
+        let entry = &by_certificate.unwrap()[0];
+        assert_eq!(
+            entry.proof,
+            CallerProof::Certificate("app-b.clients".into())
+        );
+        assert_eq!(entry.line(), "app-b client app-b cert:app-b.clients");
     }
 
     #[test]
@@ -374,7 +411,22 @@ mod tests {
             (
                 format!("a client * {digest}\nb admin - {digest}"),
                 2,
-                "b's secret is another",
+                "b's secret or certificate is another",
+            ),
+            (
+                "a client * cert:x\nb admin - cert:X".to_owned(),
+                2,
+                "b's secret or certificate is another",
+            ),
+            (
+                "a client * cert:".to_owned(),
+                1,
+                "cert: \"\" is not a DNS name",
+            ),
+            (
+                "a client * cert:a_b".to_owned(),
+                1,
+                "cert: \"a_b\" is not a DNS name",
             ),
         ];
         for (text, line, wanted) in cases {

@@ -21,9 +21,9 @@ mod throttle;
 mod wire;
 
 pub use credentials::{
-    CREDENTIAL_NAME_MAX_BYTES, CREDENTIAL_SECRET_BYTES, CredentialEntry, CredentialsError,
-    LOCK_CREDENTIAL_ROLES, LimitOverrides, OwnerRule, PAYMENT_CREDENTIAL_ROLES, parse_credentials,
-    secret_sha256,
+    CREDENTIAL_NAME_MAX_BYTES, CREDENTIAL_SECRET_BYTES, CallerProof, CredentialEntry,
+    CredentialsError, LOCK_CREDENTIAL_ROLES, LimitOverrides, OwnerRule, PAYMENT_CREDENTIAL_ROLES,
+    parse_credentials, secret_sha256,
 };
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
 pub use handle::{HandleOwner, LockHandle};

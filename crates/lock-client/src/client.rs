@@ -90,10 +90,18 @@ impl LockClient {
     /// A client over HTTP with the system clock.
     pub fn new(config: LockClientConfig) -> Result<Self, ClientError> {
         config.validate()?;
-        let app = HttpTransport::new(config.request_timeout, config.credential.as_ref())
-            .map_err(|e| ClientError::Start(e.to_string()))?;
-        let beat = HttpTransport::new(config.request_timeout, config.credential.as_ref())
-            .map_err(|e| ClientError::Start(e.to_string()))?;
+        let app = HttpTransport::new(
+            config.request_timeout,
+            config.credential.as_ref(),
+            &config.tls,
+        )
+        .map_err(|e| ClientError::Start(e.to_string()))?;
+        let beat = HttpTransport::new(
+            config.request_timeout,
+            config.credential.as_ref(),
+            &config.tls,
+        )
+        .map_err(|e| ClientError::Start(e.to_string()))?;
         Self::with_parts(
             config,
             Arc::new(SystemClock::new()),

@@ -45,6 +45,10 @@ pub struct LockClientConfig {
     /// `LOCK_CLIENT_TOKEN`: the bearer credential every call presents (the lock-server's
     /// client role, for every call but revoke). Never printed.
     pub credential: Option<Credential>,
+    /// `TLS_CA_FILE`: the CA every replica's certificate must chain to (with it, only
+    /// `https://` endpoints are called); `TLS_CLIENT_CERT_FILE` and `TLS_CLIENT_KEY_FILE`:
+    /// the certificate presented to replicas that verify clients (mutual TLS).
+    pub tls: tls_kit::ClientTls,
 }
 
 /// A bearer credential: compared and cloned like a string, never printed.
@@ -80,6 +84,7 @@ impl LockClientConfig {
             heartbeat_period: None,
             request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             credential: None,
+            tls: tls_kit::ClientTls::default(),
         }
     }
 
@@ -123,6 +128,7 @@ impl LockClientConfig {
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty())
             .map(Credential::new);
+        config.tls = tls_kit::ClientTls::from_lookup(&lookup);
         config.validate()?;
         Ok(config)
     }

@@ -58,6 +58,7 @@ pub use config::{
 };
 pub use lock_api::{LockError, LockHandle, LockLost, LossReason};
 pub use session::LockClientSession;
+pub use tls_kit::ClientTls;
 pub use transport::{
     Call, HttpTransport, POOL_IDLE_TIMEOUT_MS, Reply, Transport, TransportError, bearer_headers,
 };

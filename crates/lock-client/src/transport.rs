@@ -139,11 +139,12 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    /// A transport whose every request times out after `request_timeout` and presents
-    /// `credential` as a bearer token.
+    /// A transport whose every request times out after `request_timeout`, presents
+    /// `credential` as a bearer token and trusts `tls`'s CA.
     pub fn new(
         request_timeout: Duration,
         credential: Option<&Credential>,
+        tls: &tls_kit::ClientTls,
     ) -> Result<Self, TransportError> {
         let headers = match credential {
             Some(credential) => bearer_headers(credential.expose()).ok_or_else(|| {
@@ -151,7 +152,10 @@ impl HttpTransport {
             })?,
             None => reqwest::header::HeaderMap::new(),
         };
-        let http = reqwest::Client::builder()
+        let builder = tls
+            .apply(reqwest::Client::builder())
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        let http = builder
             .timeout(request_timeout)
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
             .default_headers(headers)

@@ -162,6 +162,16 @@ pub struct Config {
     #[arg(long)]
     pub generate_signing_key: bool,
 
+    /// Write a local CA (`ca.pem`) and a certificate and key for each of `--tls-names` into
+    /// DIR, then exit: a first start's TLS. Never overwrites a file.
+    #[arg(long, value_name = "DIR")]
+    pub generate_tls: Option<std::path::PathBuf>,
+
+    /// The service names `--generate-tls` makes certificates for (each also valid for
+    /// localhost and 127.0.0.1).
+    #[arg(long, value_delimiter = ',', default_value = "localhost")]
+    pub tls_names: Vec<String>,
+
     /// How often expired grants and sessions are deleted.
     #[arg(long, env = "LOCK_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,

@@ -6,7 +6,8 @@
 //! replica's `ClockCheckedStore`), [`waiting`] (acquires parked for their key, woken by the
 //! store), [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run,
 //! drain), [`signing`] (key generation; grants are signed in the handlers with
-//! `lock_api::FenceSigner`). Plumbing shared with the other services (errors, layers, logs) is
+//! `lock_api::FenceSigner`), [`tls_files`] (`--generate-tls`), [`quota`] (each credential's
+//! sessions and waiters). Plumbing shared with the other services (errors, layers, logs) is
 //! in `service-kit`. `main.rs` only parses flags and calls [`server::Server`].
 
 pub mod config;
@@ -18,8 +19,10 @@ pub mod server;
 pub mod signing;
 pub mod state;
 pub mod store;
+pub mod tls_files;
 pub mod waiting;
 
 pub use config::Config;
 pub use server::{Server, StartError, shutdown_signal};
 pub use signing::generate_signing_key;
+pub use tls_files::generate_tls;

@@ -1,5 +1,6 @@
 //! `lock-server` binary: parse flags, set up logs, serve until SIGTERM/SIGINT (or print a new
-//! signing key with `--generate-signing-key`).
+//! signing key with `--generate-signing-key`, or write a local CA and certificates with
+//! `--generate-tls DIR`).
 //! A startup failure is one line on stderr and exit code 1.
 
 use lock_server::{Config, Server, shutdown_signal};
@@ -16,6 +17,16 @@ async fn main() {
     if config.generate_signing_key {
         match lock_server::generate_signing_key(&config.signing_key_id) {
             Ok(lines) => println!("{lines}"),
+            Err(err) => {
+                eprintln!("lock-server: {err}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    if let Some(dir) = &config.generate_tls {
+        match lock_server::generate_tls(dir, &config.tls_names) {
+            Ok(files) => println!("{files}"),
             Err(err) => {
                 eprintln!("lock-server: {err}");
                 std::process::exit(1);

@@ -241,8 +241,12 @@ pub struct CredentialArgs {
     #[arg(long)]
     pub owners: Option<String>,
     /// Where the secret is written (created with mode 0600; must not exist).
-    #[arg(long, value_name = "PATH")]
-    pub secret_file: std::path::PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "certificate")]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// Instead of a secret: the caller is whoever presents a client certificate with this DNS
+    /// name that the service's client CA verified (mutual TLS, `TLS_CLIENT_CA_FILE`).
+    #[arg(long, value_name = "DNS-NAME", conflicts_with = "secret_file")]
+    pub certificate: Option<String>,
     /// Its own requests a second per replica [default: the service's].
     #[arg(long)]
     pub rps: Option<u32>,

@@ -192,7 +192,9 @@ fn resource(args: &FenceCheckArgs) -> Result<Resource, CtlError> {
             return Err(CtlError::Usage(format!("{url:?} is not an http:// URL")));
         }
     }
-    let http = reqwest::Client::builder()
+    let http = lock_client::ClientTls::from_env()
+        .apply(reqwest::Client::builder())
+        .map_err(|e| CtlError::Config(e.to_string()))?
         .build()
         .map_err(|e| CtlError::Failed(format!("HTTP client: {e}")))?;
     Ok(Resource {

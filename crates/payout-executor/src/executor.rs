@@ -169,6 +169,7 @@ impl Executor {
             config.request_timeout,
             config.hop_budget,
             config.executor_token.as_deref(),
+            &client.config().tls,
         )?;
         if config.fault_sigstop_rate > 0.0 {
             tracing::warn!(

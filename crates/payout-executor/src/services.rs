@@ -118,13 +118,15 @@ pub struct Services {
 }
 
 impl Services {
-    /// Clients for the two base URLs, presenting `credential` (the executors' role) to both.
+    /// Clients for the two base URLs, presenting `credential` (the executors' role) to both
+    /// and trusting `tls`'s CA (the lock client's: one `TLS_CA_FILE` per process).
     pub fn new(
         payment_url: &str,
         rail_proxy_url: &str,
         request_timeout: Duration,
         hop_budget: Duration,
         credential: Option<&str>,
+        tls: &lock_client::ClientTls,
     ) -> anyhow::Result<Self> {
         let headers = match credential.filter(|c| !c.is_empty()) {
             Some(credential) => lock_client::bearer_headers(credential).ok_or_else(|| {
@@ -133,7 +135,8 @@ impl Services {
             None => reqwest::header::HeaderMap::new(),
         };
         Ok(Self {
-            http: reqwest::Client::builder()
+            http: tls
+                .apply(reqwest::Client::builder())?
                 .timeout(request_timeout)
                 .pool_idle_timeout(Duration::from_millis(lock_client::POOL_IDLE_TIMEOUT_MS))
                 .default_headers(headers)

@@ -359,7 +359,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         config.rate,
     )
     .map_err(anyhow::Error::msg)?;
-    let http = reqwest::Client::builder()
+    let http = tls_kit::ClientTls::from_env()
+        .apply(reqwest::Client::builder())?
         .timeout(config.hop_budget)
         .build()?;
     let proxy = Arc::new(Proxy {

@@ -3,7 +3,9 @@
 //! protected route makes, and each caller's request rate.
 //!
 //! A presented bearer secret is found by its SHA-256 digest, so no comparison runs over a
-//! secret and the file holds no secret. Rates are per replica: a caller talking to three
+//! secret and the file holds no secret. A caller whose client certificate the service's
+//! client CA verified (mutual TLS) is found by the certificate's name, which only the accept
+//! loop writes into [`VERIFIED_CLIENT_HEADER`] (it removes any such header a client sent). Rates are per replica: a caller talking to three
 //! replicas gets three times its rate, as with any limit kept without a shared store.
 
 use std::collections::{HashMap, HashSet};
@@ -12,12 +14,17 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
-use lock_api::{CredentialEntry, ErrorCode, parse_credentials, secret_sha256};
+use lock_api::{CallerProof, CredentialEntry, ErrorCode, parse_credentials, secret_sha256};
 
 use crate::error::ApiError;
 
 /// A caller that proved who it is.
 pub type Caller = Arc<CredentialEntry>;
+
+/// The header the accept loop sets to the first DNS name of a client certificate its client
+/// CA verified, on every request of that connection; it removes any such header a client
+/// sent, so handlers can trust it.
+pub const VERIFIED_CLIENT_HEADER: &str = "x-verified-client-certificate";
 
 /// Default sustained requests a second per caller per replica: far above what an SDK
 /// client or an executor sends (a few a second per lock), and low enough that one caller's
@@ -73,7 +80,7 @@ pub struct Callers {
 /// One snapshot of the accepted credentials.
 #[derive(Debug, Default)]
 struct Book {
-    by_digest: HashMap<[u8; 32], Caller>,
+    by_proof: HashMap<CallerProof, Caller>,
     roles: HashSet<String>,
 }
 
@@ -135,7 +142,7 @@ impl Callers {
         }
         let mut book = Book::default();
         for entry in entries {
-            if book.by_digest.values().any(|c| c.name == entry.name) {
+            if book.by_proof.values().any(|c| c.name == entry.name) {
                 return Err(format!(
                     "credential {} is named twice (the environment and the file)",
                     entry.name
@@ -143,14 +150,17 @@ impl Callers {
             }
             book.roles.extend(entry.roles.iter().cloned());
             if book
-                .by_digest
-                .insert(entry.secret_sha256, Arc::new(entry))
+                .by_proof
+                .insert(entry.proof.clone(), Arc::new(entry))
                 .is_some()
             {
-                return Err("two credentials share one secret: each caller needs its own".into());
+                return Err(
+                    "two credentials share one secret or certificate: each caller needs its own"
+                        .into(),
+                );
             }
         }
-        let mut names: Vec<String> = book.by_digest.values().map(|c| c.name.clone()).collect();
+        let mut names: Vec<String> = book.by_proof.values().map(|c| c.name.clone()).collect();
         names.sort();
         self.buckets
             .lock()
@@ -169,10 +179,11 @@ impl Callers {
             .contains(role)
     }
 
-    /// The caller presenting `Authorization: Bearer <secret>` (scheme case-insensitive), if
-    /// it has `role`; `what` names the operation in refusals. No credential with the role:
-    /// 403 `FORBIDDEN` (the operation is disabled); a missing or unknown secret, or one
-    /// without the role: 401.
+    /// The caller, if it has `role`: the credential of the verified client certificate the
+    /// request came with, else of `Authorization: Bearer <secret>` (scheme
+    /// case-insensitive); `what` names the operation in refusals. No credential with the
+    /// role: 403 `FORBIDDEN` (the operation is disabled); a missing or unknown secret or
+    /// certificate, or one without the role: 401.
     pub fn authorize(
         &self,
         headers: &HeaderMap,
@@ -200,9 +211,23 @@ impl Callers {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, secret)| secret.trim())
         .filter(|secret| !secret.is_empty());
-        presented
-            .and_then(|secret| book.by_digest.get(&secret_sha256(secret)))
-            .filter(|caller| caller.has_role(role))
+        let by_certificate = headers
+            .get(VERIFIED_CLIENT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|name| {
+                book.by_proof
+                    .get(&CallerProof::Certificate(name.to_ascii_lowercase()))
+            })
+            .filter(|caller| caller.has_role(role));
+        by_certificate
+            .or_else(|| {
+                presented
+                    .and_then(|secret| {
+                        book.by_proof
+                            .get(&CallerProof::Secret(secret_sha256(secret)))
+                    })
+                    .filter(|caller| caller.has_role(role))
+            })
             .cloned()
             .ok_or_else(|| {
                 ApiError::new(
@@ -338,6 +363,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_verified_client_certificate_is_its_credential_without_a_secret() {
+        let mut app = CredentialEntry::from_secret("app-c", &["client"], "unused");
+        app.proof = CallerProof::Certificate("app-c.clients".into());
+        let bearer_app = CredentialEntry::from_secret("app-d", &["client"], "d-secret");
+        let callers =
+            Callers::load(ROLES, vec![app, bearer_app], None, RateDefaults::default()).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            VERIFIED_CLIENT_HEADER,
+            HeaderValue::from_static("App-C.clients"),
+        );
+        let who = |headers: &HeaderMap| {
+            callers
+                .authorize(headers, "client", "x")
+                .map(|c| c.name.clone())
+                .map_err(|e| e.code.status)
+        };
+        assert_eq!(who(&headers), Ok("app-c".into()));
+        assert_eq!(who(&bearer("unused")), Err(401), "no secret stands for it");
+        // A certificate of no credential falls back to the bearer secret.
+        let mut other = bearer("d-secret");
+        other.insert(
+            VERIFIED_CLIENT_HEADER,
+            HeaderValue::from_static("x.clients"),
+        );
+        assert_eq!(who(&other), Ok("app-d".into()));
+    }
+
+    #[tokio::test]
     async fn a_role_nobody_has_is_disabled_and_a_shared_secret_is_refused() {
         let callers = Callers::load(ROLES, vec![], None, RateDefaults::default()).unwrap();
         let refused = callers
@@ -349,7 +403,7 @@ mod tests {
             CredentialEntry::from_secret("b", &["admin"], "same"),
         ];
         let err = Callers::load(ROLES, twins, None, RateDefaults::default()).unwrap_err();
-        assert!(err.contains("share one secret"), "{err}");
+        assert!(err.contains("share one secret or certificate"), "{err}");
     }
 
     #[test]

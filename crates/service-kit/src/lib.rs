@@ -22,7 +22,7 @@ mod telemetry;
 pub use auth::require_bearer;
 pub use callers::{
     BURST_DEFAULT, CREDENTIAL_LIMIT_TOTAL, Caller, Callers, LIMITS, REQUESTS_PER_SECOND_DEFAULT,
-    RateDefaults, count_limit,
+    RateDefaults, VERIFIED_CLIENT_HEADER, count_limit,
 };
 pub use error::{ApiError, code_for_status, not_found, tag};
 pub use extract::single_header;

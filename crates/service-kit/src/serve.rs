@@ -1,6 +1,10 @@
 //! A bound service, the accept loop every service runs, and the body of every service
 //! binary's `main`.
 //!
+//! Every service serves HTTPS (`TLS_CERT_FILE`, `TLS_KEY_FILE`, read again on SIGHUP) or,
+//! only when `UNSAFE_PLAINTEXT_HTTP` says so, plain HTTP: a service given neither does not
+//! start. On a TLS port a plain HTTP request is answered 400 naming the scheme, then closed.
+//!
 //! The accept loop is ours (not `axum::serve`) because a service on a hostile network needs
 //! bounds `axum::serve` does not offer: a header-read timeout that also closes idle
 //! keep-alive connections, a cap on open connections, logged accept failures (a process out
@@ -9,6 +13,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,9 +22,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use lock_api::Throttle;
+use tls_kit::ServerTls;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::callers::VERIFIED_CLIENT_HEADER;
 use crate::logging::{self, LogFormat};
 use crate::parse_errors::JsonParseErrors;
 
@@ -51,6 +58,43 @@ pub struct HttpLimits {
     /// Most open connections; one more is closed at once (and counted).
     #[arg(long = "http.connections-max", env = "HTTP_CONNECTIONS_MAX", default_value_t = CONNECTIONS_MAX_DEFAULT)]
     pub connections_max: usize,
+    /// PEM certificate chain (leaf first) this service presents; with `TLS_KEY_FILE`, it
+    /// serves HTTPS. Both are read again on SIGHUP.
+    #[arg(long = "tls.cert", env = "TLS_CERT_FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `TLS_CERT_FILE`.
+    #[arg(long = "tls.key", env = "TLS_KEY_FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: the CA (PEM) client certificates must chain to. A client that presents one
+    /// is the credential naming its first DNS name (`cert:<name>` in a credentials file), with
+    /// no bearer secret; a client without one still proves itself with its secret.
+    #[arg(long = "tls.client-ca", env = "TLS_CLIENT_CA_FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve plain HTTP: credentials, session ids and proofs cross the network in clear. Only
+    /// for loopback, tests and a network you trust completely; without it (and without a
+    /// certificate) the service does not start.
+    #[arg(long = "unsafe-plaintext-http", env = "UNSAFE_PLAINTEXT_HTTP")]
+    pub unsafe_plaintext_http: bool,
+}
+
+impl HttpLimits {
+    /// The TLS these settings ask for: `None` for plain HTTP, which only
+    /// `UNSAFE_PLAINTEXT_HTTP` allows.
+    pub fn server_tls(&self) -> Result<Option<ServerTls>, String> {
+        match (&self.tls_cert, &self.tls_key, self.unsafe_plaintext_http) {
+            (Some(cert), Some(key), false) => ServerTls::load(cert, key, self.tls_client_ca.as_deref())
+                .map(Some)
+                .map_err(|e| format!("TLS_CERT_FILE / TLS_KEY_FILE: {e}")),
+            (None, None, true) => Ok(None),
+            (Some(_), Some(_), true) => Err(
+                "TLS_CERT_FILE and UNSAFE_PLAINTEXT_HTTP are both set: choose one".into(),
+            ),
+            (Some(_), None, _) | (None, Some(_), _) => {
+                Err("TLS_CERT_FILE and TLS_KEY_FILE go together: set both".into())
+            }
+            (None, None, false) => Err("TLS_CERT_FILE and TLS_KEY_FILE are required (HTTPS), or UNSAFE_PLAINTEXT_HTTP=true to serve plain HTTP on a network you trust".into()),
+        }
+    }
 }
 
 impl Default for HttpLimits {
@@ -59,6 +103,10 @@ impl Default for HttpLimits {
             header_read_timeout: humantime::parse_duration(HEADER_READ_TIMEOUT_DEFAULT)
                 .unwrap_or(Duration::from_secs(10)),
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            unsafe_plaintext_http: false,
         }
     }
 }
@@ -99,6 +147,10 @@ impl Service {
 const CONNECTIONS_REFUSED_TOTAL: &str = "http_connections_refused_total";
 /// Failed accepts (name pinned by the observability contract).
 const ACCEPT_ERRORS_TOTAL: &str = "http_accept_errors_total";
+/// TLS connections that ended before a request, by why (name pinned by the observability
+/// contract): `plaintext` (a plain HTTP request, answered 400), `handshake` (failed or timed
+/// out: an unknown CA, a wrong name, not TLS at all).
+const TLS_REFUSED_TOTAL: &str = "http_tls_refused_total";
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
 /// accepting, lets in-flight requests finish and closes idle connections.
@@ -109,6 +161,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
+    let tls = limits
+        .server_tls()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+        .map(Arc::new);
     // Exported from start at zero: an absent series is not a zero.
     metrics::describe_counter!(
         CONNECTIONS_REFUSED_TOTAL,
@@ -120,9 +176,33 @@ pub async fn serve(
     );
     metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(0);
     metrics::counter!(ACCEPT_ERRORS_TOTAL).increment(0);
+    // Exported on a plain port too, at zero: a dashboard reads one set of series everywhere.
+    metrics::describe_counter!(
+        TLS_REFUSED_TOTAL,
+        "TLS connections that ended before a request: a plain HTTP request (answered 400) or a failed handshake."
+    );
+    for reason in ["plaintext", "handshake"] {
+        metrics::counter!(TLS_REFUSED_TOTAL, "reason" => reason).increment(0);
+    }
+    match &tls {
+        Some(tls) => {
+            let reloaded = tls.clone();
+            crate::hangup::on_sighup("TLS_CERT_FILE", move || match reloaded.reload() {
+                Ok(()) => tracing::info!(event = "tls_reloaded", "presenting the certificate read now"),
+                Err(err) => tracing::error!(event = "tls_reload_failed", error = %err, "kept the certificate in force"),
+            })
+            .map_err(std::io::Error::other)?;
+        }
+        None => tracing::warn!(
+            event = "plaintext_http",
+            addr = %addr,
+            "UNSAFE_PLAINTEXT_HTTP: serving plain HTTP; credentials, session ids and proofs cross the network in clear"
+        ),
+    }
     tracing::info!(
         event = "listening",
         addr = %addr,
+        tls = tls.is_some(),
         header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
         connections_max = limits.connections_max
     );
@@ -165,12 +245,36 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(JsonParseErrors::new(stream));
-        let conn = builder.serve_connection(io, TowerToHyperService::new(app.clone()));
-        let conn = graceful.watch(conn);
+        let Some(tls) = tls.clone() else {
+            let service = with_verified_client(app.clone(), None);
+            let conn =
+                builder.serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                // A client that goes away or times out is not an error of ours.
+                let _ = conn.await;
+                drop(slot);
+            });
+            continue;
+        };
+        let (builder, watcher, app) = (builder.clone(), graceful.watcher(), app.clone());
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            // A client that goes away or times out is not an error of ours.
-            let _ = conn.await;
+            // The handshake counts against the header-read timeout: a connection that sends
+            // nothing, or half a hello, is closed as one that sends half a head.
+            let stream =
+                match tokio::time::timeout(handshake_timeout, handshake(&tls, stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(_)) => return, // counted by `handshake`
+                    Err(_) => {
+                        metrics::counter!(TLS_REFUSED_TOTAL, "reason" => "handshake").increment(1);
+                        return;
+                    }
+                };
+            let service = with_verified_client(app, tls_kit::peer_name(&stream));
+            let conn =
+                builder.serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
+            let _ = watcher.watch(conn).await;
             drop(slot);
         });
     }
@@ -178,6 +282,58 @@ pub async fn serve(
     graceful.shutdown().await;
     tracing::info!(event = "stopped", addr = %addr);
     Ok(())
+}
+
+/// `app` as hyper serves it on one connection: every request loses any
+/// [`VERIFIED_CLIENT_HEADER`] it came with and, when the handshake verified a client
+/// certificate, carries that certificate's name in it.
+fn with_verified_client(
+    app: Router,
+    peer: Option<String>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone
++ Send
++ 'static {
+    use hyper::service::Service as _;
+    let name = peer.and_then(|p| axum::http::HeaderValue::from_str(&p).ok());
+    let service = TowerToHyperService::new(app);
+    hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        let headers = request.headers_mut();
+        headers.remove(VERIFIED_CLIENT_HEADER);
+        if let Some(name) = &name {
+            headers.insert(VERIFIED_CLIENT_HEADER, name.clone());
+        }
+        service.call(request)
+    })
+}
+
+/// The TLS handshake of an accepted connection. A plain HTTP request is answered 400 with
+/// [`tls_kit::PLAINTEXT_REFUSAL`] and closed; a failed handshake is closed. Both are counted.
+async fn handshake(
+    tls: &ServerTls,
+    mut stream: tokio::net::TcpStream,
+) -> std::io::Result<tls_kit::TlsStream<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt;
+    if tls_kit::sniff(&stream).await? == tls_kit::Sniffed::PlainHttp {
+        metrics::counter!(TLS_REFUSED_TOTAL, "reason" => "plaintext").increment(1);
+        let body =
+            serde_json::json!({"code": "INVALID_ARGUMENT", "message": tls_kit::PLAINTEXT_REFUSAL})
+                .to_string();
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(answer.as_bytes()).await?;
+        let _ = stream.shutdown().await;
+        return Err(std::io::Error::other("plain HTTP on a TLS port"));
+    }
+    tls.accept(stream).await.inspect_err(|_| {
+        metrics::counter!(TLS_REFUSED_TOTAL, "reason" => "handshake").increment(1);
+    })
 }
 
 /// The body of a service's `main`: logs, build, serve until SIGTERM/SIGINT. A failure is one

@@ -56,6 +56,8 @@ pub const LOCK_CLIENT_TOKEN: &str = "test-lock-client-token";
 pub fn lock_server_env() -> Vec<(&'static str, String)> {
     vec![
         ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
+        // Tests talk to their servers over loopback; the TLS tests give certificates instead.
+        ("UNSAFE_PLAINTEXT_HTTP", "true".to_owned()),
         ("LOCK_CLIENT_TOKEN", LOCK_CLIENT_TOKEN.to_owned()),
         ("LOCK_SIGNING_KEY", SIGNING_KEY_BASE64.to_owned()),
         ("LOCK_SIGNING_KEY_ID", SIGNING_KEY_ID.to_owned()),

@@ -31,5 +31,5 @@ pub use net::free_port;
 pub use pg::{
     PgContainer, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database, fresh_database_on,
 };
-pub use poll::{poll_until, wait_until_ok};
+pub use poll::{poll_until, wait_until_ok, wait_until_ok_with};
 pub use process::ServiceProcess;

@@ -36,8 +36,18 @@ pub async fn wait_until_ok(what: &str, url: &str, timeout: Duration) {
         .timeout(Duration::from_millis(PROBE_TIMEOUT_MS))
         .build()
         .expect("build the probe client");
+    wait_until_ok_with(&http, what, url, timeout).await;
+}
+
+/// As [`wait_until_ok`], probing with `http` (e.g. a client that trusts a test CA).
+pub async fn wait_until_ok_with(http: &reqwest::Client, what: &str, url: &str, timeout: Duration) {
     poll_until(what, timeout, || async {
-        let response = http.get(url).send().await.ok()?;
+        let response = http
+            .get(url)
+            .timeout(Duration::from_millis(PROBE_TIMEOUT_MS))
+            .send()
+            .await
+            .ok()?;
         (response.status() == reqwest::StatusCode::OK).then_some(())
     })
     .await;

@@ -123,6 +123,7 @@ impl Campaign {
                 lease: LEASE,
                 rail_timeout: "300ms",
                 hop_budget: "500ms",
+                tls: false,
             };
             let url = cluster.url("postgres");
             let stack = Stack::start_on(stack_options, Some(logs.clone()), &url).await?;

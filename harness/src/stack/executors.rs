@@ -29,6 +29,10 @@ impl Stack {
             ("LOCK_CLIENT_TOKEN", self.secrets.lock_client.clone()),
             ("PAYOUT_EXECUTOR_TOKEN", self.secrets.executor.clone()),
         ];
+        let common: Vec<(&str, String)> = common
+            .into_iter()
+            .chain(tls::client_env(self.tls.as_ref()))
+            .collect();
         let (process, url) = if self.compose {
             let mut env = vec![
                 ("EXECUTOR_BIND", "0.0.0.0:8084".to_owned()),

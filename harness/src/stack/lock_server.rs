@@ -7,7 +7,7 @@ use super::*;
 pub struct LockServer {
     /// The process (killed when dropped).
     pub process: Proc,
-    /// Its base URL, `http://127.0.0.1:PORT`.
+    /// Its base URL, `http://127.0.0.1:PORT` (`https://` on TLS).
     pub url: String,
 }
 
@@ -20,18 +20,22 @@ pub async fn start_lock_server(
     log_dir: &Path,
 ) -> anyhow::Result<LockServer> {
     let store = LockStoreAt::Postgres(database_url.to_owned());
-    spawn_lock_server_at(name, &store, extra_env, log_dir).await
+    spawn_lock_server_at(name, &store, extra_env, log_dir, None).await
 }
 
-/// Builds (if needed) and starts `lock-server` on `store`, as [`start_lock_server`] does.
+/// Builds (if needed) and starts `lock-server` on `store`, as [`start_lock_server`] does;
+/// on HTTPS with `tls`'s certificate when given.
 pub async fn spawn_lock_server_at(
     name: &str,
     store: &LockStoreAt,
     extra_env: &[(&str, String)],
     log_dir: &Path,
+    tls: Option<&TlsFiles>,
 ) -> anyhow::Result<LockServer> {
     let binary = cargo_bin("lock-server").map_err(anyhow::Error::msg)?;
-    spawn_lock_server(&binary, name, store, extra_env, log_dir).await
+    let mut env = extra_env.to_vec();
+    env.extend(tls::server_env(tls));
+    spawn_lock_server(&binary, name, store, &env, log_dir, tls).await
 }
 
 pub(super) async fn spawn_lock_server(
@@ -40,15 +44,18 @@ pub(super) async fn spawn_lock_server(
     store: &LockStoreAt,
     extra_env: &[(&str, String)],
     log_dir: &Path,
+    tls: Option<&TlsFiles>,
 ) -> anyhow::Result<LockServer> {
     let port = free_port();
     let mut env = store.env();
     env.push(("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")));
     env.extend(test_support::keys::lock_server_env());
     env.extend(extra_env.iter().cloned());
+    env.extend(tls::server_env(tls));
     let process = ServiceProcess::spawn(name, binary, &[], &env, log_dir);
-    let url = format!("http://127.0.0.1:{port}");
-    wait_until_ok(
+    let url = format!("{}://127.0.0.1:{port}", tls::scheme(tls));
+    test_support::wait_until_ok_with(
+        &tls::http_client(tls)?,
         &format!("{name} to become ready"),
         &format!("{url}/health/ready"),
         READY_DEADLINE,

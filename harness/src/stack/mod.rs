@@ -15,6 +15,7 @@ mod process;
 mod queries;
 mod rotation;
 mod secrets;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,6 +39,7 @@ pub use lock_server::{
 use lock_server::{lock_client_config_with, spawn_lock_server};
 pub use process::{LogSource, Proc, pid_stopped};
 pub use secrets::Secrets;
+pub use tls::TlsFiles;
 
 /// How long a service may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(30);
@@ -77,6 +79,9 @@ pub struct StackOptions {
     pub rail_timeout: &'static str,
     /// `RAIL_HOP_BUDGET` everywhere.
     pub hop_budget: &'static str,
+    /// Every service on HTTPS with a CA of the stack's own, every client trusting only it
+    /// (local processes; the executors' own metrics port stays plain HTTP).
+    pub tls: bool,
 }
 
 impl Default for StackOptions {
@@ -89,6 +94,7 @@ impl Default for StackOptions {
                 lease: "10s",
                 rail_timeout: "2s",
                 hop_budget: "3s",
+                tls: false,
             }
         } else {
             Self {
@@ -96,6 +102,7 @@ impl Default for StackOptions {
                 lease: "6s",
                 rail_timeout: "500ms",
                 hop_budget: "1500ms",
+                tls: false,
             }
         }
     }
@@ -141,6 +148,8 @@ pub struct Stack {
     /// Executors started so far, by name.
     pub executors: Vec<Executor>,
     http: reqwest::Client,
+    /// The stack's CA and certificate, when it runs on TLS.
+    pub tls: Option<TlsFiles>,
 }
 
 /// A running executor process.
@@ -215,6 +224,8 @@ impl Stack {
             ),
         };
         let secrets = Secrets::local();
+        // Without TLS, the services talk over loopback in plain HTTP, said so explicitly.
+        let tls = options.tls.then(|| TlsFiles::make(&log_dir)).transpose()?;
         let signer = secrets.signer()?;
         let public_keys = signer.verifier_entry();
         let lock_store = if etcd_selected()? {
@@ -231,6 +242,7 @@ impl Stack {
             // Test stores are throwaway (PostgreSQL with fsync off).
             ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
         ];
+        lock_env.extend(tls::server_env(tls.as_ref()));
         lock_env.extend(secrets.lock_server_env());
         let lock_credentials = log_dir.join(LOCK_CREDENTIALS_FILE);
         let payment_credentials = log_dir.join(PAYMENT_CREDENTIALS_FILE);
@@ -247,8 +259,17 @@ impl Stack {
         );
         let mut lock_servers = Vec::new();
         for name in ["lock-server-1", "lock-server-2"] {
-            lock_servers
-                .push(spawn_lock_server(&bins[0], name, &lock_store, &lock_env, &log_dir).await?);
+            lock_servers.push(
+                spawn_lock_server(
+                    &bins[0],
+                    name,
+                    &lock_store,
+                    &lock_env,
+                    &log_dir,
+                    tls.as_ref(),
+                )
+                .await?,
+            );
         }
         // Local resources read their trusted keys from a file they reload on SIGHUP (a key
         // rotation under live traffic); containers get them inline from `.env`.
@@ -256,9 +277,10 @@ impl Stack {
         std::fs::write(&keys_file, format!("{public_keys}\n"))?;
         let trusted_keys = ("FENCE_PUBLIC_KEYS_FILE", keys_file.display().to_string());
         let (pay_port, proxy_port, rail_port) = (free_port(), free_port(), free_port());
-        let payment_url = format!("http://127.0.0.1:{pay_port}");
-        let proxy_url = format!("http://127.0.0.1:{proxy_port}");
-        let rail_url = format!("http://127.0.0.1:{rail_port}");
+        let scheme = tls::scheme(tls.as_ref());
+        let payment_url = format!("{scheme}://127.0.0.1:{pay_port}");
+        let proxy_url = format!("{scheme}://127.0.0.1:{proxy_port}");
+        let rail_url = format!("{scheme}://127.0.0.1:{rail_port}");
         // (name, binary, env): every service but the executors, in start order.
         let specs = [
             (
@@ -309,11 +331,17 @@ impl Stack {
         let service_specs: Vec<ServiceSpec> = specs
             .into_iter()
             .zip(urls)
-            .map(|((name, binary, env), url)| ServiceSpec {
-                name,
-                binary: binary.clone(),
-                env,
-                url,
+            .map(|((name, binary, mut env), url)| {
+                env.extend(tls::server_env(tls.as_ref()));
+                if name == "rail-proxy" {
+                    env.extend(tls::client_env(tls.as_ref()));
+                }
+                ServiceSpec {
+                    name,
+                    binary: binary.clone(),
+                    env,
+                    url,
+                }
             })
             .collect();
         let services: Vec<Proc> = service_specs
@@ -328,8 +356,10 @@ impl Stack {
                 ))
             })
             .collect();
+        let http = tls::http_client(tls.as_ref())?;
         for url in [&payment_url, &rail_url, &proxy_url] {
-            wait_until_ok(
+            test_support::wait_until_ok_with(
+                &http,
                 &format!("{url} to become ready"),
                 &format!("{url}/health/ready"),
                 READY_DEADLINE,
@@ -357,12 +387,14 @@ impl Stack {
             last_payout: std::sync::atomic::AtomicI64::new(0),
             compose: false,
             executors: Vec::new(),
-            http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
+            http,
+            tls,
         })
     }
 
     /// Compose mode: the infrastructure from compose.yaml, from a clean state.
     async fn start_compose(options: StackOptions) -> anyhow::Result<Self> {
+        anyhow::ensure!(!options.tls, "a stack on TLS needs local processes");
         let env = compose::env_file()?;
         let secrets = Secrets::from_env_file(&env)?;
         let signer = secrets.signer()?;
@@ -420,6 +452,7 @@ impl Stack {
             compose: true,
             executors: Vec::new(),
             http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
+            tls: None,
         })
     }
 }

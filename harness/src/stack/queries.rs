@@ -106,7 +106,9 @@ impl Stack {
 
     /// A lock-client configuration for this stack's lock-servers and credential.
     pub fn lock_client_config(&self) -> LockClientConfig {
-        lock_client_config_with(self.lock_endpoints(), &self.secrets.lock_client)
+        let mut config = lock_client_config_with(self.lock_endpoints(), &self.secrets.lock_client);
+        config.tls.ca_file = self.tls.as_ref().map(|files| files.ca.clone());
+        config
     }
 
     /// A fenced write to `url` for `payout_id` presenting `token`, as an executor sends it.

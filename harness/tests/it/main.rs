@@ -12,3 +12,4 @@ mod metrics_hygiene;
 mod module_rule;
 mod rotation;
 mod sdk;
+mod tls;

@@ -27,6 +27,7 @@ fn spawn(name: &str, at: &StoreAt, port: u16, logs: &std::path::Path) -> Service
 pub(crate) fn base_env(port: u16) -> Vec<(&'static str, String)> {
     vec![
         ("LOCK_SERVER_BIND", format!("127.0.0.1:{port}")),
+        ("UNSAFE_PLAINTEXT_HTTP", "true".into()),
         ("LOCK_TTL_MIN", "50ms".into()),
         ("LOCK_REAPER_INTERVAL", "100ms".into()),
         ("LOCK_DRAIN_GRACE", "200ms".into()),

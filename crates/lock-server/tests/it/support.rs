@@ -36,6 +36,7 @@ pub fn config(extra: &[&str]) -> Config {
         "300ms",
         "--log-format",
         "text",
+        "--unsafe-plaintext-http",
     ];
     args.extend_from_slice(extra);
     Config::parse_from(args)

@@ -30,6 +30,7 @@ pub async fn start() -> Running {
         "payment-resource",
         "--bind",
         "127.0.0.1:0",
+        "--unsafe-plaintext-http",
         "--database-url",
         &db.url,
         "--proxy-token",

@@ -23,6 +23,7 @@ async fn bad_requests_are_refused_before_any_call() {
         "t",
         "--executor-token",
         "exec",
+        "--unsafe-plaintext-http",
         "--fence-public-keys",
         &test_support::public_keys(),
     ]);

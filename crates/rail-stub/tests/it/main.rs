@@ -18,6 +18,7 @@ async fn start() -> String {
         PROXY,
         "--admin-token",
         ADMIN,
+        "--unsafe-plaintext-http",
     ]);
     let server = rail_stub::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
