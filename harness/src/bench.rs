@@ -93,6 +93,22 @@ pub enum BenchBackend {
     Etcd,
 }
 
+/// A benchmark measures the service, not its per-credential limits: every bench server runs
+/// with them out of the way (one credential carries the whole load, 10,000 sessions).
+pub(crate) fn limits_out_of_the_way(env: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let unlimited = "1000000000".to_owned();
+    let mut env = env.to_vec();
+    for key in [
+        "LIMIT_REQUESTS_PER_SECOND",
+        "LIMIT_BURST",
+        "LIMIT_SESSIONS",
+        "LIMIT_WAITERS",
+    ] {
+        env.push((key, unlimited.clone()));
+    }
+    env
+}
+
 /// Concurrency while opening the memory-figure sessions.
 const SETUP_CONCURRENCY: usize = 32;
 /// The lock-server's PostgreSQL pool: enough for the largest client count's calls.
@@ -228,13 +244,13 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     let server = spawn_lock_server_at(
         "lock-server",
         &stores.lock_store,
-        &[
+        &limits_out_of_the_way(&[
             ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
             ("LOCK_SESSION_TTL", "60s".into()),
             ("RUST_LOG", "warn".into()),
             // The waiters-memory figure parks 1,000 waiting acquires, each on its own connection.
             ("HTTP_CONNECTIONS_MAX", "4096".into()),
-        ],
+        ]),
         log_dir.path(),
         None,
     )
@@ -247,13 +263,13 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 spawn_lock_server_at(
                     "lock-server-baseline",
                     &stores.lock_store,
-                    &[
+                    &limits_out_of_the_way(&[
                         ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
                         ("LOCK_SESSION_TTL", "60s".into()),
                         ("RUST_LOG", "warn".into()),
                         group_commit,
                         hand_over,
-                    ],
+                    ]),
                     log_dir.path(),
                     None,
                 )
@@ -272,11 +288,11 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             spawn_lock_server_at(
                 "lock-server-tls",
                 &stores.lock_store,
-                &[
+                &limits_out_of_the_way(&[
                     ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
                     ("LOCK_SESSION_TTL", "60s".into()),
                     ("RUST_LOG", "warn".into()),
-                ],
+                ]),
                 log_dir.path(),
                 Some(files),
             )

@@ -51,7 +51,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let server = spawn_lock_server_at(
         "lock-server",
         &stores.lock_store,
-        &[
+        &crate::bench::limits_out_of_the_way(&[
             ("LOCK_DB_MAX_CONNECTIONS", "32".into()),
             ("LOCK_SESSION_TTL", "60s".into()),
             ("RUST_LOG", "warn".into()),
@@ -60,7 +60,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
                 "HTTP_CONNECTIONS_MAX",
                 (options.clients * 4).max(4_096).to_string(),
             ),
-        ],
+        ]),
         log_dir.path(),
         None,
     )

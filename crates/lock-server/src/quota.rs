@@ -17,9 +17,10 @@ use service_kit::{ApiError, count_limit};
 /// Default sessions one caller holds open through one replica: ten times a busy executor
 /// fleet, far below the 100,000 sessions a replica has been measured to carry.
 pub const SESSIONS_PER_CALLER_DEFAULT: u32 = 1_000;
-/// Default acquires of one caller waiting on one replica at once: a quarter of the default
-/// connection cap, so one caller's parked acquires never take every connection.
-pub const WAITERS_PER_CALLER_DEFAULT: u32 = 256;
+/// Default acquires of one caller waiting on one replica at once: half the default
+/// connection cap, so one caller's parked acquires never take every connection (each parked
+/// acquire holds one), and far above an executor's few.
+pub const WAITERS_PER_CALLER_DEFAULT: u32 = 512;
 
 /// The quotas of every caller on this replica.
 #[derive(Debug)]
