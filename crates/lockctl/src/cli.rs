@@ -23,7 +23,8 @@ Exit codes:
   1    refused by the lock service (unknown session, bad credential, ...), nothing released,
        or fence-check: a promise of the fence broken
   64   bad usage (EX_USAGE): unknown command or flag, bad key, duration, token or session id
-  69   lock service unavailable (EX_UNAVAILABLE): no answer, NOT_LEADER, STORE_UNAVAILABLE
+  69   lock service unavailable (EX_UNAVAILABLE): no answer, NOT_LEADER, STORE_UNAVAILABLE,
+       or over the credential's rate or quota (429)
   70   the lock was lost while CMD ran (run; CMD was stopped)
   75   not acquired within --wait: another session holds the key (EX_TEMPFAIL)
   78   bad configuration in the environment (EX_CONFIG), e.g. LOCK_ADMIN_TOKEN unset for revoke

@@ -13,7 +13,7 @@ pub mod code {
     /// Bad usage (`EX_USAGE`): unknown command or flag, a bad key, duration, token or id.
     pub const USAGE: u8 = 64;
     /// The lock service is unavailable (`EX_UNAVAILABLE`): no answer, `NOT_LEADER`,
-    /// `STORE_UNAVAILABLE`, on every endpoint.
+    /// `STORE_UNAVAILABLE`, on every endpoint, or over the credential's rate or quota (429).
     pub const UNAVAILABLE: u8 = 69;
     /// `run`: the lock was lost while CMD ran; CMD was stopped.
     pub const LOST: u8 = 70;
@@ -131,7 +131,10 @@ impl CtlError {
 impl From<LockError> for CtlError {
     fn from(err: LockError) -> Self {
         match err {
-            LockError::NotLeader { .. } | LockError::Unavailable { .. } => Self::Unavailable(err),
+            // Over the credential's rate or quota is a replica that cannot serve this caller now.
+            LockError::NotLeader { .. }
+            | LockError::Unavailable { .. }
+            | LockError::Throttled { .. } => Self::Unavailable(err),
             err => Self::Refused(err),
         }
     }
@@ -160,6 +163,10 @@ mod tests {
             message: "draining".into(),
         };
         assert_eq!(CtlError::from(leader).exit_code(), 69);
+        let throttled = LockError::Throttled {
+            message: "over its rate".into(),
+        };
+        assert_eq!(CtlError::from(throttled).exit_code(), 69);
         let unknown = LockError::SessionUnknown {
             message: "gone".into(),
         };
