@@ -19,13 +19,7 @@ pub fn require_bearer(
             format!("{what} is disabled: no credential is configured"),
         ));
     };
-    let presented =
-        crate::extract::single_header(headers, header::AUTHORIZATION.as_str(), "Authorization")?
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .unwrap_or("");
+    let presented = presented_bearer(headers)?.unwrap_or("");
     if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
         Ok(())
     } else {
@@ -34,4 +28,17 @@ pub fn require_bearer(
             format!("Authorization: a valid bearer token is required for {what}"),
         ))
     }
+}
+
+/// The secret of `Authorization: Bearer <secret>` (scheme in any case, trimmed), if one was
+/// presented; 400 when the header is sent twice.
+pub(crate) fn presented_bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    Ok(
+        crate::extract::single_header(headers, header::AUTHORIZATION.as_str(), "Authorization")?
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, secret)| secret.trim())
+            .filter(|secret| !secret.is_empty()),
+    )
 }

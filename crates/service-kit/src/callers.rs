@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use lock_api::{CallerProof, CredentialEntry, ErrorCode, parse_credentials, secret_sha256};
 
 use crate::error::ApiError;
@@ -204,16 +204,7 @@ impl Callers {
                 format!("{what} is disabled: no credential is configured"),
             ));
         }
-        let presented = crate::extract::single_header(
-            headers,
-            header::AUTHORIZATION.as_str(),
-            "Authorization",
-        )?
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, secret)| secret.trim())
-        .filter(|secret| !secret.is_empty());
+        let presented = crate::auth::presented_bearer(headers)?;
         let by_certificate = headers
             .get(VERIFIED_CLIENT_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -312,7 +303,7 @@ mod tests {
     fn bearer(secret: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(
-            header::AUTHORIZATION,
+            axum::http::header::AUTHORIZATION,
             HeaderValue::from_str(&format!("Bearer {secret}")).unwrap(),
         );
         headers

@@ -29,13 +29,10 @@ impl Stack {
         std::fs::write(self.trusted_keys_file(), entries.join("\n") + "\n")?;
         for name in ["payment-resource", "rail-proxy"] {
             let service = &self.services[self.service_index(name)?];
-            let reloads = || service.log().matches("\"fence_keys_reloaded\"").count();
-            let before = reloads();
-            service.signal(Signal::SIGHUP);
-            test_support::poll_until(
+            hang_up(
+                service,
+                "fence_keys_reloaded",
                 &format!("{name} to reload its trusted keys"),
-                RELOAD_DEADLINE,
-                || async { (reloads() > before).then_some(()) },
             )
             .await;
         }
@@ -58,22 +55,19 @@ impl Stack {
             self.log_dir.join(PAYMENT_CREDENTIALS_FILE),
             text(payment_lines),
         )?;
-        let services = self
+        let mut services: Vec<(&str, &Proc)> = self
             .lock_servers
             .iter()
             .map(|l| ("a lock-server", &l.process))
-            .chain(["payment-resource", "rail-proxy"].into_iter().map(|name| {
-                let index = self.service_index(name).unwrap_or(0);
-                (name, &self.services[index])
-            }));
+            .collect();
+        for name in ["payment-resource", "rail-proxy"] {
+            services.push((name, &self.services[self.service_index(name)?]));
+        }
         for (name, service) in services {
-            let reloads = || service.log().matches("\"credentials_reloaded\"").count();
-            let before = reloads();
-            service.signal(Signal::SIGHUP);
-            test_support::poll_until(
+            hang_up(
+                service,
+                "credentials_reloaded",
                 &format!("{name} to reload its credentials"),
-                RELOAD_DEADLINE,
-                || async { (reloads() > before).then_some(()) },
             )
             .await;
         }
@@ -99,4 +93,16 @@ impl Stack {
         }
         Ok(())
     }
+}
+
+/// Sends `service` SIGHUP and waits until it logged `event` once more than before.
+async fn hang_up(service: &Proc, event: &str, what: &str) {
+    let needle = format!("\"{event}\"");
+    let reloads = || service.log().matches(needle.as_str()).count();
+    let before = reloads();
+    service.signal(Signal::SIGHUP);
+    test_support::poll_until(what, RELOAD_DEADLINE, || async {
+        (reloads() > before).then_some(())
+    })
+    .await;
 }
