@@ -303,8 +303,7 @@ pub async fn acquire_waiting(
         // Only a hand-over delivered after this call was sent may answer the request: an
         // older one's grant was seen by this call (answered as a grant) or has ended.
         let _ = ticket.take_handed();
-        let called_at = Instant::now();
-        let called = nanos(called_at);
+        let called = nanos(Instant::now());
         let spec = AcquireSpec {
             queue_ms: plan.queue_ms(called),
             ..spec
@@ -355,7 +354,7 @@ pub async fn acquire_waiting(
         }
         if let Some((grant, place_age_ms)) = ticket.take_handed() {
             place.disarm();
-            store.admit_hand_over(&grant, called_at.elapsed())?;
+            store.admit_hand_over(&grant)?;
             return Ok(Waited::HandedOver(
                 grant,
                 plan.handed_over(called, place_age_ms),

@@ -470,19 +470,17 @@ impl LockService {
         Some(outcome.map_err(refusal))
     }
 
-    /// Whether replica `replica` may answer `grant`, handed over to a request whose last store
-    /// call it sent `sent_ago_nanos` ago (its clock guard's judgement).
+    /// Whether replica `replica` may answer `grant`, handed over to a parked request (its
+    /// clock guard's judgement).
     pub fn admit_hand_over(
         &mut self,
         now: Nanos,
         replica: usize,
         grant: &LockGrant,
-        sent_ago_nanos: Nanos,
     ) -> Result<(), LockAnswer> {
         self.env.set_now(now);
-        let sent_ago = std::time::Duration::from_nanos(sent_ago_nanos);
         self.replicas[replica]
-            .admit_hand_over(grant, sent_ago)
+            .admit_hand_over(grant)
             .map_err(|err| {
                 self.withheld += 1;
                 refusal(err)

@@ -103,7 +103,7 @@ impl ClockCheckedStore {
         Ok(Some(self.observe(store_now, sent, "sample")))
     }
 
-    /// Feeds one reading to the guard; a step is logged and counted here, once.
+    /// Feeds one reading bracketed by a call sent at `sent_nanos` to the guard.
     fn observe(&self, store_now: DateTime<Utc>, sent_nanos: u64, source: &'static str) -> Verdict {
         let reading = ClockReading {
             store_nanos: epoch_nanos(store_now),
@@ -112,6 +112,20 @@ impl ClockCheckedStore {
             wall_nanos: epoch_nanos(self.clock.wall()),
         };
         let verdict = self.guard().observe(reading);
+        self.report(verdict, store_now, source)
+    }
+
+    /// Feeds the guard a store time that no call of this replica's brackets.
+    fn judge(&self, store_now: DateTime<Utc>, source: &'static str) -> Verdict {
+        let (received, wall) = (self.mono_nanos(), epoch_nanos(self.clock.wall()));
+        let verdict = self
+            .guard()
+            .judge_unbracketed(epoch_nanos(store_now), received, wall);
+        self.report(verdict, store_now, source)
+    }
+
+    /// A step is logged and counted here, once.
+    fn report(&self, verdict: Verdict, store_now: DateTime<Utc>, source: &'static str) -> Verdict {
         if let Verdict::Stepped {
             ahead_nanos,
             at_start,
@@ -179,25 +193,21 @@ impl LockStore for ClockCheckedStore {
         self.inner.hands_over()
     }
 
-    fn admit_hand_over(&self, grant: &LockGrant, sent_ago: Duration) -> Result<(), StoreError> {
+    fn admit_hand_over(&self, grant: &LockGrant) -> Result<(), StoreError> {
         if let Some(refusal) = self.held() {
             return Err(refusal);
         }
-        // The hand-over read the store's clock after the waiter's last call was sent and
-        // before its wake-up arrived: one more reading, judged like a grant's.
+        // The hand-over's start is one more reading of the store's clock, judged like a
+        // grant's, but brackets no call of this replica's (see `judge_unbracketed`).
         let lease =
             chrono::Duration::milliseconds(i64::try_from(grant.lease_ms).unwrap_or(i64::MAX));
         let began = grant.expires_at - lease;
-        let sent = self.mono_nanos().saturating_sub(duration_nanos(sent_ago));
-        if matches!(
-            self.observe(began, sent, "hand-over"),
-            Verdict::Stepped { .. }
-        ) {
+        if matches!(self.judge(began, "hand-over"), Verdict::Stepped { .. }) {
             return Err(self.held().unwrap_or_else(|| {
                 StoreError::Unavailable("the store's clock stepped forward".into())
             }));
         }
-        self.inner.admit_hand_over(grant, sent_ago)
+        self.inner.admit_hand_over(grant)
     }
 
     async fn create_session(

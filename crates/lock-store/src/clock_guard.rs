@@ -122,6 +122,30 @@ impl ClockGuard {
             offset_nanos: reading.store_nanos - i128::from(reading.sent_nanos),
             at_nanos: reading.sent_nanos,
         };
+        self.judge(reading, Some(candidate))
+    }
+
+    /// Judges a store time known only to lie before `received_nanos`, with no call's send
+    /// bracketing it (a hand-over's start: the grant may predate the parked request's last
+    /// call, its notice having arrived after that call was sent). It is held against the
+    /// bound like any reading but never tightens it: a start older than the call would
+    /// tighten the bound by the difference, and the next true reading would look like a step.
+    pub fn judge_unbracketed(
+        &mut self,
+        store_nanos: i128,
+        received_nanos: u64,
+        wall_nanos: i128,
+    ) -> Verdict {
+        let reading = ClockReading {
+            store_nanos,
+            sent_nanos: received_nanos,
+            received_nanos,
+            wall_nanos,
+        };
+        self.judge(reading, None)
+    }
+
+    fn judge(&mut self, reading: ClockReading, candidate: Option<Bound>) -> Verdict {
         let (ahead, at_start) = match self.bound {
             None => (reading.store_nanos - reading.wall_nanos, true),
             Some(bound) => (
@@ -136,13 +160,17 @@ impl ClockGuard {
             STEP_TOLERANCE_NANOS
         };
         let stepped = ahead > i128::from(tolerance);
-        self.bound = match self.bound {
-            // A step resets the bound: the stepped clock is the one to watch from now on.
-            Some(bound) if !stepped && bound.at(candidate.at_nanos) <= candidate.offset_nanos => {
+        if let Some(candidate) = candidate {
+            self.bound = match self.bound {
+                // A step resets the bound: the stepped clock is the one to watch from now on.
                 Some(bound)
-            }
-            _ => Some(candidate),
-        };
+                    if !stepped && bound.at(candidate.at_nanos) <= candidate.offset_nanos =>
+                {
+                    Some(bound)
+                }
+                _ => Some(candidate),
+            };
+        }
         if !stepped {
             return Verdict::Agrees;
         }
@@ -245,5 +273,42 @@ mod tests {
             "{verdict:?}"
         );
         assert_eq!(guard.held_for(S), Some(9 * S + MS));
+    }
+
+    #[test]
+    fn a_hand_over_older_than_the_last_call_is_judged_but_never_tightens_the_bound() {
+        let mut guard = ClockGuard::new(60 * S);
+        assert_eq!(guard.observe(reading(0, 2, 0)), Verdict::Agrees);
+        // A grant handed over 200 ms before the parked request's last call was sent, its
+        // notice arriving after: the store time is old, and harmless.
+        let sent = 5 * S;
+        let handed_at = EPOCH + i128::from(sent - 200 * MS);
+        let wall = EPOCH + i128::from(sent + MS);
+        assert_eq!(
+            guard.judge_unbracketed(handed_at, sent + MS, wall),
+            Verdict::Agrees
+        );
+        // Had it bracketed that call, the bound would sit 200 ms tight and this true
+        // reading would count as a step.
+        assert_eq!(guard.observe(reading(6 * S, 2, 0)), Verdict::Agrees);
+        assert_eq!(guard.steps(), 0);
+        let mut bracketed = guard.clone();
+        let as_if_sent = ClockReading {
+            store_nanos: handed_at,
+            sent_nanos: 7 * S,
+            received_nanos: 7 * S + MS,
+            wall_nanos: wall,
+        };
+        assert_eq!(bracketed.observe(as_if_sent), Verdict::Agrees);
+        assert!(matches!(
+            bracketed.observe(reading(8 * S, 2, 0)),
+            Verdict::Stepped { .. }
+        ));
+        // A hand-over that did start past the bound is a step.
+        let ahead = EPOCH + i128::from(9 * S) + i128::from(500 * MS);
+        assert!(matches!(
+            guard.judge_unbracketed(ahead, 9 * S, EPOCH + i128::from(9 * S)),
+            Verdict::Stepped { ahead_nanos, at_start: false } if ahead_nanos > 400 * MS
+        ));
     }
 }

@@ -338,16 +338,12 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Whether this replica may answer `grant`, handed over to a parked request whose last
-    /// store call was sent `sent_ago` before now. The replica's clock guard
-    /// ([`ClockCheckedStore`]) reads the hand-over's start as one more reading of the store's
-    /// clock; a refusal withholds the grant (it lapses at its lease, never believed).
-    fn admit_hand_over(
-        &self,
-        grant: &LockGrant,
-        sent_ago: std::time::Duration,
-    ) -> Result<(), StoreError> {
-        let _ = (grant, sent_ago);
+    /// Whether this replica may answer `grant`, handed over to a parked request. The
+    /// replica's clock guard ([`ClockCheckedStore`]) reads the hand-over's start as one more
+    /// reading of the store's clock; a refusal withholds the grant (it lapses at its lease,
+    /// never believed).
+    fn admit_hand_over(&self, grant: &LockGrant) -> Result<(), StoreError> {
+        let _ = grant;
         Ok(())
     }
 

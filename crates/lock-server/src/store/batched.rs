@@ -151,12 +151,8 @@ impl LockStore for Batched {
         self.inner.hands_over()
     }
 
-    fn admit_hand_over(
-        &self,
-        grant: &lock_api::LockGrant,
-        sent_ago: std::time::Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.admit_hand_over(grant, sent_ago)
+    fn admit_hand_over(&self, grant: &lock_api::LockGrant) -> Result<(), StoreError> {
+        self.inner.admit_hand_over(grant)
     }
 
     async fn create_session(

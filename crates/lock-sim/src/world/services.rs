@@ -143,9 +143,9 @@ impl World {
         // `waiting::acquire_waiting` answers it, with the plan's credit for the wait).
         if let Some((grant, place_age_ms, expires)) = p.handed.take() {
             let waited_ms = p.plan.handed_over(p.last_called, place_age_ms);
-            let (r, from, req, sent_ago) = (p.replica, p.from, p.req, now - p.last_called);
+            let (r, from, req) = (p.replica, p.from, p.req);
             self.parked.remove(&id);
-            let answer = match self.service.admit_hand_over(now, r, &grant, sent_ago) {
+            let answer = match self.service.admit_hand_over(now, r, &grant) {
                 Ok(()) => {
                     self.coverage
                         .hit("a parked acquire answered by a hand-over");
