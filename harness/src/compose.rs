@@ -24,6 +24,15 @@ const INFRA: [&str; 6] = [
 ];
 /// The image executors run.
 pub const EXECUTOR_IMAGE: &str = "payouts/payout-executor:local";
+/// Where the stack's TLS volume (compose.yaml's `tls`) is mounted in its containers.
+const TLS_DIR_IN_CONTAINERS: &str = "/tls";
+/// The stack's CA certificate, as its containers read it.
+pub const CA_IN_CONTAINERS: &str = "/tls/ca.pem";
+
+/// The stack's CA certificate as compose.yaml's tls-init exports it to the host.
+pub fn exported_ca() -> PathBuf {
+    repo_root().join("deploy/ca/ca.pem")
+}
 
 /// Whether the harness should run against compose.
 pub fn selected() -> bool {
@@ -153,6 +162,8 @@ impl Container {
             &full,
             "--network",
             &network(),
+            "--volume",
+            &format!("{PROJECT}_tls:{TLS_DIR_IN_CONTAINERS}:ro"),
         ]);
         for (key, value) in env {
             command.args(["-e", &format!("{key}={value}")]);

@@ -177,8 +177,8 @@ impl Drop for Down {
 }
 
 /// The whole compose.yaml, as an operator starts it: every service healthy and non-root on
-/// its small image, Prometheus finds every target up, has loaded the alert rules, and the
-/// payout metrics are there before any payout exists.
+/// its small image, Prometheus finds every target up over HTTPS, has loaded the alert rules,
+/// the payout metrics are there before any payout exists, and payouts settle on TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
     assert!(
@@ -276,4 +276,93 @@ async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
         .await;
         assert!(found >= series, "{query}: {found} series");
     }
+    settles_payouts_on_tls(&http, &targets).await;
+}
+
+/// The stack is on TLS end to end: Prometheus scrapes every target over HTTPS, a plain
+/// request to a service's port is refused, and payouts created over HTTPS (trusting the CA
+/// tls-init exported) are settled by compose.yaml's own executors, each once.
+async fn settles_payouts_on_tls(plain: &reqwest::Client, targets: &[serde_json::Value]) {
+    for target in targets {
+        let url = target["scrapeUrl"].as_str().unwrap_or_default();
+        assert!(url.starts_with("https://"), "scraped in clear: {target}");
+    }
+    let refused = plain
+        .get("http://127.0.0.1:8081/health/ready")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
+    let env = harness::compose::env_file().unwrap();
+    let secret = |key: &str| {
+        env.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{key} not in .env"))
+    };
+    let ca = harness::stack::TlsFiles::of_compose(harness::compose::exported_ca()).unwrap();
+    let https = ca
+        .client()
+        .apply(reqwest::Client::builder().timeout(Duration::from_secs(10)))
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let payout: payment_api::Payout = https
+            .post("https://127.0.0.1:8082/v1/payouts")
+            .bearer_auth(secret("PAYMENT_CREATOR_TOKEN"))
+            .header(
+                payment_api::IDEMPOTENCY_KEY_HEADER,
+                format!("compose-tls-{i}"),
+            )
+            .json(&payment_api::CreatePayout {
+                amount_minor: 100 + i,
+                currency: "EUR".into(),
+                beneficiary: format!("beneficiary {i}"),
+            })
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(payout.payout_id);
+    }
+    let reader = secret("PAYMENT_READER_TOKEN");
+    for id in ids {
+        poll_until(
+            &format!("payout {id} to settle"),
+            Duration::from_secs(60),
+            || async {
+                let payout: payment_api::Payout = https
+                    .get(format!("https://127.0.0.1:8082/v1/payouts/{id}"))
+                    .bearer_auth(&reader)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                (payout.state == PayoutState::Settled).then_some(())
+            },
+        )
+        .await;
+    }
+    let summary: payment_api::LedgerSummary = https
+        .get("https://127.0.0.1:8082/v1/ledger/summary")
+        .bearer_auth(&reader)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.postings, summary.settled_payouts),
+        (10, 10),
+        "each payout posted once"
+    );
 }

@@ -20,16 +20,22 @@ async fn main() {
 async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = process_kit::recorder::install();
     let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
+    let tls = tls_kit::ServerTls::chosen(
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
+        None,
+        config.unsafe_plaintext_http,
+    )
+    .map_err(anyhow::Error::msg)?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     let executor = Arc::new(Executor::start(config, lock_config).await?);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stop = stopped.clone();
     let server = tokio::spawn(async move {
-        axum::serve(listener, telemetry::router(metrics))
-            .with_graceful_shutdown(async move {
-                let _ = server_stop.changed().await;
-            })
-            .await
+        telemetry::serve(listener, telemetry::router(metrics), tls, async move {
+            let _ = server_stop.changed().await;
+        })
+        .await
     });
     // A signal stops new attempts; the payouts in flight finish, then the loop returns.
     tokio::spawn(async move {

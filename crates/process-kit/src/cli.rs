@@ -1,11 +1,26 @@
 //! Flag parsing for service binaries: help and version print as usual; any other error is
-//! one line on stderr and exit code 2.
+//! one line on stderr and exit code 2. `PROGRAM --probe URL` is the container health check
+//! every service image runs: one GET (HTTPS trusting `TLS_CA_FILE`), exit 0 on a 2xx answer,
+//! else one line and exit 1.
+
+use std::time::Duration;
 
 use clap::Parser;
 use clap::error::ErrorKind;
 
-/// Parses `C` from the process's arguments and environment, or exits.
+/// A probe's budget for connecting and for each read and write: under the health check's
+/// own timeout (2 s in deploy/Dockerfile), so a hung service fails the probe, not the check.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
+/// Parses `C` from the process's arguments and environment, or exits; `--probe URL` runs the
+/// probe and exits.
 pub fn parse_or_exit<C: Parser>(program: &str) -> C {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, url] = args.as_slice()
+        && flag == "--probe"
+    {
+        probe_and_exit(program, url);
+    }
     match C::try_parse() {
         Ok(config) => config,
         Err(err)
@@ -25,6 +40,21 @@ pub fn parse_or_exit<C: Parser>(program: &str) -> C {
                 .trim_start_matches("error: ");
             eprintln!("{program}: {first}");
             std::process::exit(2);
+        }
+    }
+}
+
+fn probe_and_exit(program: &str, url: &str) -> ! {
+    let ca = std::env::var_os("TLS_CA_FILE").filter(|v| !v.is_empty());
+    match tls_kit::probe(url, ca.as_deref().map(std::path::Path::new), PROBE_TIMEOUT) {
+        Ok(status) if (200..300).contains(&status) => std::process::exit(0),
+        Ok(status) => {
+            eprintln!("{program}: probe {url}: answered {status}");
+            std::process::exit(1)
+        }
+        Err(err) => {
+            eprintln!("{program}: probe: {err}");
+            std::process::exit(1)
         }
     }
 }

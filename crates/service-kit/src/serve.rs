@@ -81,19 +81,12 @@ impl HttpLimits {
     /// The TLS these settings ask for: `None` for plain HTTP, which only
     /// `UNSAFE_PLAINTEXT_HTTP` allows.
     pub fn server_tls(&self) -> Result<Option<ServerTls>, String> {
-        match (&self.tls_cert, &self.tls_key, self.unsafe_plaintext_http) {
-            (Some(cert), Some(key), false) => ServerTls::load(cert, key, self.tls_client_ca.as_deref())
-                .map(Some)
-                .map_err(|e| format!("TLS_CERT_FILE / TLS_KEY_FILE: {e}")),
-            (None, None, true) => Ok(None),
-            (Some(_), Some(_), true) => Err(
-                "TLS_CERT_FILE and UNSAFE_PLAINTEXT_HTTP are both set: choose one".into(),
-            ),
-            (Some(_), None, _) | (None, Some(_), _) => {
-                Err("TLS_CERT_FILE and TLS_KEY_FILE go together: set both".into())
-            }
-            (None, None, false) => Err("TLS_CERT_FILE and TLS_KEY_FILE are required (HTTPS), or UNSAFE_PLAINTEXT_HTTP=true to serve plain HTTP on a network you trust".into()),
-        }
+        ServerTls::chosen(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+            self.unsafe_plaintext_http,
+        )
     }
 }
 

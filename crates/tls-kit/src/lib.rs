@@ -16,6 +16,8 @@ mod error;
 mod files;
 #[cfg(feature = "generate")]
 mod generate;
+#[cfg(feature = "probe")]
+mod probe;
 #[cfg(feature = "server")]
 mod server;
 
@@ -25,6 +27,8 @@ pub use error::TlsError;
 pub use files::{read_certs, read_key};
 #[cfg(feature = "generate")]
 pub use generate::{Issued, LocalCa};
+#[cfg(feature = "probe")]
+pub use probe::probe;
 #[cfg(feature = "server")]
 pub use server::{PLAINTEXT_REFUSAL, ServerTls, Sniffed, peer_name, sniff};
 #[cfg(feature = "server")]

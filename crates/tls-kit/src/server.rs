@@ -74,6 +74,31 @@ fn certified(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, TlsError
 }
 
 impl ServerTls {
+    /// The one rule of every HTTP port we serve: HTTPS with `cert_file` and `key_file`
+    /// (`TLS_CERT_FILE`, `TLS_KEY_FILE`), or plain HTTP (`None`) only when
+    /// `unsafe_plaintext_http` (`UNSAFE_PLAINTEXT_HTTP`) says so; anything else is an error
+    /// naming the settings, and the service does not start.
+    pub fn chosen(
+        cert_file: Option<&Path>,
+        key_file: Option<&Path>,
+        client_ca: Option<&Path>,
+        unsafe_plaintext_http: bool,
+    ) -> Result<Option<Self>, String> {
+        match (cert_file, key_file, unsafe_plaintext_http) {
+            (Some(cert), Some(key), false) => Self::load(cert, key, client_ca)
+                .map(Some)
+                .map_err(|e| format!("TLS_CERT_FILE / TLS_KEY_FILE: {e}")),
+            (None, None, true) => Ok(None),
+            (Some(_), Some(_), true) => {
+                Err("TLS_CERT_FILE and UNSAFE_PLAINTEXT_HTTP are both set: choose one".into())
+            }
+            (Some(_), None, _) | (None, Some(_), _) => {
+                Err("TLS_CERT_FILE and TLS_KEY_FILE go together: set both".into())
+            }
+            (None, None, false) => Err("TLS_CERT_FILE and TLS_KEY_FILE are required (HTTPS), or UNSAFE_PLAINTEXT_HTTP=true to serve plain HTTP on a network you trust".into()),
+        }
+    }
+
     /// TLS with the chain of `cert_file` and the key of `key_file` (PEM); with `client_ca`,
     /// a client may present a certificate, which must chain to that CA (PEM) and whose name
     /// [`peer_name`] then reads (a client without one still connects: its bearer secret

@@ -29,19 +29,19 @@ impl Stack {
             ("LOCK_CLIENT_TOKEN", self.secrets.lock_client.clone()),
             ("PAYOUT_EXECUTOR_TOKEN", self.secrets.executor.clone()),
         ];
-        let common: Vec<(&str, String)> = common
-            .into_iter()
-            .chain(tls::client_env(self.tls.as_ref()))
-            .collect();
         let (process, url) = if self.compose {
+            // Clients of the stack's services on HTTPS, trusting its CA in its volume; the
+            // metrics port the harness reads by the container's address, plain, said so.
             let mut env = vec![
                 ("EXECUTOR_BIND", "0.0.0.0:8084".to_owned()),
-                ("PAYMENT_URL", "http://payment-resource:8082".to_owned()),
-                ("RAIL_PROXY_URL", "http://rail-proxy:8083".to_owned()),
+                ("PAYMENT_URL", "https://payment-resource:8082".to_owned()),
+                ("RAIL_PROXY_URL", "https://rail-proxy:8083".to_owned()),
                 (
                     "LOCK_ENDPOINTS",
-                    "http://lock-server-1:8081,http://lock-server-2:8081".to_owned(),
+                    "https://lock-server-1:8081,https://lock-server-2:8081".to_owned(),
                 ),
+                ("TLS_CA_FILE", compose::CA_IN_CONTAINERS.to_owned()),
+                ("UNSAFE_PLAINTEXT_HTTP", "true".to_owned()),
             ];
             env.extend(common.iter().cloned());
             env.extend(extra_env.iter().cloned());
@@ -57,13 +57,17 @@ impl Stack {
                 ("RAIL_PROXY_URL", self.proxy_url.clone()),
                 ("LOCK_ENDPOINTS", endpoints.join(",")),
             ];
+            env.extend(tls::client_env(self.tls.as_ref()));
+            env.extend(tls::server_env(self.tls.as_ref()));
             env.extend(common.iter().cloned());
             env.extend(extra_env.iter().cloned());
             let process = ServiceProcess::spawn(name, &self.bins[4], &[], &env, &self.log_dir);
-            (Proc::Local(process), format!("http://127.0.0.1:{port}"))
+            let scheme = tls::scheme(self.tls.as_ref());
+            (Proc::Local(process), format!("{scheme}://127.0.0.1:{port}"))
         };
         if wait_ready {
-            wait_until_ok(
+            wait_until_ok_with(
+                self.client_for(&url),
                 &format!("{name} to become ready"),
                 &format!("{url}/health/ready"),
                 READY_DEADLINE,

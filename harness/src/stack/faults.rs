@@ -54,7 +54,7 @@ impl Stack {
         let started = std::time::Instant::now();
         while started.elapsed() < deadline {
             let ok = self
-                .http
+                .client_for(url)
                 .get(format!("{url}/health/ready"))
                 .timeout(Duration::from_secs(2))
                 .send()
@@ -126,7 +126,7 @@ impl Stack {
             .chain(self.executors.iter().map(|e| e.url.clone()));
         for url in urls {
             let status = self
-                .http
+                .client_for(&url)
                 .get(format!("{url}/health/ready"))
                 .send()
                 .await

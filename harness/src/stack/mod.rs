@@ -27,7 +27,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submission};
 use reqwest::StatusCode;
-use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok};
+use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok_with};
 
 use crate::audit::{Audit, DeclaredLoss, declared_losses};
 use crate::compose::{self, Container, etcd_selected};
@@ -148,6 +148,10 @@ pub struct Stack {
     /// Executors started so far, by name.
     pub executors: Vec<Executor>,
     http: reqwest::Client,
+    /// For the one plain port of a stack on TLS: the metrics port of an executor container
+    /// the harness starts on compose (read by the container's address, which no certificate
+    /// names).
+    plain_http: reqwest::Client,
     /// The stack's CA and certificate, when it runs on TLS.
     pub tls: Option<TlsFiles>,
 }
@@ -388,23 +392,30 @@ impl Stack {
             compose: false,
             executors: Vec::new(),
             http,
+            plain_http: tls::http_client(None)?,
             tls,
         })
     }
 
     /// Compose mode: the infrastructure from compose.yaml, from a clean state.
     async fn start_compose(options: StackOptions) -> anyhow::Result<Self> {
-        anyhow::ensure!(!options.tls, "a stack on TLS needs local processes");
+        anyhow::ensure!(
+            !options.tls,
+            "compose runs on TLS always: StackOptions::tls is for local processes"
+        );
         let env = compose::env_file()?;
         let secrets = Secrets::from_env_file(&env)?;
         let signer = secrets.signer()?;
         tokio::task::spawn_blocking(compose::up).await??;
-        let local = |port: u16| format!("http://127.0.0.1:{port}");
+        let tls = Some(TlsFiles::of_compose(compose::exported_ca())?);
+        let http = tls::http_client(tls.as_ref())?;
+        let local = |port: u16| format!("https://127.0.0.1:{port}");
         let (payment_url, proxy_url, rail_url) = (local(8082), local(8083), local(8085));
         let mut lock_servers = Vec::new();
         for (service, port) in [("lock-server-1", 8081), ("lock-server-2", 8091)] {
             let url = local(port);
-            wait_until_ok(
+            wait_until_ok_with(
+                &http,
                 &format!("{service} to become ready"),
                 &format!("{url}/health/ready"),
                 READY_DEADLINE * 3,
@@ -421,7 +432,8 @@ impl Stack {
             ("rail-proxy", &proxy_url),
             ("rail-stub", &rail_url),
         ] {
-            wait_until_ok(
+            wait_until_ok_with(
+                &http,
                 &format!("{service} to become ready"),
                 &format!("{url}/health/ready"),
                 READY_DEADLINE * 3,
@@ -451,9 +463,22 @@ impl Stack {
             last_payout: std::sync::atomic::AtomicI64::new(0),
             compose: true,
             executors: Vec::new(),
-            http: reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?,
-            tls: None,
+            http,
+            plain_http: tls::http_client(None)?,
+            tls,
         })
+    }
+}
+
+impl Stack {
+    /// The harness's client for `url`: the stack's (HTTPS only, on TLS), or the plain one
+    /// for an `http://` URL.
+    pub(super) fn client_for(&self, url: &str) -> &reqwest::Client {
+        if url.starts_with("http://") {
+            &self.plain_http
+        } else {
+            &self.http
+        }
     }
 }
 

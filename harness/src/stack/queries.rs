@@ -206,7 +206,7 @@ impl Stack {
     /// One scrape of `url/metrics`.
     pub async fn metrics(&self, url: &str) -> anyhow::Result<Metrics> {
         let text = self
-            .http
+            .client_for(url)
             .get(format!("{url}/metrics"))
             .send()
             .await?

@@ -1,5 +1,6 @@
-//! A local stack on TLS: a CA of its own, one certificate for every service (they all listen
-//! on 127.0.0.1), clients that trust only that CA. Local processes only.
+//! A stack on TLS. Local processes: a CA of its own, one certificate for every service (they
+//! all listen on 127.0.0.1), clients that trust only that CA. Compose: the CA compose.yaml's
+//! tls-init made and exported to the host; the services' certificates stay in its volume.
 
 use super::*;
 
@@ -8,10 +9,9 @@ use super::*;
 pub struct TlsFiles {
     /// The CA every client trusts (`TLS_CA_FILE`).
     pub ca: PathBuf,
-    /// The services' certificate (`TLS_CERT_FILE`).
-    pub cert: PathBuf,
-    /// Its key (`TLS_KEY_FILE`).
-    pub key: PathBuf,
+    /// The local services' certificate and key (`TLS_CERT_FILE`, `TLS_KEY_FILE`); none for
+    /// compose, whose services read theirs from the stack's own volume.
+    pub server: Option<(PathBuf, PathBuf)>,
 }
 
 impl TlsFiles {
@@ -21,15 +21,24 @@ impl TlsFiles {
         std::fs::create_dir_all(&dir)?;
         let ca = tls_kit::LocalCa::new("stack CA")?;
         let issued = ca.issue(&["localhost", "127.0.0.1"])?;
-        let files = Self {
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(dir.join("ca.pem"), ca.cert_pem())?;
+        std::fs::write(&cert, issued.cert_pem)?;
+        std::fs::write(&key, issued.key_pem)?;
+        Ok(Self {
             ca: dir.join("ca.pem"),
-            cert: dir.join("cert.pem"),
-            key: dir.join("key.pem"),
-        };
-        std::fs::write(&files.ca, ca.cert_pem())?;
-        std::fs::write(&files.cert, issued.cert_pem)?;
-        std::fs::write(&files.key, issued.key_pem)?;
-        Ok(files)
+            server: Some((cert, key)),
+        })
+    }
+
+    /// The compose stack's CA, as its tls-init exported it to the host.
+    pub fn of_compose(ca: PathBuf) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            ca.is_file(),
+            "{}: no CA certificate (compose.yaml's tls-init writes it at start)",
+            ca.display()
+        );
+        Ok(Self { ca, server: None })
     }
 
     /// The client side: trust this CA.
@@ -44,11 +53,11 @@ impl TlsFiles {
 /// How a service of the stack listens: HTTPS with the stack's certificate, or plain HTTP said
 /// so explicitly.
 pub(super) fn server_env(tls: Option<&TlsFiles>) -> Vec<(&'static str, String)> {
-    match tls {
-        Some(files) => vec![
+    match tls.and_then(|files| files.server.as_ref()) {
+        Some((cert, key)) => vec![
             ("UNSAFE_PLAINTEXT_HTTP", "false".to_owned()),
-            ("TLS_CERT_FILE", files.cert.display().to_string()),
-            ("TLS_KEY_FILE", files.key.display().to_string()),
+            ("TLS_CERT_FILE", cert.display().to_string()),
+            ("TLS_KEY_FILE", key.display().to_string()),
         ],
         None => vec![("UNSAFE_PLAINTEXT_HTTP", "true".to_owned())],
     }

@@ -7,7 +7,7 @@ use std::process::Command;
 fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
     let binary = test_support::cargo_bin("payout-executor").unwrap();
     let closed = format!("http://127.0.0.1:{}", test_support::free_port());
-    let cases: [(&str, &str, &str); 17] = [
+    let cases: [(&str, &str, &str); 19] = [
         ("RAIL_HOP_BUDGET", "9s", "RAIL_HOP_BUDGET"),
         (
             "LOCK_CLIENT_SAFETY_MARGIN",
@@ -45,12 +45,16 @@ fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
             "fault-sigstop-step",
         ),
         ("LOG_FORMAT", "xml", "log-format"),
+        // The metrics port: HTTPS, or plain HTTP said so (neither is no start).
+        ("UNSAFE_PLAINTEXT_HTTP", "false", "UNSAFE_PLAINTEXT_HTTP"),
+        ("TLS_CERT_FILE", "/nonexistent/cert.pem", "TLS_KEY_FILE"),
     ];
     let mut failures = Vec::new();
     for (key, value, mentions) in cases {
         let output = Command::new(&binary)
             .env("LOCK_ENDPOINTS", &closed)
             .env("EXECUTOR_BIND", "127.0.0.1:0")
+            .env("UNSAFE_PLAINTEXT_HTTP", "true")
             .env(key, value)
             .output()
             .unwrap();

@@ -274,7 +274,8 @@ async fn a_service_without_tls_or_the_plaintext_setting_does_not_start() {
 
 /// Every hop between the services on TLS (lock-servers, payment-resource, rail-proxy,
 /// rail-stub; the executors and rail-proxy trusting only the stack's CA): payouts settle,
-/// once each, and every service said it listens on TLS.
+/// once each, every service said it listens on TLS, and the executors' metrics are read over
+/// HTTPS only.
 #[tokio::test(flavor = "multi_thread")]
 async fn payouts_settle_with_every_service_on_tls() {
     let options = harness::stack::StackOptions {
@@ -310,6 +311,27 @@ async fn payouts_settle_with_every_service_on_tls() {
     for log in stack.lock_server_logs() {
         assert!(listening_on_tls(&log));
     }
+    // The executors' metrics port too: read over HTTPS, and not at all in clear.
+    let mut attempts = 0.0;
+    for executor in &stack.executors {
+        assert!(executor.url.starts_with("https://"), "{}", executor.url);
+        assert!(
+            listening_on_tls(&executor.process.log()),
+            "{}",
+            executor.name
+        );
+        attempts += stack
+            .metric(&executor.url, "payout_execute_seconds_count", &[])
+            .await
+            .unwrap();
+        let plain = executor.url.replacen("https://", "http://", 1);
+        assert!(
+            reqwest::get(format!("{plain}/metrics")).await.is_err(),
+            "{} answered plain HTTP",
+            executor.name
+        );
+    }
+    assert!(attempts >= 20.0, "{attempts} attempts counted");
 }
 
 /// Mutual TLS: a client certificate the server's client CA verified is the credential that
