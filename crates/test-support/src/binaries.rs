@@ -38,6 +38,18 @@ pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let release = dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
+    // Not the variables cargo set for this test process: a build script that tracks one
+    // (ring's tracks CARGO_MANIFEST_DIR) would see it change and rebuild, and the next
+    // `cargo` from a shell would rebuild it back, under whatever else is running then.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if CARGO_SET_FOR_TESTS
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+        {
+            build.env_remove(key.as_ref());
+        }
+    }
     if from_a_test {
         build.args(["test", "--quiet", "--workspace", "--no-run"]);
     } else {
@@ -54,6 +66,18 @@ pub fn cargo_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     }
     find_all(&dir, names)
 }
+
+/// Prefixes of the variables cargo sets for a test process it runs (never set by a user).
+const CARGO_SET_FOR_TESTS: [&str; 8] = [
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_BIN_EXE_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+];
 
 /// Names the directory `cargo_bins` takes the binaries from instead of building them.
 pub const PREBUILT_BIN_DIR: &str = "PREBUILT_BIN_DIR";
