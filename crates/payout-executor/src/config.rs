@@ -3,7 +3,6 @@
 //! `LOCK_CLIENT_SAFETY_MARGIN`, ...).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -58,17 +57,9 @@ pub struct Config {
     /// Address of `/metrics` and `/health/*`.
     #[arg(long, env = "EXECUTOR_BIND", default_value = "127.0.0.1:8084")]
     pub bind: SocketAddr,
-    /// PEM certificate chain the metrics port presents; with `TLS_KEY_FILE`, it serves
-    /// HTTPS. Both are read again on SIGHUP.
-    #[arg(long = "tls.cert", env = "TLS_CERT_FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of `TLS_CERT_FILE`.
-    #[arg(long = "tls.key", env = "TLS_KEY_FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// Serve the metrics port on plain HTTP (the services' rule: one or the other, or no
-    /// start).
-    #[arg(long = "unsafe-plaintext-http", env = "UNSAFE_PLAINTEXT_HTTP")]
-    pub unsafe_plaintext_http: bool,
+    /// The metrics port: HTTPS (`TLS_CERT_FILE`, `TLS_KEY_FILE`) or plain HTTP said so.
+    #[command(flatten)]
+    pub tls: process_kit::ServeTls,
     /// Owner id of this worker's lock session.
     #[arg(long, env = "EXECUTOR_ID", default_value = "payout-executor")]
     pub executor_id: String,

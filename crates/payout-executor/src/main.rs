@@ -21,10 +21,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = process_kit::recorder::install();
     let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
     let tls = tls_kit::ServerTls::chosen(
-        config.tls_cert.as_deref(),
-        config.tls_key.as_deref(),
+        config.tls.cert.as_deref(),
+        config.tls.key.as_deref(),
         None,
-        config.unsafe_plaintext_http,
+        config.tls.unsafe_plaintext_http,
     )
     .map_err(anyhow::Error::msg)?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;

@@ -3,6 +3,7 @@
 //! every service image runs: one GET (HTTPS trusting `TLS_CA_FILE`), exit 0 on a 2xx answer,
 //! else one line and exit 1.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -11,6 +12,24 @@ use clap::error::ErrorKind;
 /// A probe's budget for connecting and for each read and write: under the health check's
 /// own timeout (2 s in deploy/Dockerfile), so a hung service fails the probe, not the check.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
+/// How a port a process serves speaks: the same settings on every service and on the
+/// executors' metrics port (`tls_kit::ServerTls::chosen` decides from them).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeTls {
+    /// PEM certificate chain (leaf first) this port presents; with `TLS_KEY_FILE`, it serves
+    /// HTTPS. Both are read again on SIGHUP.
+    #[arg(long = "tls.cert", env = "TLS_CERT_FILE")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `TLS_CERT_FILE`.
+    #[arg(long = "tls.key", env = "TLS_KEY_FILE")]
+    pub key: Option<PathBuf>,
+    /// Serve plain HTTP: credentials, session ids and proofs cross the network in clear. Only
+    /// for loopback, tests and a network you trust completely; without it (and without a
+    /// certificate) the process does not start.
+    #[arg(long = "unsafe-plaintext-http", env = "UNSAFE_PLAINTEXT_HTTP")]
+    pub unsafe_plaintext_http: bool,
+}
 
 /// Parses `C` from the process's arguments and environment, or exits; `--probe URL` runs the
 /// probe and exits.

@@ -12,5 +12,5 @@ pub mod logging;
 pub mod recorder;
 pub mod shutdown;
 
-pub use cli::parse_or_exit;
+pub use cli::{ServeTls, parse_or_exit};
 pub use logging::LogFormat;

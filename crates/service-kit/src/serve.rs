@@ -58,23 +58,14 @@ pub struct HttpLimits {
     /// Most open connections; one more is closed at once (and counted).
     #[arg(long = "http.connections-max", env = "HTTP_CONNECTIONS_MAX", default_value_t = CONNECTIONS_MAX_DEFAULT)]
     pub connections_max: usize,
-    /// PEM certificate chain (leaf first) this service presents; with `TLS_KEY_FILE`, it
-    /// serves HTTPS. Both are read again on SIGHUP.
-    #[arg(long = "tls.cert", env = "TLS_CERT_FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of `TLS_CERT_FILE`.
-    #[arg(long = "tls.key", env = "TLS_KEY_FILE")]
-    pub tls_key: Option<PathBuf>,
+    /// HTTPS (`TLS_CERT_FILE`, `TLS_KEY_FILE`) or plain HTTP said so.
+    #[command(flatten)]
+    pub tls: process_kit::ServeTls,
     /// Mutual TLS: the CA (PEM) client certificates must chain to. A client that presents one
     /// is the credential naming its first DNS name (`cert:<name>` in a credentials file), with
     /// no bearer secret; a client without one still proves itself with its secret.
     #[arg(long = "tls.client-ca", env = "TLS_CLIENT_CA_FILE")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Serve plain HTTP: credentials, session ids and proofs cross the network in clear. Only
-    /// for loopback, tests and a network you trust completely; without it (and without a
-    /// certificate) the service does not start.
-    #[arg(long = "unsafe-plaintext-http", env = "UNSAFE_PLAINTEXT_HTTP")]
-    pub unsafe_plaintext_http: bool,
 }
 
 impl HttpLimits {
@@ -82,10 +73,10 @@ impl HttpLimits {
     /// `UNSAFE_PLAINTEXT_HTTP` allows.
     pub fn server_tls(&self) -> Result<Option<ServerTls>, String> {
         ServerTls::chosen(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
+            self.tls.cert.as_deref(),
+            self.tls.key.as_deref(),
             self.tls_client_ca.as_deref(),
-            self.unsafe_plaintext_http,
+            self.tls.unsafe_plaintext_http,
         )
     }
 }
@@ -96,10 +87,8 @@ impl Default for HttpLimits {
             header_read_timeout: humantime::parse_duration(HEADER_READ_TIMEOUT_DEFAULT)
                 .unwrap_or(Duration::from_secs(10)),
             connections_max: CONNECTIONS_MAX_DEFAULT,
-            tls_cert: None,
-            tls_key: None,
+            tls: process_kit::ServeTls::default(),
             tls_client_ca: None,
-            unsafe_plaintext_http: false,
         }
     }
 }
