@@ -354,11 +354,16 @@ pub async fn acquire_waiting(
         }
         if let Some((grant, place_age_ms)) = ticket.take_handed() {
             place.disarm();
-            store.admit_hand_over(&grant)?;
-            return Ok(Waited::HandedOver(
-                grant,
-                plan.handed_over(called, place_age_ms),
-            ));
+            let ran_at_most = store
+                .admit_hand_over(&grant)?
+                .map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
+            let now = nanos(Instant::now());
+            if let Some(waited_ms) = plan.handed_over(called, place_age_ms, now, ran_at_most) {
+                return Ok(Waited::HandedOver(grant, waited_ms));
+            }
+            // A grant that may predate this request (its notice arrived late): the next
+            // store call answers afresh, from a place of its own again.
+            place.armed = true;
         }
     }
 }

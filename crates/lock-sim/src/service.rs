@@ -470,17 +470,18 @@ impl LockService {
         Some(outcome.map_err(refusal))
     }
 
-    /// Whether replica `replica` may answer `grant`, handed over to a parked request (its
-    /// clock guard's judgement).
+    /// Whether replica `replica` may answer `grant`, handed over to a parked request, and how
+    /// long it may have run by now at the longest (its clock guard's judgement).
     pub fn admit_hand_over(
         &mut self,
         now: Nanos,
         replica: usize,
         grant: &LockGrant,
-    ) -> Result<(), LockAnswer> {
+    ) -> Result<Option<Nanos>, LockAnswer> {
         self.env.set_now(now);
         self.replicas[replica]
             .admit_hand_over(grant)
+            .map(|age| age.map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)))
             .map_err(|err| {
                 self.withheld += 1;
                 refusal(err)

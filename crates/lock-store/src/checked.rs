@@ -193,7 +193,7 @@ impl LockStore for ClockCheckedStore {
         self.inner.hands_over()
     }
 
-    fn admit_hand_over(&self, grant: &LockGrant) -> Result<(), StoreError> {
+    fn admit_hand_over(&self, grant: &LockGrant) -> Result<Option<Duration>, StoreError> {
         if let Some(refusal) = self.held() {
             return Err(refusal);
         }
@@ -207,7 +207,11 @@ impl LockStore for ClockCheckedStore {
                 StoreError::Unavailable("the store's clock stepped forward".into())
             }));
         }
-        self.inner.admit_hand_over(grant)
+        self.inner.admit_hand_over(grant)?;
+        Ok(self
+            .guard()
+            .at_most_ago(epoch_nanos(began), self.mono_nanos())
+            .map(Duration::from_nanos))
     }
 
     async fn create_session(

@@ -107,6 +107,18 @@ impl ClockGuard {
             .map(|until| until - now_nanos)
     }
 
+    /// The longest a store-clock instant `store_nanos` may lie before `now_nanos` on this
+    /// replica's monotonic clock: an event the store stamped `s` happened at or after
+    /// `s − bound`, the bound being an upper bound of (store clock − monotonic clock), plus
+    /// the drift allowance over that age (the event may predate the bound's reading, when the
+    /// offset may have been larger by that much). `None` before the first reading.
+    pub fn at_most_ago(&self, store_nanos: i128, now_nanos: u64) -> Option<u64> {
+        let bound = self.bound?;
+        let age = bound.at(now_nanos) + i128::from(now_nanos) - store_nanos;
+        let age = age + age.max(0) * i128::from(DRIFT_PPM) / 1_000_000;
+        Some(u64::try_from(age).unwrap_or(0))
+    }
+
     /// Steps seen so far.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -310,5 +322,20 @@ mod tests {
             guard.judge_unbracketed(ahead, 9 * S, EPOCH + i128::from(9 * S)),
             Verdict::Stepped { ahead_nanos, at_start: false } if ahead_nanos > 400 * MS
         ));
+    }
+
+    #[test]
+    fn the_age_of_a_store_instant_is_bounded_by_the_tightest_reading_and_the_drift() {
+        let mut guard = ClockGuard::new(60 * S);
+        assert_eq!(guard.at_most_ago(EPOCH, S), None, "no reading, no bound");
+        // Read halfway through a 2 ms call: the bound is 1 ms above the true offset.
+        assert_eq!(guard.observe(reading(0, 2, 0)), Verdict::Agrees);
+        // A store instant 300 ms before a second later: at most 300 ms, the reading's 1 ms,
+        // a second's drift allowance (1 ms) and the allowance over that age (0.302 ms) ago.
+        let stamped = EPOCH + i128::from(700 * MS);
+        assert_eq!(guard.at_most_ago(stamped, S), Some(302 * MS + 302_000));
+        // Never less than it truly was; an instant after now is no age at all.
+        assert!(guard.at_most_ago(stamped, S).unwrap() >= 300 * MS);
+        assert_eq!(guard.at_most_ago(EPOCH + i128::from(2 * S), S), Some(0));
     }
 }

@@ -338,13 +338,18 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Whether this replica may answer `grant`, handed over to a parked request. The
-    /// replica's clock guard ([`ClockCheckedStore`]) reads the hand-over's start as one more
-    /// reading of the store's clock; a refusal withholds the grant (it lapses at its lease,
-    /// never believed).
-    fn admit_hand_over(&self, grant: &LockGrant) -> Result<(), StoreError> {
+    /// Whether this replica may answer `grant`, handed over to a parked request, and how long
+    /// the grant may have run by now at the longest (`None`: this store cannot tell, and the
+    /// grant is not answered; the request asks the store again). The replica's clock guard
+    /// ([`ClockCheckedStore`]) reads the hand-over's start as one more reading of the store's
+    /// clock and bounds its age; a refusal withholds the grant (it lapses at its lease, never
+    /// believed).
+    fn admit_hand_over(
+        &self,
+        grant: &LockGrant,
+    ) -> Result<Option<std::time::Duration>, StoreError> {
         let _ = grant;
-        Ok(())
+        Ok(None)
     }
 
     /// Renew: extends a live grant by its lease. Never changes the token.

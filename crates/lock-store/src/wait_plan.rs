@@ -92,16 +92,33 @@ impl WaitPlan {
 }
 
 impl WaitPlan {
-    /// The answer to a grant handed over while the request was parked, its last store call
-    /// (made at `last_called_nanos`) having been refused. The hand-over took the queue place
-    /// that call renewed, so the grant began after the store saw the call, and `place_age_ms`
-    /// later on the store's clock: the wait credited is the time before the call plus that
-    /// age, never more than the request was held before its grant began (I4). Crediting only
-    /// the time before the call would be safe too, but a wait longer than the lease would
-    /// then answer a grant whose deadline has passed.
-    pub fn handed_over(&self, last_called_nanos: u64, place_age_ms: u64) -> u64 {
-        self.granted_by_call_at(last_called_nanos)
-            .saturating_add(place_age_ms)
+    /// The `waited_ms` to answer a grant handed over while the request was parked, its last
+    /// store call (made at `last_called_nanos`) having been refused; `None`: do not answer it,
+    /// ask the store again (which answers the grant afresh if it still stands).
+    ///
+    /// Normally the hand-over took the queue place that call renewed, so the grant began after
+    /// the store saw the call, and `place_age_ms` later on the store's clock: the credit is the
+    /// time before the call plus that age (crediting only the time before the call would be
+    /// safe too, but a wait longer than the lease would then answer a grant whose deadline has
+    /// passed). A notice can arrive late, though, carrying a grant made before that call, even
+    /// before the request (a place an earlier request left): so the credit is also capped by
+    /// the grant's start as the replica's clock guard proves it, `ran_at_most_nanos` before
+    /// `now_nanos` at the longest, and a grant that may have begun before the request arrived,
+    /// or whose start the guard cannot bound, is not answered. Never more than the request was
+    /// held before its grant began (I4).
+    pub fn handed_over(
+        &self,
+        last_called_nanos: u64,
+        place_age_ms: u64,
+        now_nanos: u64,
+        ran_at_most_nanos: Option<u64>,
+    ) -> Option<u64> {
+        let began_after_nanos = now_nanos.checked_sub(ran_at_most_nanos?)?;
+        let provable_ms = began_after_nanos.checked_sub(self.started_nanos)? / 1_000_000;
+        let claimed_ms = self
+            .granted_by_call_at(last_called_nanos)
+            .saturating_add(place_age_ms);
+        Some(claimed_ms.min(provable_ms))
     }
 
     /// The `waited_ms` of a grant answered by a store call made at `called_nanos`: the time
@@ -150,6 +167,32 @@ mod tests {
     fn a_handed_over_grant_credits_the_time_before_the_last_call_and_the_place_age() {
         const MS: u64 = 1_000_000;
         let plan = WaitPlan::new(10 * MS, 5_000);
-        assert_eq!(plan.handed_over(910 * MS, 250), 1_150);
+        // Began 1 160 ms after the request by the guard's bound: the claim stands.
+        assert_eq!(
+            plan.handed_over(910 * MS, 250, 1_200 * MS, Some(30 * MS)),
+            Some(1_150)
+        );
+    }
+
+    #[test]
+    fn a_late_notice_is_credited_only_what_the_clock_guard_proves_and_an_older_grant_not_at_all() {
+        const MS: u64 = 1_000_000;
+        let plan = WaitPlan::new(10 * MS, 5_000);
+        // The notice of a grant made 400 ms before the last call arrived after it: the guard
+        // says it ran up to 700 ms by now, so it began 590 ms after the request at the earliest.
+        assert_eq!(
+            plan.handed_over(910 * MS, 250, 1_300 * MS, Some(700 * MS)),
+            Some(590)
+        );
+        // A grant that may predate the request, or one the guard cannot bound: ask again.
+        assert_eq!(
+            plan.handed_over(910 * MS, 250, 1_300 * MS, Some(1_295 * MS)),
+            None
+        );
+        assert_eq!(
+            plan.handed_over(910 * MS, 250, 1_300 * MS, Some(5_000 * MS)),
+            None
+        );
+        assert_eq!(plan.handed_over(910 * MS, 250, 1_300 * MS, None), None);
     }
 }

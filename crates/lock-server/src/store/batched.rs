@@ -151,7 +151,10 @@ impl LockStore for Batched {
         self.inner.hands_over()
     }
 
-    fn admit_hand_over(&self, grant: &lock_api::LockGrant) -> Result<(), StoreError> {
+    fn admit_hand_over(
+        &self,
+        grant: &lock_api::LockGrant,
+    ) -> Result<Option<std::time::Duration>, StoreError> {
         self.inner.admit_hand_over(grant)
     }
 

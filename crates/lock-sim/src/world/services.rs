@@ -142,26 +142,36 @@ impl World {
         // A grant handed over since the last call answers without another (as
         // `waiting::acquire_waiting` answers it, with the plan's credit for the wait).
         if let Some((grant, place_age_ms, expires)) = p.handed.take() {
-            let waited_ms = p.plan.handed_over(p.last_called, place_age_ms);
-            let (r, from, req) = (p.replica, p.from, p.req);
-            self.parked.remove(&id);
+            let (r, from, req, last_called, plan) =
+                (p.replica, p.from, p.req, p.last_called, p.plan);
             let answer = match self.service.admit_hand_over(now, r, &grant) {
-                Ok(()) => {
-                    self.coverage
-                        .hit("a parked acquire answered by a hand-over");
-                    self.service.answer_handed(&grant, expires, waited_ms)
-                }
+                Ok(ran_at_most) => plan
+                    .handed_over(last_called, place_age_ms, now, ran_at_most)
+                    .map(|waited_ms| {
+                        self.coverage
+                            .hit("a parked acquire answered by a hand-over");
+                        self.service.answer_handed(&grant, expires, waited_ms)
+                    }),
                 Err(withheld) => {
                     self.coverage.hit("a hand-over withheld by the clock guard");
-                    withheld
+                    Some(withheld)
                 }
             };
-            self.log(&[from, Node::Replica(r)], || {
-                format!("r{r} answers parked #{req} with its hand-over: {answer:?}")
-            });
-            self.send(Node::Replica(r), from, req, Body::LockReply(answer));
-            return;
+            if let Some(answer) = answer {
+                self.parked.remove(&id);
+                self.log(&[from, Node::Replica(r)], || {
+                    format!("r{r} answers parked #{req} with its hand-over: {answer:?}")
+                });
+                self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+                return;
+            }
+            // A grant that may predate the request: the call below answers afresh.
+            self.coverage
+                .hit("a hand-over older than its request asked again");
         }
+        let Some(p) = self.parked.get_mut(&id) else {
+            return;
+        };
         p.last_called = now;
         let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
         let spec = AcquireSpec {
