@@ -73,11 +73,11 @@ pub fn describe(backend: &'static str) {
     let families: [(&'static str, &'static str); 13] = [
         (
             STORE_CLOCK_STEPS_TOTAL,
-            "Forward steps of the store's clock seen by this replica (each holds grants for the longest lease).",
+            "Steps of the store's clock seen by this replica, forward or back (each holds grants, for at most the longest lease).",
         ),
         (
             GRANTS_WITHHELD_TOTAL,
-            "Acquires answered 503 STORE_UNAVAILABLE because the store's clock stepped forward.",
+            "Acquires answered 503 STORE_UNAVAILABLE because the store's clock stepped.",
         ),
         (
             WAITS_TOTAL,

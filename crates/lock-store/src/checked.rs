@@ -143,6 +143,20 @@ impl ClockCheckedStore {
             );
             metrics::counter!(STORE_CLOCK_STEPS_TOTAL, "backend" => backend).increment(1);
         }
+        if let Verdict::Behind { behind_nanos } = verdict
+            && !self.guard().reported_back()
+        {
+            let backend = self.inner.backend().as_str();
+            tracing::error!(
+                event = "store_clock_stepped",
+                backend,
+                behind_ms = behind_nanos / 1_000_000,
+                source,
+                store_now = %store_now.to_rfc3339(),
+                "the store's clock went back: a lease granted now would end early if it returns; this replica answers no grant while it stays back (at most the longest lease)"
+            );
+            metrics::counter!(STORE_CLOCK_STEPS_TOTAL, "backend" => backend).increment(1);
+        }
         verdict
     }
 
@@ -152,7 +166,7 @@ impl ClockCheckedStore {
         metrics::counter!(GRANTS_WITHHELD_TOTAL, "backend" => self.inner.backend().as_str())
             .increment(1);
         Some(StoreError::Unavailable(format!(
-            "the store's clock stepped forward; this replica answers no grant for {} ms more",
+            "the store's clock stepped; this replica answers no grant for {} ms more",
             left_nanos.div_ceil(1_000_000)
         )))
     }
@@ -203,9 +217,9 @@ impl LockStore for ClockCheckedStore {
             chrono::Duration::milliseconds(i64::try_from(grant.lease_ms).unwrap_or(i64::MAX));
         let began = grant.expires_at - lease;
         if matches!(self.judge(began, "hand-over"), Verdict::Stepped { .. }) {
-            return Err(self.held().unwrap_or_else(|| {
-                StoreError::Unavailable("the store's clock stepped forward".into())
-            }));
+            return Err(self
+                .held()
+                .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into())));
         }
         self.inner.admit_hand_over(grant)?;
         Ok(self
@@ -247,14 +261,14 @@ impl LockStore for ClockCheckedStore {
         } = &outcome
             && matches!(
                 self.observe(*store_now, sent, "grant"),
-                Verdict::Stepped { .. }
+                Verdict::Stepped { .. } | Verdict::Behind { .. }
             )
         {
             // Withheld: the session never learns it holds the key, so no second belief
             // arises; the grant lapses at its lease.
-            return Err(self.held().unwrap_or_else(|| {
-                StoreError::Unavailable("the store's clock stepped forward".into())
-            }));
+            return Err(self
+                .held()
+                .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into())));
         }
         Ok(outcome)
     }

@@ -1,12 +1,15 @@
 //! The store-clock guard: decides, from readings of the store's clock against this
-//! replica's monotonic clock, whether the store's clock stepped forward, and so whether a
-//! grant may be answered.
+//! replica's monotonic clock, whether the store's clock stepped, and so whether a grant may
+//! be answered.
 //!
 //! Why: PostgreSQL's `now()` is the database host's wall clock. A forward step of S ends
 //! every lease and session S early by the store's judgement while each holder still holds by
 //! its own monotonic deadline; the store then grants the key again and two clients believe
-//! they hold it (ADR 0001). A backward step only lengthens leases. Rates are covered by the
-//! SDK's margin; steps are what this catches.
+//! they hold it (ADR 0001). A backward step lengthens the leases already granted, but a lease
+//! granted while the clock is back ends early when it returns, and a replica that took no
+//! reading in between sees nothing of either step (the simulation found it: another replica
+//! granted in the back frame, this one granted over it after the return). Rates are covered
+//! by the SDK's margin; steps are what this catches.
 //!
 //! How: each reading brackets the store's clock between the replica's monotonic instants
 //! `sent` and `received`, so `store − sent` is an upper bound of the clock offset. The guard
@@ -19,6 +22,13 @@
 //! made before the step has ended by its holder's own clock by then, and renewals are safe
 //! throughout (a renewal after the step counts its lease from the stepped clock). The grant
 //! that revealed the step is withheld: its session never learns it holds the key.
+//!
+//! A reading whose own bound lies more than the tolerance below the bound is a backward
+//! step: no grant is answered while the clock stays back (the bound is kept), so no lease is
+//! granted in a frame a return would cut. If the clock returns, that is a step (hold as
+//! above: another replica may have granted in the back frame); if it stays back for the
+//! hold, the back frame becomes the one watched and grants resume (a later return is then a
+//! forward step like any other).
 //!
 //! Pure: time comes in as numbers, so lock-server's store wrapper and the simulation's
 //! replicas drive the same decisions.
@@ -53,8 +63,14 @@ pub struct ClockReading {
 /// What a reading showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// The store's clock is where this replica expects it (or behind: harmless).
+    /// The store's clock is where this replica expects it.
     Agrees,
+    /// The store's clock is `behind_nanos` behind where it was: grants are held while it
+    /// stays back (at most the hold).
+    Behind {
+        /// How far below the bound the reading's own bound was.
+        behind_nanos: u64,
+    },
     /// The store's clock ran ahead of every expectation by `ahead_nanos`: grants are held
     /// for the guard's hold from now.
     Stepped {
@@ -70,14 +86,34 @@ pub enum Verdict {
 struct Bound {
     offset_nanos: i128,
     at_nanos: u64,
+    /// The round trip of the reading it came from: the offset was at most this much lower.
+    slack_nanos: u64,
 }
 
 impl Bound {
     /// The bound at a later instant: it may have grown by the allowed drift meanwhile.
     fn at(self, nanos: u64) -> i128 {
-        let elapsed = nanos.saturating_sub(self.at_nanos);
-        self.offset_nanos + i128::from(elapsed) * i128::from(DRIFT_PPM) / 1_000_000
+        self.offset_nanos + self.drift(nanos)
     }
+
+    /// The lowest the offset the bound was taken from may have drifted to by a later instant
+    /// (the reading was taken anywhere inside its round trip).
+    fn lowest_at(self, nanos: u64) -> i128 {
+        self.offset_nanos - i128::from(self.slack_nanos) - self.drift(nanos)
+    }
+
+    fn drift(self, nanos: u64) -> i128 {
+        let elapsed = nanos.saturating_sub(self.at_nanos);
+        i128::from(elapsed) * i128::from(DRIFT_PPM) / 1_000_000
+    }
+}
+
+/// A backward step in effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Back {
+    since_nanos: u64,
+    most_nanos: u64,
+    bound: Bound,
 }
 
 /// One replica's guard. See the module documentation.
@@ -86,6 +122,10 @@ pub struct ClockGuard {
     hold_nanos: u64,
     bound: Option<Bound>,
     held_until_nanos: Option<u64>,
+    /// The backward step in effect: since when, by how much at most, and the back frame's
+    /// own bound (a reading ahead of it is a return, even one still behind `bound`).
+    back: Option<Back>,
+    back_reported: bool,
     steps: u64,
 }
 
@@ -96,13 +136,20 @@ impl ClockGuard {
             hold_nanos,
             bound: None,
             held_until_nanos: None,
+            back: None,
+            back_reported: false,
             steps: 0,
         }
     }
 
-    /// Nanoseconds until grants may be answered again, if they are held at `now_nanos`.
+    /// Nanoseconds until grants may be answered again, if they are held at `now_nanos` (while
+    /// the clock is back: until the back frame would be adopted, the longest it can take).
     pub fn held_for(&self, now_nanos: u64) -> Option<u64> {
+        let back_until = self
+            .back
+            .map(|back| back.since_nanos.saturating_add(self.hold_nanos));
         self.held_until_nanos
+            .max(back_until)
             .filter(|&until| until > now_nanos)
             .map(|until| until - now_nanos)
     }
@@ -119,6 +166,12 @@ impl ClockGuard {
         Some(u64::try_from(age).unwrap_or(0))
     }
 
+    /// Whether the backward step in effect was reported already (true from its second
+    /// reading on): one log line a step, however long the clock stays back.
+    pub fn reported_back(&mut self) -> bool {
+        self.back.is_none() || std::mem::replace(&mut self.back_reported, true)
+    }
+
     /// Steps seen so far.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -133,6 +186,7 @@ impl ClockGuard {
         let candidate = Bound {
             offset_nanos: reading.store_nanos - i128::from(reading.sent_nanos),
             at_nanos: reading.sent_nanos,
+            slack_nanos: reading.received_nanos - reading.sent_nanos,
         };
         self.judge(reading, Some(candidate))
     }
@@ -172,6 +226,62 @@ impl ClockGuard {
             STEP_TOLERANCE_NANOS
         };
         let stepped = ahead > i128::from(tolerance);
+        // How far the reading's own bound lies below the lowest the offset could have drifted
+        // to (a backward step), if it does.
+        let behind = match (self.bound, candidate) {
+            (Some(bound), Some(candidate)) if !stepped => {
+                let below = bound.lowest_at(candidate.at_nanos) - candidate.offset_nanos;
+                (below > i128::from(STEP_TOLERANCE_NANOS))
+                    .then(|| u64::try_from(below).unwrap_or(u64::MAX))
+            }
+            _ => None,
+        };
+        if let (Some(behind_nanos), Some(candidate)) = (behind, candidate) {
+            let Some(mut back) = self.back else {
+                self.steps += 1;
+                self.back_reported = false;
+                self.back = Some(Back {
+                    since_nanos: reading.received_nanos,
+                    most_nanos: behind_nanos,
+                    bound: candidate,
+                });
+                return Verdict::Behind { behind_nanos };
+            };
+            let ahead_of_back = reading.store_nanos
+                - (back.bound.at(reading.received_nanos) + i128::from(reading.received_nanos));
+            if ahead_of_back > i128::from(STEP_TOLERANCE_NANOS) {
+                // Forward again, though not all the way: the back frame's leases were cut.
+                // A step; what is left of the backward step starts again from here.
+                self.steps += 1;
+                let until = reading.received_nanos.saturating_add(self.hold_nanos);
+                self.held_until_nanos = Some(self.held_until_nanos.map_or(until, |u| u.max(until)));
+                self.back = Some(Back {
+                    since_nanos: reading.received_nanos,
+                    most_nanos: behind_nanos,
+                    bound: candidate,
+                });
+                return Verdict::Stepped {
+                    ahead_nanos: u64::try_from(ahead_of_back).unwrap_or(u64::MAX),
+                    at_start: false,
+                };
+            }
+            if back.bound.at(candidate.at_nanos) > candidate.offset_nanos {
+                back.bound = candidate;
+            }
+            back.most_nanos = back.most_nanos.max(behind_nanos);
+            if reading.received_nanos.saturating_sub(back.since_nanos) < self.hold_nanos {
+                self.back = Some(back);
+                return Verdict::Behind { behind_nanos };
+            }
+            // Back, and still, for the whole hold: any grant made before the step has ended;
+            // the back frame is the one watched from now on.
+            self.back = None;
+            self.bound = Some(back.bound);
+            return Verdict::Agrees;
+        }
+        // The clock came back from a backward step (or stepped forward past it): another
+        // replica may have granted in the back frame, and the return cut those leases.
+        let returned = (!stepped).then_some(self.back.take()).flatten();
         if let Some(candidate) = candidate {
             self.bound = match self.bound {
                 // A step resets the bound: the stepped clock is the one to watch from now on.
@@ -183,14 +293,19 @@ impl ClockGuard {
                 _ => Some(candidate),
             };
         }
-        if !stepped {
-            return Verdict::Agrees;
-        }
+        let ahead_nanos = match (stepped, returned) {
+            (true, _) => {
+                self.back = None;
+                u64::try_from(ahead).unwrap_or(u64::MAX)
+            }
+            (false, Some(back)) => back.most_nanos,
+            (false, None) => return Verdict::Agrees,
+        };
         self.steps += 1;
         let until = reading.received_nanos.saturating_add(self.hold_nanos);
         self.held_until_nanos = Some(self.held_until_nanos.map_or(until, |u| u.max(until)));
         Verdict::Stepped {
-            ahead_nanos: u64::try_from(ahead).unwrap_or(u64::MAX),
+            ahead_nanos,
             at_start,
         }
     }
@@ -218,17 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn a_forward_step_past_the_tolerance_holds_grants_for_the_hold_and_backward_steps_do_not() {
+    fn a_forward_step_past_the_tolerance_holds_grants_for_the_hold() {
         let mut guard = ClockGuard::new(60 * S);
         assert_eq!(guard.observe(reading(0, 2, 0)), Verdict::Agrees);
         // Slow answers, readings anywhere inside them, drift within the allowance: agree.
         assert_eq!(guard.observe(reading(S, 900, 0)), Verdict::Agrees);
         assert_eq!(guard.observe(reading(10 * S, 1, 5)), Verdict::Agrees);
-        // A backward step is harmless and becomes the new bound...
-        assert_eq!(guard.observe(reading(11 * S, 1, -30_000)), Verdict::Agrees);
-        assert_eq!(guard.held_for(11 * S), None);
-        // ...so stepping back to true time is a forward step of 30 s.
-        let verdict = guard.observe(reading(12 * S, 1, 0));
+        let verdict = guard.observe(reading(12 * S, 1, 30_000));
         assert!(
             matches!(verdict, Verdict::Stepped { ahead_nanos, at_start: false } if ahead_nanos > 29 * S),
             "{verdict:?}"
@@ -237,7 +348,57 @@ mod tests {
         assert_eq!(guard.held_for(72 * S + MS), None, "the hold ends");
         assert_eq!(guard.steps(), 1);
         // After the step, the stepped clock is the one watched: no second alarm.
-        assert_eq!(guard.observe(reading(13 * S, 1, 0)), Verdict::Agrees);
+        assert_eq!(guard.observe(reading(13 * S, 1, 30_000)), Verdict::Agrees);
+    }
+
+    #[test]
+    fn a_backward_step_holds_grants_while_it_lasts_and_its_return_is_a_step() {
+        let mut guard = ClockGuard::new(60 * S);
+        assert_eq!(guard.observe(reading(0, 2, 0)), Verdict::Agrees);
+        // Back 2.5 s: no grant in a frame a return would cut.
+        let verdict = guard.observe(reading(S, 1, -2_500));
+        assert!(
+            matches!(verdict, Verdict::Behind { behind_nanos } if behind_nanos > 2 * S),
+            "{verdict:?}"
+        );
+        assert!(guard.held_for(S + 2 * MS).is_some());
+        assert!(
+            !guard.reported_back(),
+            "the first reading of a step is reported"
+        );
+        assert!(guard.reported_back(), "and only the first");
+        assert!(matches!(
+            guard.observe(reading(2 * S, 1, -2_500)),
+            Verdict::Behind { .. }
+        ));
+        // Back where it was: another replica may have granted in the back frame, and the
+        // return cut those leases. A step: hold.
+        let verdict = guard.observe(reading(3 * S, 1, 0));
+        assert!(
+            matches!(verdict, Verdict::Stepped { ahead_nanos, at_start: false } if ahead_nanos > 2 * S),
+            "{verdict:?}"
+        );
+        assert_eq!(guard.held_for(3 * S + MS), Some(60 * S));
+        assert_eq!(guard.steps(), 2);
+        // Back for the whole hold: the back frame is adopted and grants resume.
+        let mut stays = ClockGuard::new(10 * S);
+        assert_eq!(stays.observe(reading(0, 2, 0)), Verdict::Agrees);
+        assert!(matches!(
+            stays.observe(reading(S, 1, -2_500)),
+            Verdict::Behind { .. }
+        ));
+        assert!(matches!(
+            stays.observe(reading(5 * S, 1, -2_500)),
+            Verdict::Behind { .. }
+        ));
+        assert_eq!(stays.observe(reading(12 * S, 1, -2_500)), Verdict::Agrees);
+        assert_eq!(stays.held_for(12 * S + MS), None);
+        assert_eq!(stays.observe(reading(13 * S, 1, -2_500)), Verdict::Agrees);
+        // A later return is a forward step of the adopted frame.
+        assert!(matches!(
+            stays.observe(reading(14 * S, 1, 0)),
+            Verdict::Stepped { .. }
+        ));
     }
 
     #[test]
@@ -311,7 +472,10 @@ mod tests {
             received_nanos: 7 * S + MS,
             wall_nanos: wall,
         };
-        assert_eq!(bracketed.observe(as_if_sent), Verdict::Agrees);
+        assert!(matches!(
+            bracketed.observe(as_if_sent),
+            Verdict::Behind { .. }
+        ));
         assert!(matches!(
             bracketed.observe(reading(8 * S, 2, 0)),
             Verdict::Stepped { .. }
@@ -337,5 +501,31 @@ mod tests {
         // Never less than it truly was; an instant after now is no age at all.
         assert!(guard.at_most_ago(stamped, S).unwrap() >= 300 * MS);
         assert_eq!(guard.at_most_ago(EPOCH + i128::from(2 * S), S), Some(0));
+    }
+
+    #[test]
+    fn a_loose_reading_then_a_tight_one_is_no_backward_step() {
+        let mut guard = ClockGuard::new(60 * S);
+        // The first answer took 300 ms, the store read at its very end; the next took 1 ms.
+        let loose = ClockReading {
+            store_nanos: EPOCH + i128::from(300 * MS),
+            sent_nanos: 0,
+            received_nanos: 300 * MS,
+            wall_nanos: EPOCH + i128::from(300 * MS),
+        };
+        assert_eq!(guard.observe(loose), Verdict::Agrees);
+        let first = ClockReading {
+            store_nanos: EPOCH,
+            sent_nanos: 0,
+            received_nanos: 300 * MS,
+            wall_nanos: EPOCH + i128::from(300 * MS),
+        };
+        let mut early = ClockGuard::new(60 * S);
+        assert_eq!(early.observe(first), Verdict::Agrees);
+        // Read at the start of its round trip instead: the bound sits 300 ms loose, and a
+        // tight reading 300 ms below it only tightens it.
+        assert_eq!(early.observe(reading(S, 1, -1)), Verdict::Agrees);
+        assert_eq!(guard.observe(reading(S, 1, 0)), Verdict::Agrees);
+        assert_eq!(early.steps() + guard.steps(), 0);
     }
 }
