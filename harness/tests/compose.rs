@@ -190,8 +190,8 @@ async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
         .unwrap()
         .unwrap();
     let _down = Down;
-    // Every service's container turns healthy by its own HEALTHCHECK (the small images'
-    // busybox wget) and runs as a non-root user.
+    // Every service's container turns healthy by its own HEALTHCHECK (the service's own
+    // `--probe`, over HTTPS) and runs as a non-root user.
     for service in [
         "lock-server-1",
         "lock-server-2",
