@@ -160,6 +160,13 @@ impl ClockCheckedStore {
         verdict
     }
 
+    /// The refusal of a grant the reading just taken withheld: the hold's, which that
+    /// reading started.
+    fn withheld(&self) -> StoreError {
+        self.held()
+            .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into()))
+    }
+
     /// The refusal while grants are held, if they are.
     fn held(&self) -> Option<StoreError> {
         let left_nanos = self.guard().held_for(self.mono_nanos())?;
@@ -217,9 +224,7 @@ impl LockStore for ClockCheckedStore {
             chrono::Duration::milliseconds(i64::try_from(grant.lease_ms).unwrap_or(i64::MAX));
         let began = grant.expires_at - lease;
         if matches!(self.judge(began, "hand-over"), Verdict::Stepped { .. }) {
-            return Err(self
-                .held()
-                .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into())));
+            return Err(self.withheld());
         }
         self.inner.admit_hand_over(grant)?;
         Ok(self
@@ -266,9 +271,7 @@ impl LockStore for ClockCheckedStore {
         {
             // Withheld: the session never learns it holds the key, so no second belief
             // arises; the grant lapses at its lease.
-            return Err(self
-                .held()
-                .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into())));
+            return Err(self.withheld());
         }
         Ok(outcome)
     }
