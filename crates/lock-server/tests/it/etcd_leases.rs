@@ -1,10 +1,11 @@
 //! etcd: a released grant's lease is the next grant's (no lease grant and no revoke per lock
-//! cycle), and the reuse gives the released grant's holder nothing back.
+//! cycle), and the reuse gives the released grant's holder nothing back; a replica's hint of
+//! what it last wrote to a key never outlives another replica's write.
 
 use std::time::Duration;
 
 use lock_api::{LockKey, OwnerId};
-use lock_server::store::{AcquireOutcome, StoreError};
+use lock_server::store::{AcquireOutcome, AcquireSpec, Refusal, StoreError};
 
 use crate::support::StoreAt;
 
@@ -119,4 +120,105 @@ async fn a_reused_lease_lasts_its_whole_ttl_from_its_new_grant() {
         Some(grant.fencing_token),
         "the grant on a reused lease ended before its lease_ms"
     );
+}
+
+/// A replica commits a cycle on a key it last wrote without reading first (its hint of the
+/// key). Whatever another replica wrote meanwhile must still decide: a grant (the next token
+/// rises past it), a waiter's queue place (the hinted session queues behind it), and a
+/// closed session (no grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicas_hint_never_outlives_another_replicas_write() {
+    let at = StoreAt::etcd();
+    let (one, two) = (at.open().await, at.open().await);
+    let owner = |name: &str| OwnerId::parse(name).unwrap();
+    let a = one
+        .create_session(&owner("a"), LEASE_MS)
+        .await
+        .unwrap()
+        .session_id;
+    let b = two
+        .create_session(&owner("b"), LEASE_MS)
+        .await
+        .unwrap()
+        .session_id;
+    let key = LockKey::parse("hinted").unwrap();
+    let cycle_on = async |store: &std::sync::Arc<dyn lock_server::store::LockStore>, s| {
+        let AcquireOutcome::Granted { grant, .. } = store.acquire(&key, s, LEASE_MS).await.unwrap()
+        else {
+            panic!("{key} is free");
+        };
+        assert!(store.release(&key, s, grant.fencing_token).await.unwrap());
+        grant.fencing_token
+    };
+
+    // Another replica's grant: the hinted session's next token rises past it.
+    let t1 = cycle_on(&one, a).await;
+    let t2 = cycle_on(&two, b).await;
+    assert!(t2 > t1);
+    let t3 = cycle_on(&one, a).await;
+    assert!(
+        t3 > t2,
+        "token {t3} issued after {t2}: the hint outlived another grant"
+    );
+
+    // A waiter that queued through another replica while the key was held: the hinted
+    // session's next acquire queues behind it.
+    let AcquireOutcome::Granted { grant, .. } = one.acquire(&key, a, LEASE_MS).await.unwrap()
+    else {
+        panic!("{key} is free");
+    };
+    let wait = AcquireSpec {
+        lease_ms: LEASE_MS,
+        queue_ms: LEASE_MS,
+        lock_delay_ms: 0,
+    };
+    assert!(matches!(
+        two.acquire_with(&key, b, wait).await.unwrap(),
+        AcquireOutcome::Refused(Refusal::Held { .. } | Refusal::Queued { .. })
+    ));
+    assert!(one.release(&key, a, grant.fencing_token).await.unwrap());
+    match one.acquire(&key, a, LEASE_MS).await.unwrap() {
+        AcquireOutcome::Refused(Refusal::Queued { .. }) => {}
+        other => panic!("a freed key was taken past its queue: {other:?}"),
+    }
+    let AcquireOutcome::Granted { grant, .. } = two.acquire_with(&key, b, wait).await.unwrap()
+    else {
+        panic!("the head of the queue is granted");
+    };
+    assert!(two.release(&key, b, grant.fencing_token).await.unwrap());
+
+    // A grant revoked through another replica and granted again there: the old holder's
+    // release through its own replica frees nothing.
+    let AcquireOutcome::Granted { grant: old, .. } = one.acquire(&key, a, LEASE_MS).await.unwrap()
+    else {
+        panic!("{key} is free");
+    };
+    let note = lock_server::store::RevokeNote {
+        by: "test".into(),
+        reason: None,
+    };
+    assert_eq!(
+        two.revoke(&key, &note).await.unwrap(),
+        Some(old.fencing_token)
+    );
+    let AcquireOutcome::Granted { grant, .. } = two.acquire(&key, b, LEASE_MS).await.unwrap()
+    else {
+        panic!("a revoked key is free");
+    };
+    assert!(!one.release(&key, a, old.fencing_token).await.unwrap());
+    assert_eq!(
+        two.get(&key).await.unwrap().map(|held| held.fencing_token),
+        Some(grant.fencing_token),
+        "a stale hint released another session's grant"
+    );
+    assert!(two.release(&key, b, grant.fencing_token).await.unwrap());
+
+    // A closed session gets nothing, hint or not.
+    let t4 = cycle_on(&one, a).await;
+    assert!(t4 > grant.fencing_token);
+    assert!(one.delete_session(a).await.unwrap());
+    match one.acquire(&key, a, LEASE_MS).await {
+        Err(StoreError::SessionUnknown(_) | StoreError::SessionExpired(_)) => {}
+        other => panic!("a closed session acquired: {other:?}"),
+    }
 }

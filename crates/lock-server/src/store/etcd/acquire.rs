@@ -102,12 +102,49 @@ impl EtcdStore {
             .await?
             .succeeded();
         if committed {
+            // Its fence's revision was not read here: no hint for the next cycle.
+            self.hints.forget(key);
             self.revoke_lease_later(old.lease);
             Ok(Some(grant_of(key, &grown, lease_ms)))
         } else {
             self.revoke_lease_later(lease);
             Ok(None)
         }
+    }
+
+    /// A grant's writes: its record, the key's fence raised to its token, its lease's marker.
+    pub(super) fn grant_ops(
+        &self,
+        key: &LockKey,
+        grant: &GrantValue,
+    ) -> Result<Vec<TxnOp>, StoreError> {
+        Ok(vec![
+            TxnOp::put(self.grant_key(key), encode(grant)?, None),
+            TxnOp::put(self.fence_key(key), encode(&grant.token.0)?, None),
+            TxnOp::put(
+                self.grant_marker(grant.lease),
+                "",
+                Some(PutOptions::new().with_lease(grant.lease)),
+            ),
+        ])
+    }
+
+    /// Rounds of read, decide, commit until one decides (a lost race is read again).
+    pub(super) async fn acquire_rounds(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        spare_lease: &mut Option<i64>,
+    ) -> Result<AcquireOutcome, StoreError> {
+        for _ in 0..ACQUIRE_ROUNDS_MAX {
+            if let Some(decided) = self.acquire_round(key, session, spec, spare_lease).await? {
+                return Ok(decided);
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "acquire of {key} lost {ACQUIRE_ROUNDS_MAX} races in a row"
+        )))
     }
 
     /// One round of acquire: read, decide, commit. `None` when a commit lost a race.
@@ -270,14 +307,7 @@ impl EtcdStore {
             Decision::Grant { token } => token,
         };
 
-        let lease = match *spare_lease {
-            Some(lease) => lease,
-            None => {
-                let lease = self.grant_lease_for(lease_ms).await?;
-                *spare_lease = Some(lease);
-                lease
-            }
-        };
+        let lease = self.lease_for(lease_ms, spare_lease).await?;
         let value = GrantValue {
             token,
             session,
@@ -286,15 +316,7 @@ impl EtcdStore {
             lease_ms,
             lock_delay_ms: spec.lock_delay_ms,
         };
-        let mut ops = vec![
-            TxnOp::put(self.grant_key(key), encode(&value)?, None),
-            TxnOp::put(self.fence_key(key), encode(&token.0)?, None),
-            TxnOp::put(
-                self.grant_marker(lease),
-                "",
-                Some(PutOptions::new().with_lease(lease)),
-            ),
-        ];
+        let mut ops = self.grant_ops(key, &value)?;
         // The old grant's marker goes, unless its lease is this grant's: then the old grant
         // was released (its lease reused), and the compare on its record fails anyway.
         if let Some(old) = current.as_ref().filter(|old| old.value.lease != lease) {
@@ -374,6 +396,11 @@ impl EtcdStore {
             );
         }
         *spare_lease = None;
+        // The queue was as read (the compare): empty at this commit when it held no place
+        // but this session's, which the commit deleted.
+        let revision = committed.header().map_or(0, |h| h.revision());
+        let queue_empty = places.iter().all(|p| p.session == session);
+        self.hints.granted(key, &value, revision, queue_empty);
         if let Some(old) = current {
             assert_ne!(old.value.lease, lease, "a grant took over its own lease");
             self.revoke_lease_later(old.value.lease);

@@ -42,6 +42,21 @@ impl LeasePool {
 }
 
 impl EtcdStore {
+    /// The lease an acquire's grant goes on: `spare` (taken earlier by a round that lost its
+    /// race), or one from [`Self::grant_lease_for`], kept in `spare` until a commit uses it.
+    pub(super) async fn lease_for(
+        &self,
+        lease_ms: u64,
+        spare: &mut Option<i64>,
+    ) -> Result<i64, StoreError> {
+        if let Some(lease) = *spare {
+            return Ok(lease);
+        }
+        let lease = self.grant_lease_for(lease_ms).await?;
+        *spare = Some(lease);
+        Ok(lease)
+    }
+
     /// A lease for a grant of `lease_ms`, its TTL counted from now: a pooled one kept alive,
     /// or a new one.
     pub(super) async fn grant_lease_for(&self, lease_ms: u64) -> Result<i64, StoreError> {

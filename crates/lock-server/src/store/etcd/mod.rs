@@ -41,11 +41,14 @@
 //! delays and expired grants never come back once gone (those ids are never reused), so
 //! "dead when read" stays true. A released grant's lease is reused by a later grant
 //! (`leases.rs`), so its `gl` marker may come back, but only after the transaction that
-//! deleted the released record: no record that named it can come back with it.
+//! deleted the released record: no record that named it can come back with it. What a
+//! replica last wrote to a key is kept as a hint (`hints.rs`): a cycle on a key nobody else
+//! touched commits without reading first, pinned by the same compares.
 
 mod acquire;
 mod codec;
 mod delay;
+mod hints;
 mod keys;
 mod leases;
 mod members;
@@ -113,6 +116,8 @@ pub struct EtcdStore {
     wakes: Arc<WakeHub>,
     /// Released grants' leases, for the next grants.
     leases: Arc<leases::LeasePool>,
+    /// What this replica last wrote to each key, to skip the read before a commit.
+    hints: Arc<hints::Hints>,
 }
 
 /// The sinks of [`LockStore::watch_wakes`] and whether the watch runs. The watch task holds
@@ -300,6 +305,7 @@ impl EtcdStore {
             request_timeout,
             wakes: Arc::default(),
             leases: Arc::default(),
+            hints: Arc::default(),
         })
     }
 }
@@ -396,25 +402,17 @@ impl LockStore for EtcdStore {
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
         let mut spare_lease = None;
-        let mut outcome = Err(StoreError::Unavailable(format!(
-            "acquire of {key} lost {ACQUIRE_ROUNDS_MAX} races in a row"
-        )));
-        for _ in 0..ACQUIRE_ROUNDS_MAX {
-            match self
-                .acquire_round(key, session, spec, &mut spare_lease)
-                .await
-            {
-                Ok(None) => continue,
-                Ok(Some(decided)) => {
-                    outcome = Ok(decided);
-                    break;
-                }
-                Err(err) => {
-                    outcome = Err(err);
-                    break;
-                }
+        let outcome = match self
+            .acquire_hinted(key, session, spec, &mut spare_lease)
+            .await
+        {
+            Ok(Some(decided)) => Ok(decided),
+            Ok(None) => {
+                self.acquire_rounds(key, session, spec, &mut spare_lease)
+                    .await
             }
-        }
+            Err(err) => Err(err),
+        };
         if let Some(lease) = spare_lease {
             if outcome.is_ok() {
                 // Every round that used it lost its compare: no record names it. The next
@@ -478,6 +476,9 @@ impl LockStore for EtcdStore {
         session: SessionId,
         token: FencingToken,
     ) -> Result<bool, StoreError> {
+        if let Some(released) = self.release_hinted(key, session, token).await? {
+            return Ok(released);
+        }
         let record = self.read_keys(&[self.grant_key(key)]).await?.remove(0);
         let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
             return Ok(false);
