@@ -548,6 +548,17 @@ impl LeaseKeeper {
         self.id
     }
 
+    /// Sends a keep alive request for any lease `id` on this keeper's stream (etcd's
+    /// `LeaseKeepAlive` stream takes any lease); its answer arrives on the same stream, in
+    /// order. (Added in this fork: one stream can keep many leases alive.)
+    #[inline]
+    pub async fn keep_alive_lease(&self, id: i64) -> Result<()> {
+        self.sender
+            .send(LeaseKeepAliveOptions::new().with_id(id).into())
+            .await
+            .map_err(|e| Error::LeaseKeepAliveError(e.to_string()))
+    }
+
     /// Sends a keep alive request and receive response
     #[inline]
     pub async fn keep_alive(&mut self) -> Result<()> {

@@ -222,3 +222,65 @@ async fn a_replicas_hint_never_outlives_another_replicas_write() {
         other => panic!("a closed session acquired: {other:?}"),
     }
 }
+
+/// Every keep-alive of a replica goes on one stream: each lease gets its own answer, an ended
+/// lease's renew is refused while live ones on the same stream are renewed, all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_stream_answers_each_lease_for_itself() {
+    /// Whole seconds, etcd's shortest default lease.
+    const SHORT_MS: u64 = 2_000;
+    /// How long the short grants may take to end: their TTL and etcd's expiry checks.
+    const ENDED_WITHIN_MS: u64 = 10_000;
+    let store = StoreAt::etcd().open().await;
+    let s = store
+        .create_session(&OwnerId::parse("holder").unwrap(), 60_000)
+        .await
+        .unwrap()
+        .session_id;
+    let mut grants = Vec::new();
+    for (name, lease_ms) in [("live", LEASE_MS), ("ended", SHORT_MS)] {
+        for i in 0..4 {
+            let key = LockKey::parse(format!("{name}-{i}")).unwrap();
+            let AcquireOutcome::Granted { grant, .. } =
+                store.acquire(&key, s, lease_ms).await.unwrap()
+            else {
+                panic!("{key} is free");
+            };
+            grants.push((key, grant.fencing_token, name == "live"));
+        }
+    }
+    // The stream is open (every grant but the first kept a lease alive on it); the short
+    // grants end while the live ones are kept alive.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(ENDED_WITHIN_MS);
+    loop {
+        for (key, token, live) in &grants {
+            if *live {
+                store.renew(key, s, *token).await.unwrap();
+            }
+        }
+        let mut ended = 0;
+        for (key, _, live) in &grants {
+            if !live && store.get(key).await.unwrap().is_none() {
+                ended += 1;
+            }
+        }
+        if ended == 4 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "short grants still live after {ENDED_WITHIN_MS} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let renewals = grants.iter().map(|(key, token, live)| {
+        let store = store.clone();
+        async move { (key, *live, store.renew(key, s, *token).await) }
+    });
+    for (key, live, renewed) in futures_util::future::join_all(renewals).await {
+        match (live, renewed) {
+            (true, Ok(_)) | (false, Err(StoreError::LockLost { .. })) => {}
+            (live, other) => panic!("renew of {key} (live: {live}) answered {other:?}"),
+        }
+    }
+}

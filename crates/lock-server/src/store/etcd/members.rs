@@ -115,41 +115,6 @@ impl EtcdStore {
         .map(|granted| granted.id())
     }
 
-    /// Refreshes `lease` to its full TTL; `false` when it has already ended.
-    pub(super) async fn keep_alive(&self, lease: i64) -> Result<bool, StoreError> {
-        self.call("lease keep-alive", |client| async move {
-            match client.lease_client().keep_alive(lease).await {
-                Ok((keeper, mut answers)) => {
-                    // End the stream cleanly: close our half, read etcd's end. A stream
-                    // dropped open is reset (RST_STREAM), and etcd's HTTP/2 server answers
-                    // many resets in a row with GOAWAY, failing every call on the connection
-                    // ("http2 error" under a hot key, where every grant keeps a lease alive).
-                    // The lease was refreshed by the answer already read: a failure while
-                    // draining is logged, never reported as a failed keep-alive.
-                    drop(keeper);
-                    loop {
-                        match answers.message().await {
-                            Ok(Some(_)) => {}
-                            Ok(None) => break,
-                            Err(err) => {
-                                tracing::debug!(event = "keep_alive_close_failed", lease, error = %err);
-                                break;
-                            }
-                        }
-                    }
-                    Ok(true)
-                }
-                Err(etcd_client::Error::LeaseKeepAliveError(message))
-                    if message.contains("not found") =>
-                {
-                    Ok(false)
-                }
-                Err(err) => Err(err),
-            }
-        })
-        .await
-    }
-
     /// Ends `lease` in the background: its markers go now, not at its TTL. Best effort; an
     /// unrevoked lease ends on its own.
     pub(super) fn revoke_lease_later(&self, lease: i64) {

@@ -49,6 +49,7 @@ mod acquire;
 mod codec;
 mod delay;
 mod hints;
+mod keep_alive;
 mod keys;
 mod leases;
 mod members;
@@ -118,6 +119,8 @@ pub struct EtcdStore {
     leases: Arc<leases::LeasePool>,
     /// What this replica last wrote to each key, to skip the read before a commit.
     hints: Arc<hints::Hints>,
+    /// The one lease keep-alive stream of this replica.
+    keep_alives: Arc<keep_alive::KeepAlives>,
 }
 
 /// The sinks of [`LockStore::watch_wakes`] and whether the watch runs. The watch task holds
@@ -306,6 +309,7 @@ impl EtcdStore {
             wakes: Arc::default(),
             leases: Arc::default(),
             hints: Arc::default(),
+            keep_alives: Arc::default(),
         })
     }
 }
