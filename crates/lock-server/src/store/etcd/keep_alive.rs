@@ -82,7 +82,15 @@ impl EtcdStore {
             .entry(lease)
             .or_default()
             .push_back(answer);
-        let sent = stream.keeper.keep_alive_lease(lease).await;
+        // Bounded: a stream that takes no more requests (its buffer full, etcd silent) must
+        // not hold every keep-alive of the replica behind this lock.
+        let sent =
+            match tokio::time::timeout(self.request_timeout, stream.keeper.keep_alive_lease(lease))
+                .await
+            {
+                Ok(sent) => sent.map_err(|err| err.to_string()),
+                Err(_) => Err("the stream took no request".to_owned()),
+            };
         // A reader that ended stopped before this caller registered, or after answering it.
         let ended = !stream.running.load(Ordering::Acquire);
         let member = stream.member;
