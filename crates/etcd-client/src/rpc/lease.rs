@@ -548,14 +548,14 @@ impl LeaseKeeper {
         self.id
     }
 
-    /// Sends a keep alive request for any lease `id` on this keeper's stream (etcd's
-    /// `LeaseKeepAlive` stream takes any lease); its answer arrives on the same stream, in
-    /// order. (Added in this fork: one stream can keep many leases alive.)
+    /// Queues a keep alive request for any lease `id` on this keeper's stream (etcd's
+    /// `LeaseKeepAlive` stream takes any lease) without waiting: an error when the stream's
+    /// buffer is full or the stream ended. Its answer arrives on the same stream, in order.
+    /// (Added in this fork: one stream can keep many leases alive.)
     #[inline]
-    pub async fn keep_alive_lease(&self, id: i64) -> Result<()> {
+    pub fn try_keep_alive_lease(&self, id: i64) -> Result<()> {
         self.sender
-            .send(LeaseKeepAliveOptions::new().with_id(id).into())
-            .await
+            .try_send(LeaseKeepAliveOptions::new().with_id(id).into())
             .map_err(|e| Error::LeaseKeepAliveError(e.to_string()))
     }
 

@@ -249,8 +249,10 @@ async fn one_keep_alive_stream_answers_each_lease_for_itself() {
             grants.push((key, grant.fencing_token, name == "live"));
         }
     }
-    // The stream is open (every grant but the first kept a lease alive on it); the short
-    // grants end while the live ones are kept alive.
+    // The first renew opens the stream (the grants took new leases: the pool was empty) and
+    // every later keep-alive goes on it; the short grants end while the live ones are kept
+    // alive. (Two live leases' answers swapped would both say "alive", and each request was
+    // sent: harmless, and not what this checks.)
     let deadline = tokio::time::Instant::now() + Duration::from_millis(ENDED_WITHIN_MS);
     loop {
         for (key, token, live) in &grants {

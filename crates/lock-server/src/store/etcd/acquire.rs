@@ -396,11 +396,16 @@ impl EtcdStore {
             );
         }
         *spare_lease = None;
-        // The queue was as read (the compare): empty at this commit when it held no place
-        // but this session's, which the commit deleted.
-        let revision = committed.header().map_or(0, |h| h.revision());
-        let queue_empty = places.iter().all(|p| p.session == session);
-        self.hints.granted(key, &value, revision, queue_empty);
+        // No other session had a place at the read. With a place of its own the caller's
+        // compare did not stop others queueing behind it before the commit, so the queue is
+        // known empty as of the read only (the commit deleted this session's place): places
+        // created since then fail the next hinted acquire's compare.
+        let queue_empty_since = places
+            .iter()
+            .all(|p| p.session == session)
+            .then_some(revision);
+        self.hints
+            .granted(key, &value, committed.header(), queue_empty_since);
         if let Some(old) = current {
             assert_ne!(old.value.lease, lease, "a grant took over its own lease");
             self.revoke_lease_later(old.value.lease);

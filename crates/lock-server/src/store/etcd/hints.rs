@@ -57,21 +57,27 @@ impl Hints {
         hints.insert(key.clone(), hint);
     }
 
-    /// `grant`, committed at `revision` by this replica; the key's queue empty then or not.
+    /// `grant`, committed by this replica in the transaction `header` answers (its revision
+    /// is the record's and the fence's); the key's queue known empty since a revision, or not.
+    /// No header, no revision to pin: no hint.
     pub(super) fn granted(
         &self,
         key: &LockKey,
         grant: &GrantValue,
-        revision: i64,
-        queue_empty: bool,
+        header: Option<&etcd_client::ResponseHeader>,
+        queue_empty_since: Option<i64>,
     ) {
+        let Some(revision) = header.map(|h| h.revision()).filter(|r| *r > 0) else {
+            self.forget(key);
+            return;
+        };
         self.set(
             key,
             KeyHint::Held {
                 grant: grant.clone(),
                 mod_revision: revision,
                 fence_revision: revision,
-                queue_empty_since: queue_empty.then_some(revision),
+                queue_empty_since,
             },
         );
     }
@@ -168,8 +174,10 @@ impl EtcdStore {
             return Ok(None);
         }
         *spare_lease = None;
-        let revision = committed.header().map_or(0, |h| h.revision());
-        self.hints.granted(key, &value, revision, true);
+        // Nobody queued up to the commit (the compare), and this session had no place.
+        let revision = committed.header().map(|h| h.revision());
+        self.hints
+            .granted(key, &value, committed.header(), revision);
         Ok(Some(AcquireOutcome::Granted {
             grant: grant_of(key, &value, spec.lease_ms),
             took_over_expired: false,

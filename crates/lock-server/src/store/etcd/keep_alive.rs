@@ -3,7 +3,8 @@
 //! (and closing it cleanly: etcd answers many reset streams with GOAWAY) cost more of the
 //! replica's CPU than the rest of the call. etcd's `LeaseKeepAlive` stream takes any lease
 //! and answers each request in order, so one stream, on the pinned member, carries them all:
-//! a caller registers for its lease's next answer, sends, and waits for that answer.
+//! a caller registers for its lease's next answer, queues its request (both with no await
+//! between, so a dropped call cannot leave one without the other), and waits for the answer.
 //!
 //! The stream is opened by the first keep-alive that finds none (its own answer is the
 //! opening's), and dropped when it ends, fails, times out or the pinned member changes; the
@@ -75,6 +76,8 @@ impl EtcdStore {
             return Ok(true);
         };
         let (answer, mut answered) = oneshot::channel();
+        // Registered and queued with no await between: a call dropped here (its client gone)
+        // leaves no registration without a request, which would take a later caller's answer.
         stream
             .waiting
             .lock()
@@ -82,19 +85,12 @@ impl EtcdStore {
             .entry(lease)
             .or_default()
             .push_back(answer);
-        // Bounded: a stream that takes no more requests (its buffer full, etcd silent) must
-        // not hold every keep-alive of the replica behind this lock.
-        let sent =
-            match tokio::time::timeout(self.request_timeout, stream.keeper.keep_alive_lease(lease))
-                .await
-            {
-                Ok(sent) => sent.map_err(|err| err.to_string()),
-                Err(_) => Err("the stream took no request".to_owned()),
-            };
+        let sent = stream.keeper.try_keep_alive_lease(lease);
         // A reader that ended stopped before this caller registered, or after answering it.
         let ended = !stream.running.load(Ordering::Acquire);
         let member = stream.member;
         if sent.is_err() {
+            // Full (etcd takes no more) or ended: the next keep-alive opens another stream.
             *slot = None;
         }
         drop(slot);
