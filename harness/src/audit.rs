@@ -25,8 +25,10 @@ pub struct Grant {
     pub key: String,
     /// Its token.
     pub token: i64,
-    /// The holder's session.
+    /// The holder's session (its tag).
     pub session: String,
+    /// The grant id its proofs name (`GrantId::as_text`).
+    pub grant: String,
 }
 
 /// A loss a client declared (the SDK's `session_lost` / `lease_expired` line): of one
@@ -109,6 +111,7 @@ impl Audit {
                                 key,
                                 token,
                                 session: text(&line, "session")?,
+                                grant: text(&line, "grant")?,
                             });
                         }
                     }
@@ -258,7 +261,7 @@ mod tests {
 
     fn grant(at: &str, key: &str, token: i64, session: &str, expires: &str) -> String {
         format!(
-            r#"{{"timestamp":"{at}","event":"lock_granted","key":"{key}","token":{token},"session":"{session}","expires_at":"{expires}"}}"#
+            r#"{{"timestamp":"{at}","event":"lock_granted","key":"{key}","token":{token},"session":"{session}","grant":"g","expires_at":"{expires}"}}"#
         )
     }
 

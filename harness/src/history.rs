@@ -425,7 +425,7 @@ mod tests {
 
     fn grant(at: &str, token: i64, session: &str, expires: &str) -> String {
         format!(
-            r#"{{"timestamp":"{at}","event":"lock_granted","key":"payout:1","token":{token},"session":"{session}","lease_ms":2000,"expires_at":"{expires}"}}"#
+            r#"{{"timestamp":"{at}","event":"lock_granted","key":"payout:1","token":{token},"session":"{session}","grant":"g","lease_ms":2000,"expires_at":"{expires}"}}"#
         )
     }
 

@@ -14,7 +14,8 @@
 -- was fenced, not that the resource ended).
 --
 -- Refusals: SQLSTATE 'FENCE' (fenced out; the message names the token and the fence) and
--- SQLSTATE '22023' (a token below 1, an empty or over-long resource name).
+-- SQLSTATE '22023' (a token below 1, an empty or over-long resource name, no grant: every
+-- write names the grant of its proof, so a claim can never store an empty one).
 
 CREATE TABLE IF NOT EXISTS fence_kit_fences (
     resource   text        PRIMARY KEY CHECK (length(resource) BETWEEN 1 AND 1024),
@@ -23,10 +24,12 @@ CREATE TABLE IF NOT EXISTS fence_kit_fences (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE OR REPLACE FUNCTION fence_check(
+-- The grant has no default: CREATE OR REPLACE cannot drop one, so the function goes first.
+DROP FUNCTION IF EXISTS fence_check(text, bigint, text, boolean);
+CREATE FUNCTION fence_check(
     p_resource text,
     p_token    bigint,
-    p_grant    text    DEFAULT '',
+    p_grant    text,
     p_claim    boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -42,7 +45,10 @@ BEGIN
         RAISE EXCEPTION 'fence_check: resource must be 1 to 1024 characters'
             USING ERRCODE = '22023';
     END IF;
-    p_grant := coalesce(p_grant, '');
+    IF p_grant IS NULL OR p_grant = '' THEN
+        RAISE EXCEPTION 'fence_check: a grant id is required (the grant of the write''s proof)'
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO fence_kit_fences (resource, token) VALUES (p_resource, 0)
         ON CONFLICT (resource) DO NOTHING;
     SELECT * INTO fence FROM fence_kit_fences WHERE resource = p_resource FOR UPDATE;

@@ -6,26 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::limits::{LOCK_KEY_MAX_BYTES, OWNER_ID_MAX_BYTES};
-
-/// Why an identifier was refused. `field` names the offending input for the error body.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct ValidationError {
-    /// The request field (or path segment) that was refused.
-    pub field: &'static str,
-    /// What is wrong with it, for humans.
-    pub reason: String,
-}
-
-impl ValidationError {
-    /// A refusal of `field` for `reason`.
-    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            field,
-            reason: reason.into(),
-        }
-    }
-}
+use crate::validation::{ValidationError, check_readable};
 
 /// A fencing token: strictly increasing per lock key across grants, never reused.
 ///
@@ -128,8 +109,8 @@ impl fmt::Display for LockKey {
     }
 }
 
-/// Who holds a session, for humans and logs: 1 to [`OWNER_ID_MAX_BYTES`] bytes, no control
-/// characters.
+/// Who holds a session, for humans and logs: 1 to [`OWNER_ID_MAX_BYTES`] bytes of readable
+/// text ([`crate::check_readable`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct OwnerId(String);
@@ -147,12 +128,7 @@ impl OwnerId {
                 format!("is {} bytes, the limit is {OWNER_ID_MAX_BYTES}", raw.len()),
             ));
         }
-        if raw.chars().any(char::is_control) {
-            return Err(ValidationError::new(
-                "owner_id",
-                "must not contain control characters",
-            ));
-        }
+        check_readable("owner_id", &raw)?;
         Ok(Self(raw))
     }
 
@@ -181,8 +157,10 @@ impl fmt::Display for OwnerId {
     }
 }
 
-/// A session's id: a random UUID chosen by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A session's id: a random UUID chosen by the server. It is a capability (L2-L6 act on the
+/// session with it), so it has no `Display`: logs, metrics and error messages show its
+/// [`SessionId::tag`], and only the wire ([`SessionId::expose`], serde) carries the id itself.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct SessionId(pub Uuid);
 
@@ -200,15 +178,77 @@ impl SessionId {
     }
 }
 
-impl fmt::Display for SessionId {
+impl SessionId {
+    /// The id as the wire carries it (L1's answer, the L2 and L3 paths, a store's key): only
+    /// for the session's creator and the store, never for a log line or an error message.
+    pub fn expose(&self) -> String {
+        self.0.to_string()
+    }
+
+    /// A short digest of the id for logs, metrics and error messages: the same on every
+    /// process (so a replica's audit line and the SDK's loss line of one session match), and
+    /// no way back to the id. The id is 122 random bits; 48 bits of a SHA-256 over it (under a
+    /// label of its own) tell sessions apart in a log without giving anyone the capability.
+    pub fn tag(&self) -> SessionTag {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(SESSION_TAG_LABEL)
+            .chain_update(self.0.as_bytes())
+            .finalize();
+        let mut tag = [0u8; SESSION_TAG_BYTES];
+        tag.copy_from_slice(&digest[..SESSION_TAG_BYTES]);
+        SessionTag(tag)
+    }
+}
+
+/// Bytes of a [`SessionTag`] (12 hexadecimal digits).
+const SESSION_TAG_BYTES: usize = 6;
+/// The label a session tag's digest is taken under (domain separation).
+const SESSION_TAG_LABEL: &[u8] = b"lock-session-tag\0";
+
+impl fmt::Debug for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        write!(f, "SessionId({})", self.tag())
+    }
+}
+
+/// What logs, metrics and messages show of a session: `s-` and 12 hexadecimal digits of a
+/// digest of its id ([`SessionId::tag`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionTag([u8; SESSION_TAG_BYTES]);
+
+impl fmt::Display for SessionTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("s-")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_shows_its_tag_and_never_its_id() {
+        let session = SessionId::random();
+        let id = session.expose();
+        let tag = session.tag().to_string();
+        assert_eq!(tag.len(), 14, "{tag}");
+        assert!(tag.starts_with("s-"), "{tag}");
+        assert_eq!(tag, session.tag().to_string(), "the same on every call");
+        assert_ne!(tag, SessionId::random().tag().to_string());
+        let debug = format!("{session:?}");
+        assert!(!debug.contains(&id) && debug.contains(&tag), "{debug}");
+        assert_eq!(
+            serde_json_string(&session),
+            format!("\"{id}\""),
+            "the wire keeps the id"
+        );
+    }
+
+    fn serde_json_string(session: &SessionId) -> String {
+        serde_json::to_string(session).unwrap()
+    }
 
     #[test]
     fn lock_key_accepts_the_executor_shape_and_refuses_the_rest() {

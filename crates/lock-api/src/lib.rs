@@ -18,6 +18,7 @@ mod proof;
 mod revoke;
 mod text;
 mod throttle;
+mod validation;
 mod wire;
 
 pub use credentials::{
@@ -27,13 +28,14 @@ pub use credentials::{
 };
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
 pub use handle::{HandleOwner, LockHandle};
-pub use ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
+pub use ids::{FencingToken, LockKey, OwnerId, SessionId, SessionTag};
 pub use limits::*;
 pub use proof::{
     FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, KEY_ID_MAX_BYTES,
     PROOF_VERSION, ProofError, signed_message,
 };
 pub use revoke::{REVOKE_REASON_LABELS, REVOKE_REASON_MAX_BYTES, RevokeReason, RevokeRequest};
-pub use text::is_hidden_char;
+pub use text::{Unreadable, is_hidden_char, unreadable};
 pub use throttle::Throttle;
+pub use validation::{ValidationError, check_readable};
 pub use wire::*;

@@ -6,8 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::ValidationError;
-use crate::text::is_hidden_char;
+use crate::validation::ValidationError;
+use crate::validation::check_readable;
 
 /// Longest revoke reason, in bytes: a sentence, not a document.
 pub const REVOKE_REASON_MAX_BYTES: usize = 200;
@@ -48,12 +48,7 @@ impl RevokeReason {
                 ),
             ));
         }
-        if raw.chars().any(is_hidden_char) {
-            return Err(ValidationError::new(
-                "reason",
-                "must not contain control, invisible or bidirectional-override characters",
-            ));
-        }
+        check_readable("reason", &raw)?;
         Ok(Self(raw))
     }
 
@@ -120,7 +115,17 @@ mod tests {
     #[test]
     fn a_reason_is_readable_text_within_its_bound() {
         assert!(RevokeReason::parse("maintenance: draining node 3").is_ok());
-        for bad in ["", "   ", "a\u{202E}b", "line\nbreak", &"x".repeat(201)] {
+        for bad in [
+            "",
+            "   ",
+            "a\u{202E}b",
+            "line\nbreak",
+            &"x".repeat(201),
+            "\u{E0068}\u{E0069}",
+            "a\u{2028}b",
+            "a\u{206A}b",
+            "\u{3164}",
+        ] {
             assert!(RevokeReason::parse(bad).is_err(), "{bad:?}");
         }
         let parsed: RevokeRequest = serde_json::from_str(r#"{"reason":"incident 42"}"#).unwrap();

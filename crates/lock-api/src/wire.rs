@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{FencingToken, LockKey, OwnerId, SessionId, ValidationError};
+use crate::ids::{FencingToken, LockKey, OwnerId, SessionId};
 use crate::limits::TTL_ABSURD_MS;
+use crate::validation::ValidationError;
 
 /// Which `LockStore` implementation answers; reported by L1 and used as a metric label.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -90,6 +90,7 @@ impl LockClient {
     /// A client over HTTP with the system clock.
     pub fn new(config: LockClientConfig) -> Result<Self, ClientError> {
         config.validate()?;
+        config.check_endpoints()?;
         let app = HttpTransport::new(
             config.request_timeout,
             config.credential.as_ref(),
@@ -226,7 +227,7 @@ impl LockClient {
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(Arc::downgrade(&shared));
                     let _ = self.inner.background.send(Background::Wake);
-                    tracing::info!(event = "session_opened", owner = %shared.owner, session = %shared.id, backend = shared.backend.as_str(), ttl_ms = created.ttl_ms);
+                    tracing::info!(event = "session_opened", owner = %shared.owner, session = %shared.id.tag(), backend = shared.backend.as_str(), ttl_ms = created.ttl_ms);
                     // Exported from the first session on, at zero: an absent series is not a zero.
                     crate::metrics::describe(shared.backend.as_str());
                     return Ok(LockClientSession::new(
@@ -532,7 +533,7 @@ fn run_heartbeat(
                     }
                     Some(Background::DeleteSession { endpoint, session }) => {
                         if let Err(err) = transport.send(&endpoint, Call::DeleteSession(session)).await {
-                            tracing::debug!(event = "session_close_failed", session = %session, error = %err);
+                            tracing::debug!(event = "session_close_failed", session = %session.tag(), error = %err);
                         }
                     }
                 },

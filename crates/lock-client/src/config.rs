@@ -91,7 +91,7 @@ impl LockClientConfig {
     /// Reads the environment spellings through `lookup` (e.g. `|k| std::env::var(k).ok()`);
     /// absent keys keep their defaults.
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| "http://127.0.0.1:8081".into());
+        let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| "https://127.0.0.1:8081".into());
         let mut config = Self::new(
             endpoints
                 .split(',')
@@ -167,6 +167,21 @@ impl LockClientConfig {
                 "lock.client.heartbeat-period (LOCK_CLIENT_HEARTBEAT_PERIOD)",
                 "must be positive",
             );
+        }
+        Ok(())
+    }
+
+    /// Checks that every endpoint may be called over HTTP with this configuration's TLS:
+    /// `https://`, or `http://` only with `tls.plaintext` (`UNSAFE_PLAINTEXT_HTTP`), since it
+    /// would send the credential in clear. [`crate::LockClient::new`] calls it.
+    pub fn check_endpoints(&self) -> Result<(), ConfigError> {
+        for endpoint in &self.endpoints {
+            self.tls
+                .check_url("LOCK_ENDPOINTS", endpoint)
+                .map_err(|e| ConfigError {
+                    key: "LOCK_ENDPOINTS",
+                    reason: format!("{endpoint}: {}", e.message),
+                })?;
         }
         Ok(())
     }
@@ -299,5 +314,46 @@ mod tests {
         }
         let err = LockClientConfig::from_env(env(&[("LOCK_SESSION_TTL", "ten")])).unwrap_err();
         assert!(err.key.contains("LOCK_SESSION_TTL"));
+    }
+
+    #[test]
+    fn plain_http_endpoints_need_the_opt_in() {
+        let default = LockClientConfig::from_env(|_| None).unwrap();
+        assert_eq!(default.endpoints, vec!["https://127.0.0.1:8081"]);
+        assert_eq!(default.check_endpoints(), Ok(()));
+        let plain = [("LOCK_ENDPOINTS", "https://a:1, http://b:2")];
+        let refused = LockClientConfig::from_env(move |k| {
+            plain
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+        .check_endpoints()
+        .unwrap_err();
+        assert_eq!(refused.key, "LOCK_ENDPOINTS");
+        assert!(
+            refused.reason.starts_with("http://b:2: plain http://"),
+            "{refused}"
+        );
+        let told = [
+            ("LOCK_ENDPOINTS", "http://b:2"),
+            ("UNSAFE_PLAINTEXT_HTTP", "true"),
+        ];
+        let config = LockClientConfig::from_env(move |k| {
+            told.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap();
+        assert_eq!(config.check_endpoints(), Ok(()));
+        // A client without the opt-in is not built at all.
+        let mut config = LockClientConfig::new(["http://127.0.0.1:9"]);
+        assert!(matches!(
+            crate::LockClient::new(config.clone()),
+            Err(crate::ClientError::Config(_))
+        ));
+        config.tls.plaintext = true;
+        assert!(crate::LockClient::new(config).is_ok());
     }
 }

@@ -46,12 +46,12 @@ pub(crate) async fn tick(shared: &Shared, transport: &dyn Transport, period: Dur
                     .increment(1);
             }
             Ok(other) => {
-                tracing::warn!(event = "heartbeat_failed", session = %shared.id, answer = ?other, "unexpected heartbeat answer");
+                tracing::warn!(event = "heartbeat_failed", session = %shared.id.tag(), answer = ?other, "unexpected heartbeat answer");
                 metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => "error")
                     .increment(1);
             }
             Err(err) => {
-                tracing::debug!(event = "heartbeat_failed", session = %shared.id, error = %err);
+                tracing::debug!(event = "heartbeat_failed", session = %shared.id.tag(), error = %err);
                 metrics::counter!(m::HEARTBEATS_TOTAL, "backend" => backend, "result" => result_label(&err)).increment(1);
                 shared.heartbeat_failed(err.code());
             }

@@ -134,7 +134,7 @@ impl Shared {
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1);
         let endpoints = &self.config.endpoints;
-        tracing::info!(event = "endpoint_rotated", session = %self.id, to = %endpoints[next % endpoints.len()], "no usable answer: the next call goes to the next endpoint");
+        tracing::info!(event = "endpoint_rotated", session = %self.id.tag(), to = %endpoints[next % endpoints.len()], "no usable answer: the next call goes to the next endpoint");
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -220,7 +220,7 @@ impl Shared {
         let offset_ms = |deadline: u64| (now.wrapping_sub(deadline) as i64) / 1_000_000;
         if let Some((reason, deadline)) = losses.session.filter(|_| losses.grants.is_empty()) {
             let deadline_offset_ms = offset_ms(deadline);
-            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id, backend, reason = reason.as_str(), deadline_offset_ms, "lock session lost while holding nothing");
+            tracing::warn!(event = "session_lost", owner = %self.owner, session = %self.id.tag(), backend, reason = reason.as_str(), deadline_offset_ms, "lock session lost while holding nothing");
             metrics::counter!(m::SESSION_LOST_TOTAL, "backend" => backend).increment(1);
         }
         let event = if losses.session_lost {
@@ -233,7 +233,7 @@ impl Shared {
             tracing::warn!(
                 event,
                 owner = %self.owner,
-                session = %self.id,
+                session = %self.id.tag(),
                 key = %lost.lock_key,
                 token = lost.fencing_token.0,
                 backend,
@@ -413,7 +413,7 @@ impl LockClientSession {
     }
 
     fn session_error(&self, reason: LossReason) -> LockError {
-        let message = format!("session {} is lost ({reason:?})", self.shared.id);
+        let message = format!("session {} is lost ({reason:?})", self.shared.id.tag());
         match reason {
             LossReason::SessionUnknown => LockError::SessionUnknown { message },
             _ => LockError::SessionExpired { message },
@@ -642,7 +642,7 @@ impl LockClientSession {
         self.shared.mark_closed();
         let call = Call::DeleteSession(self.shared.id);
         if let Err(err) = self.transport.send(&self.shared.endpoint(), call).await {
-            tracing::debug!(event = "session_close_failed", session = %self.shared.id, error = %err, "the session will expire on its own");
+            tracing::debug!(event = "session_close_failed", session = %self.shared.id.tag(), error = %err, "the session will expire on its own");
         }
     }
 }

@@ -212,11 +212,13 @@ impl Transport for HttpTransport {
             Call::Heartbeat(session) => {
                 let request = self
                     .http
-                    .post(format!("{base}/v1/sessions/{session}/heartbeat"));
+                    .post(format!("{base}/v1/sessions/{}/heartbeat", session.expose()));
                 Self::json(request, S::OK).await.map(Reply::Heartbeat)
             }
             Call::DeleteSession(session) => {
-                let request = self.http.delete(format!("{base}/v1/sessions/{session}"));
+                let request = self
+                    .http
+                    .delete(format!("{base}/v1/sessions/{}", session.expose()));
                 Self::checked(request, S::NO_CONTENT)
                     .await
                     .map(|_| Reply::Deleted)

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod quota;
 pub mod reaper;
 pub mod server;
+pub mod sessions;
 pub mod signing;
 pub mod state;
 pub mod store;

@@ -14,6 +14,9 @@ pub const REAPER_PASS_SECONDS: &str = "lock_reaper_pass_seconds";
 pub use crate::store::STORE_BATCH_WRITES;
 /// Sessions created.
 pub const SESSIONS_CREATED_TOTAL: &str = "lock_sessions_created_total";
+/// Counter: requests that presented another credential's session (answered as for an
+/// unknown session), by route.
+pub const SESSIONS_REFUSED_TOTAL: &str = "lock_sessions_refused_total";
 /// Renewals refused with `LOCK_LOST`.
 pub const RENEW_LOST_TOTAL: &str = "lock_renew_lost_total";
 /// Releases, by `released` = true/false.
@@ -70,7 +73,7 @@ pub fn describe(backend: &'static str) {
         "Acquires with wait_ms parked on this replica, waiting for their key."
     );
     gauge!(WAITERS).set(0.0);
-    let families: [(&'static str, &'static str); 13] = [
+    let families: [(&'static str, &'static str); 14] = [
         (
             STORE_CLOCK_STEPS_TOTAL,
             "Steps of the store's clock seen by this replica, forward or back (each holds grants, for at most the longest lease).",
@@ -104,6 +107,10 @@ pub fn describe(backend: &'static str) {
             "Sessions removed by the reaper after expiring.",
         ),
         (SESSIONS_CREATED_TOTAL, "Sessions created (L1 201)."),
+        (
+            SESSIONS_REFUSED_TOTAL,
+            "Requests that presented a session another credential opened, by route (answered as for an unknown session).",
+        ),
         (RENEW_LOST_TOTAL, "Renewals refused with 409 LOCK_LOST."),
         (
             RELEASES_TOTAL,
@@ -143,11 +150,17 @@ pub fn describe(backend: &'static str) {
     for reason in lock_api::REVOKE_REASON_LABELS {
         counter!(REVOKED_TOTAL, "backend" => backend, "reason" => reason).increment(0);
     }
+    for route in SESSION_ROUTES {
+        counter!(SESSIONS_REFUSED_TOTAL, "route" => route).increment(0);
+    }
     for released in ["true", "false"] {
         counter!(RELEASES_TOTAL, "backend" => backend, "released" => released).increment(0);
     }
     // The request families are described by `service_kit::common_layers`.
 }
+
+/// Values of `lock_sessions_refused_total`'s `route` label: the routes that act on a session.
+pub const SESSION_ROUTES: [&str; 5] = ["heartbeat", "close", "acquire", "renew", "release"];
 
 /// Values of `lock_expired_total`'s `reason` label.
 pub const EXPIRY_REASONS: [&str; 3] = ["lease", "session", "takeover"];

@@ -32,7 +32,7 @@ pub async fn reap_once(state: &AppState) {
                 tracing::info!(
                     event = "lease_expired",
                     owner = %lock.owner_id,
-                    session = %lock.session_id,
+                    session = %lock.session_id.tag(),
                     key = %lock.lock_key,
                     token = lock.fencing_token.0,
                     backend,

@@ -9,6 +9,7 @@ use service_kit::Callers;
 
 use crate::config::{TtlPolicy, WaitPolicy};
 use crate::quota::Quotas;
+use crate::sessions::SessionBinding;
 use crate::store::{ClockCheckedStore, LockStore, StoreError};
 use crate::waiting::Waiters;
 
@@ -37,6 +38,7 @@ struct Inner {
     ttl: TtlPolicy,
     callers: Arc<Callers>,
     quotas: Quotas,
+    sessions: SessionBinding,
     signer: Option<FenceSigner>,
     wait: WaitPolicy,
     waiters: Arc<Waiters>,
@@ -64,6 +66,7 @@ impl AppState {
                 ttl,
                 callers: credentials.callers,
                 quotas: credentials.quotas,
+                sessions: SessionBinding::default(),
                 signer: credentials.signer,
                 wait,
                 waiters: Arc::new(Waiters::new(wait)),
@@ -109,6 +112,11 @@ impl AppState {
     /// The credentials this replica accepts.
     pub fn callers(&self) -> &Callers {
         &self.inner.callers
+    }
+
+    /// Which credential opened each session.
+    pub fn sessions(&self) -> &SessionBinding {
+        &self.inner.sessions
     }
 
     /// Each caller's sessions and waiters on this replica.

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use tokio::sync::watch;
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionRecord,
-    StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionOwner,
+    SessionRecord, StoreError, WakeSink,
 };
 
 /// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
@@ -233,12 +233,16 @@ impl LockStore for ClockCheckedStore {
             .map(Duration::from_nanos))
     }
 
-    async fn create_session(
+    async fn open_session(
         &self,
-        owner: &OwnerId,
+        opener: &SessionOwner,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
-        self.inner.create_session(owner, ttl_ms).await
+        self.inner.open_session(opener, ttl_ms).await
+    }
+
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
+        self.inner.session_owner(session).await
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {

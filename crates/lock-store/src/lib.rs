@@ -50,6 +50,28 @@ pub struct SessionRecord {
     pub expires_at: DateTime<Utc>,
 }
 
+/// Who a session belongs to: the owner it acts as and the credential that opened it. Fixed
+/// for the session's life, so a replica may keep it once read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOwner {
+    /// The owner id L1 named.
+    pub owner: OwnerId,
+    /// The name of the credential that opened the session: the only one its routes answer.
+    /// Empty for a session opened without one (the stores' own tests and the simulation);
+    /// no credential's name is empty, so such a session answers no HTTP caller.
+    pub credential: String,
+}
+
+impl SessionOwner {
+    /// An owner without a credential (tests and the simulation).
+    pub fn anonymous(owner: &OwnerId) -> Self {
+        Self {
+            owner: owner.clone(),
+            credential: String::new(),
+        }
+    }
+}
+
 /// What an acquire asks of the store beyond the key and the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireSpec {
@@ -255,10 +277,10 @@ impl Revocation {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The session does not exist.
-    #[error("session {0} is unknown")]
+    #[error("session {} is unknown", .0.tag())]
     SessionUnknown(SessionId),
     /// The session exists but has expired.
-    #[error("session {0} has expired")]
+    #[error("session {} has expired", .0.tag())]
     SessionExpired(SessionId),
     /// The grant presented for renewal is not live.
     #[error("lock {lock_key} with token {fencing_token} is not held by this session")]
@@ -285,12 +307,26 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
 
-    /// Open: creates a session that lives `ttl_ms` past each heartbeat.
+    /// Open: creates a session of `opener` that lives `ttl_ms` past each heartbeat.
+    async fn open_session(
+        &self,
+        opener: &SessionOwner,
+        ttl_ms: u64,
+    ) -> Result<SessionRecord, StoreError>;
+
+    /// [`LockStore::open_session`] for an owner without a credential (tests, the simulation).
     async fn create_session(
         &self,
         owner: &OwnerId,
         ttl_ms: u64,
-    ) -> Result<SessionRecord, StoreError>;
+    ) -> Result<SessionRecord, StoreError> {
+        self.open_session(&SessionOwner::anonymous(owner), ttl_ms)
+            .await
+    }
+
+    /// Who `session` belongs to, while the store keeps it (live, or expired and not yet
+    /// reaped); `None` for a session it does not know.
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError>;
 
     /// Heartbeat: extends a live session by its TTL.
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError>;

@@ -9,14 +9,14 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 
 use crate::decide::{
     Decision, FreedView, HandOver, HeadView, HolderView, KeyView, decide, hand_over,
 };
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
+    SessionOwner, SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
 };
 
 /// Where a memory store gets its time and its session ids.
@@ -61,7 +61,7 @@ impl StoreEnv for SystemEnv {
 
 #[derive(Debug)]
 struct Session {
-    owner: OwnerId,
+    opener: SessionOwner,
     ttl_ms: u64,
     expires: u64,
 }
@@ -347,9 +347,9 @@ impl LockStore for MemoryStore {
         Backend::Memory
     }
 
-    async fn create_session(
+    async fn open_session(
         &self,
-        owner: &OwnerId,
+        opener: &SessionOwner,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
         let now = self.env.now_nanos();
@@ -358,7 +358,7 @@ impl LockStore for MemoryStore {
         self.state()?.sessions.insert(
             session_id,
             Session {
-                owner: owner.clone(),
+                opener: opener.clone(),
                 ttl_ms,
                 expires,
             },
@@ -368,6 +368,11 @@ impl LockStore for MemoryStore {
             ttl_ms,
             expires_at: self.display(expires),
         })
+    }
+
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
+        let state = self.state()?;
+        Ok(state.sessions.get(&session).map(|s| s.opener.clone()))
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
@@ -571,7 +576,7 @@ impl LockStore for MemoryStore {
         Ok(Some(LockInfo {
             lock_key: key.clone(),
             fencing_token: grant.token,
-            owner_id: session.owner.clone(),
+            owner_id: session.opener.owner.clone(),
             expires_at: self.display(grant.expires.min(session.expires)),
             waiters: state.live_waiters(key, now),
         }))
@@ -648,7 +653,7 @@ impl LockStore for MemoryStore {
                     lock_key: key.clone(),
                     fencing_token: grant.token,
                     session_id: grant.session,
-                    owner_id: s.owner.clone(),
+                    owner_id: s.opener.owner.clone(),
                     reason: if lease_expired { "lease" } else { "session" },
                 });
             }

@@ -90,9 +90,13 @@ pub struct Global {
         global = true,
         env = "LOCK_ENDPOINTS",
         value_delimiter = ',',
-        default_value = "http://127.0.0.1:8081"
+        default_value = "https://127.0.0.1:8081"
     )]
     pub endpoints: Vec<String>,
+    /// Call plain `http://` URLs, the credential and all in clear (a network you trust);
+    /// without it an `http://` endpoint or resource URL is refused.
+    #[arg(long, global = true, env = "UNSAFE_PLAINTEXT_HTTP")]
+    pub unsafe_plaintext_http: bool,
     /// Machine-readable output: one JSON object per line on stdout (run: its events on
     /// stderr, stdout being CMD's); errors as one JSON object on stderr.
     #[arg(long, global = true)]

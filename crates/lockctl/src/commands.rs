@@ -35,14 +35,12 @@ pub fn config(global: &Global) -> Result<LockClientConfig, CtlError> {
             "--endpoints (LOCK_ENDPOINTS): at least one lock-server URL is required".into(),
         ));
     }
-    if let Some(bad) = config
-        .endpoints
-        .iter()
-        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
-    {
-        return Err(CtlError::Usage(format!(
-            "--endpoints (LOCK_ENDPOINTS): {bad:?} is not an http:// URL"
-        )));
+    config.tls.plaintext |= global.unsafe_plaintext_http;
+    for endpoint in &config.endpoints {
+        config
+            .tls
+            .check_url("--endpoints (LOCK_ENDPOINTS)", endpoint)
+            .map_err(|e| CtlError::Usage(e.to_string()))?;
     }
     Ok(config)
 }
@@ -82,7 +80,7 @@ pub async fn session_open(global: &Global, args: OpenArgs) -> Result<u8, CtlErro
     let client = client(config)?;
     let session = client.open_session(args.owner.as_str()).await?;
     let fields: Fields = vec![
-        ("session_id", session.id().to_string().into()),
+        ("session_id", session.id().expose().into()),
         ("ttl_ms", session.ttl_ms().into()),
         ("owner_id", args.owner.as_str().into()),
         ("backend", session.backend().as_str().into()),
@@ -99,7 +97,7 @@ pub async fn session_close(global: &Global, args: CloseArgs) -> Result<u8, CtlEr
     client.close_session(args.session).await?;
     client.close();
     let fields: Fields = vec![
-        ("session_id", args.session.to_string().into()),
+        ("session_id", args.session.expose().into()),
         ("closed", true.into()),
     ];
     output::print(&fields, global.json);

@@ -144,8 +144,8 @@ struct Verdict {
 
 /// `lockctl fence-check KEY URL`: runs the probes and prints one line per promise.
 pub async fn fence_check(global: &Global, args: FenceCheckArgs) -> Result<u8, CtlError> {
-    let resource = resource(&args)?;
     let mut config = config(global)?;
+    let resource = resource(&args, &config.tls)?;
     config.session_ttl = args.lease;
     let client = client(config)?;
     let verdicts = probe(&client, &resource, &args).await;
@@ -170,7 +170,7 @@ pub async fn fence_check(global: &Global, args: FenceCheckArgs) -> Result<u8, Ct
     Ok(if broken == 0 { code::OK } else { code::REFUSED })
 }
 
-fn resource(args: &FenceCheckArgs) -> Result<Resource, CtlError> {
+fn resource(args: &FenceCheckArgs, tls: &lock_client::ClientTls) -> Result<Resource, CtlError> {
     let mut headers = Vec::new();
     for raw in &args.headers {
         let (name, value) = raw
@@ -188,11 +188,10 @@ fn resource(args: &FenceCheckArgs) -> Result<Resource, CtlError> {
     let method = reqwest::Method::from_bytes(args.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| CtlError::Usage(format!("--method {:?}: not an HTTP method", args.method)))?;
     for url in std::iter::once(&args.url).chain(&args.claim_url) {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(CtlError::Usage(format!("{url:?} is not an http:// URL")));
-        }
+        tls.check_url("the resource's URL", url)
+            .map_err(|e| CtlError::Usage(e.to_string()))?;
     }
-    let http = lock_client::ClientTls::from_env()
+    let http = tls
         .apply(reqwest::Client::builder())
         .map_err(|e| CtlError::Config(e.to_string()))?
         .build()

@@ -43,7 +43,7 @@ fn a_grace_that_outlives_the_lease_margin_is_refused_before_anything_starts() {
     let marker = std::env::temp_dir().join(format!("lockctl-grace-{}", std::process::id()));
     let touch = format!("touch {}", marker.display());
     let out = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["--endpoints", "http://127.0.0.1:9", "run", "job:1"])
+        .args(["--endpoints", "https://127.0.0.1:9", "run", "job:1"])
         .args(["--ttl", "10s", "--grace", "5s", "--", "sh", "-c", &touch])
         .env_remove("LOCK_CLIENT_SAFETY_MARGIN")
         .output()

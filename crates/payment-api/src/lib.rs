@@ -32,7 +32,7 @@ pub const BENEFICIARY_MAX_BYTES: usize = 140;
 
 /// Whether `c` may not appear in a beneficiary (a name an operator reads must be the name
 /// the rail receives): lock-api's rule for text a person reads.
-pub use lock_api::is_hidden_char;
+pub use lock_api::{check_readable, is_hidden_char};
 
 /// Longest accepted idempotency key, in bytes.
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;

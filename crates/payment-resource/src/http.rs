@@ -214,20 +214,13 @@ fn validate(req: &CreatePayout) -> ApiResult<()> {
             "must be an ISO 4217 code like EUR",
         ));
     }
-    if req.beneficiary.len() > BENEFICIARY_MAX_BYTES
-        || req.beneficiary.chars().any(payment_api::is_hidden_char)
-        || !req
-            .beneficiary
-            .chars()
-            .any(|c| !c.is_whitespace() && !payment_api::is_hidden_char(c))
-    {
+    if req.beneficiary.len() > BENEFICIARY_MAX_BYTES || req.beneficiary.trim().is_empty() {
         return Err(ApiError::invalid(
             "beneficiary",
-            format!(
-                "must be 1 to {BENEFICIARY_MAX_BYTES} bytes with a visible character and no control, invisible or bidirectional-override characters"
-            ),
+            format!("must be 1 to {BENEFICIARY_MAX_BYTES} bytes with a visible character"),
         ));
     }
+    payment_api::check_readable("beneficiary", &req.beneficiary)?;
     Ok(())
 }
 
@@ -345,15 +338,13 @@ async fn offer(
     Role::Executor.check(&state, &headers)?;
     // The lock service's owner-id rule: the executor names itself by its session's owner.
     let name = &req.executor;
-    if name.is_empty()
-        || name.len() > OFFER_EXECUTOR_MAX_BYTES
-        || name.chars().any(char::is_control)
-    {
+    if name.is_empty() || name.len() > OFFER_EXECUTOR_MAX_BYTES {
         return Err(ApiError::invalid(
             "executor",
-            format!("must be 1 to {OFFER_EXECUTOR_MAX_BYTES} bytes without control characters"),
+            format!("must be 1 to {OFFER_EXECUTOR_MAX_BYTES} bytes"),
         ));
     }
+    payment_api::check_readable("executor", name)?;
     if req.skip.len() > OFFER_SKIP_MAX {
         return Err(ApiError::invalid(
             "skip",

@@ -64,10 +64,10 @@ pub struct Config {
     #[arg(long, env = "EXECUTOR_ID", default_value = "payout-executor")]
     pub executor_id: String,
     /// payment-resource base URL.
-    #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8082")]
+    #[arg(long, env = "PAYMENT_URL", default_value = "https://127.0.0.1:8082")]
     pub payment_url: String,
     /// rail-proxy base URL.
-    #[arg(long, env = "RAIL_PROXY_URL", default_value = "http://127.0.0.1:8083")]
+    #[arg(long, env = "RAIL_PROXY_URL", default_value = "https://127.0.0.1:8083")]
     pub rail_proxy_url: String,
     /// The executors' bearer credential, presented to payment-resource and rail-proxy.
     #[arg(long, env = "PAYOUT_EXECUTOR_TOKEN", hide_env_values = true)]

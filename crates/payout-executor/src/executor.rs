@@ -153,12 +153,14 @@ pub struct Executor {
 impl Executor {
     /// Opens the process's one lock client and session.
     pub async fn start(config: Config, lock_config: LockClientConfig) -> anyhow::Result<Self> {
+        check_urls(&config, &lock_config)?;
         Self::with_client(config, LockClient::new(lock_config)?).await
     }
 
     /// Opens the process's one session on `client` (tests pass one over an in-memory lock
     /// service; [`start`](Self::start) one over HTTP).
     pub async fn with_client(config: Config, client: LockClient) -> anyhow::Result<Self> {
+        check_urls(&config, client.config())?;
         check_hop_budget(&config, client.config())?;
         let lease = client.config().default_ttl;
         let session = client.open_session(&config.executor_id).await?;
@@ -435,7 +437,7 @@ impl Executor {
             Ok(session) => {
                 let loss = SessionLossHandler::register(&session, self.config.executor_id.clone());
                 let old = std::mem::replace(&mut *current, Current { session, loss });
-                tracing::info!(event = "session_replaced", old = %old.session.id(), new = %current.session.id());
+                tracing::info!(event = "session_replaced", old = %old.session.id().tag(), new = %current.session.id().tag());
                 old.session.close().await;
             }
             Err(err) => {
@@ -594,6 +596,16 @@ impl Executor {
     pub fn heartbeat_thread(&self) -> &str {
         self.client.heartbeat_thread()
     }
+}
+
+/// Every URL the executor sends its credentials to: `https://`, or plain `http://` only with
+/// `UNSAFE_PLAINTEXT_HTTP` (the lock client's [`lock_client::ClientTls`]); checked before any
+/// call.
+fn check_urls(config: &Config, lock: &LockClientConfig) -> anyhow::Result<()> {
+    lock.tls.check_url("PAYMENT_URL", &config.payment_url)?;
+    lock.tls
+        .check_url("RAIL_PROXY_URL", &config.rail_proxy_url)?;
+    Ok(())
 }
 
 /// Refuses a configuration where no submit could ever pass the lease check: the SDK

@@ -58,7 +58,7 @@ impl SessionLossHandler {
                 event = "payout_abandoned",
                 payout_id = watch.payout_id,
                 owner = %owner,
-                session = %session_id,
+                session = %session_id.tag(),
                 key = %lost.lock_key,
                 token = lost.fencing_token.0,
                 backend,

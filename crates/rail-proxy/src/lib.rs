@@ -45,10 +45,10 @@ pub struct Config {
     #[arg(long, env = "RAIL_PROXY_BIND", default_value = "127.0.0.1:8083")]
     pub bind: SocketAddr,
     /// payment-resource base URL.
-    #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8082")]
+    #[arg(long, env = "PAYMENT_URL", default_value = "https://127.0.0.1:8082")]
     pub payment_url: String,
     /// rail base URL.
-    #[arg(long, env = "RAIL_URL", default_value = "http://127.0.0.1:8085")]
+    #[arg(long, env = "RAIL_URL", default_value = "https://127.0.0.1:8085")]
     pub rail_url: String,
     /// The bearer credential presented to the rail.
     #[arg(long, env = "RAIL_PROXY_CREDENTIAL", hide_env_values = true)]
@@ -359,7 +359,12 @@ pub async fn build(config: &Config) -> anyhow::Result<Service> {
         config.rate,
     )
     .map_err(anyhow::Error::msg)?;
-    let http = tls_kit::ClientTls::from_env()
+    // Its calls follow the same word as its port: plain http:// only with the flag.
+    let mut client_tls = tls_kit::ClientTls::from_env();
+    client_tls.plaintext |= config.http.tls.unsafe_plaintext_http;
+    client_tls.check_url("PAYMENT_URL", &config.payment_url)?;
+    client_tls.check_url("RAIL_URL", &config.rail_url)?;
+    let http = client_tls
         .apply(reqwest::Client::builder())?
         .timeout(config.hop_budget)
         .build()?;

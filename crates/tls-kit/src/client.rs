@@ -1,6 +1,7 @@
 //! The connecting side: a reqwest client that trusts exactly one CA, speaks nothing but
-//! HTTPS, and may present a certificate of its own (mutual TLS). Without a CA it is left as
-//! it was (plain HTTP clients of a deployment that runs without TLS).
+//! HTTPS, and may present a certificate of its own (mutual TLS). Plain `http://` only when
+//! told (`UNSAFE_PLAINTEXT_HTTP`): every client checks each URL it is given with
+//! [`ClientTls::check_url`] before it sends a credential anywhere.
 
 use std::path::PathBuf;
 
@@ -15,6 +16,16 @@ pub struct ClientTls {
     /// A certificate and its key (PEM) presented to servers that ask for one
     /// (`TLS_CLIENT_CERT_FILE`, `TLS_CLIENT_KEY_FILE`).
     pub identity: Option<(PathBuf, PathBuf)>,
+    /// `UNSAFE_PLAINTEXT_HTTP`: `http://` URLs may be called, credentials and all, in clear.
+    /// Without it a client refuses them.
+    pub plaintext: bool,
+}
+
+/// Whether `raw`, the value of `UNSAFE_PLAINTEXT_HTTP`, allows plain HTTP: `true` or `1`
+/// (any case, trimmed); anything else does not.
+pub fn plaintext_allowed(raw: Option<&str>) -> bool {
+    raw.map(str::trim)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
 impl ClientTls {
@@ -34,6 +45,34 @@ impl ClientTls {
         Self {
             ca_file: path("TLS_CA_FILE"),
             identity: path("TLS_CLIENT_CERT_FILE").zip(path("TLS_CLIENT_KEY_FILE")),
+            plaintext: plaintext_allowed(lookup("UNSAFE_PLAINTEXT_HTTP").as_deref()),
+        }
+    }
+
+    /// Plain HTTP allowed (tests and loopback tools that say so).
+    pub fn plaintext() -> Self {
+        Self {
+            plaintext: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this client may call `url`, given as `setting` (`LOCK_ENDPOINTS`, `--url`, …):
+    /// `https://` always; `http://` only with [`ClientTls::plaintext`], since it would send
+    /// the credential in clear; nothing else.
+    pub fn check_url(&self, setting: &str, url: &str) -> Result<(), TlsError> {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("https") => Ok(()),
+            Some("http") if self.plaintext => Ok(()),
+            Some("http") => Err(TlsError::new(
+                format!("{setting} {url}"),
+                "plain http:// would send credentials in clear: use https:// (and TLS_CA_FILE), or set UNSAFE_PLAINTEXT_HTTP=true on a network you trust",
+            )),
+            _ => Err(TlsError::new(
+                format!("{setting} {url}"),
+                "must be an https:// URL",
+            )),
         }
     }
 
@@ -58,6 +97,9 @@ impl ClientTls {
             })?;
             builder = builder.use_rustls_tls().identity(identity);
         }
+        if !self.plaintext {
+            builder = builder.https_only(true);
+        }
         let Some(ca_file) = &self.ca_file else {
             return Ok(builder);
         };
@@ -76,5 +118,38 @@ impl ClientTls {
             builder = builder.add_root_certificate(root);
         }
         Ok(builder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_is_refused_unless_told() {
+        let strict = ClientTls::from_lookup(|_| None);
+        assert!(!strict.plaintext);
+        assert_eq!(strict.check_url("LOCK_ENDPOINTS", "https://a:1"), Ok(()));
+        let refused = strict
+            .check_url("LOCK_ENDPOINTS", "http://a:1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with("LOCK_ENDPOINTS http://a:1: plain http://")
+                && refused.contains("UNSAFE_PLAINTEXT_HTTP=true"),
+            "{refused}"
+        );
+        assert!(strict.check_url("--url", "HTTP://a:1").is_err(), "any case");
+        assert!(strict.check_url("--url", "ftp://a").is_err());
+        assert!(strict.check_url("--url", "a:1").is_err());
+
+        for told in ["true", "TRUE", " 1 "] {
+            let plain =
+                ClientTls::from_lookup(|k| (k == "UNSAFE_PLAINTEXT_HTTP").then(|| told.to_owned()));
+            assert_eq!(plain.check_url("--url", "http://a:1"), Ok(()), "{told}");
+        }
+        for not in ["false", "0", "", "yes please"] {
+            assert!(!plaintext_allowed(Some(not)), "{not}");
+        }
     }
 }

@@ -22,7 +22,7 @@ mod probe;
 mod server;
 
 #[cfg(feature = "reqwest")]
-pub use client::ClientTls;
+pub use client::{ClientTls, plaintext_allowed};
 pub use error::TlsError;
 pub use files::{read_certs, read_key};
 #[cfg(feature = "generate")]
@@ -103,7 +103,7 @@ mod tests {
         std::fs::write(&junk, "not a certificate").unwrap();
         let tls = ClientTls {
             ca_file: Some(junk),
-            identity: None,
+            ..ClientTls::default()
         };
         let err = tls.apply(reqwest::Client::builder()).unwrap_err();
         assert!(err.what.starts_with("TLS_CA_FILE"), "{err}");

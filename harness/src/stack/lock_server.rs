@@ -121,6 +121,9 @@ pub(super) fn lock_client_config_with(
 ) -> LockClientConfig {
     let mut config = LockClientConfig::new(endpoints);
     config.credential = Some(lock_client::Credential::new(credential));
+    // A stack without TLS serves plain HTTP on loopback and tells its own processes so
+    // (UNSAFE_PLAINTEXT_HTTP); its clients are told the same. A stack on TLS replaces this.
+    config.tls = lock_client::ClientTls::plaintext();
     config
 }
 

@@ -88,26 +88,25 @@ impl Stack {
     /// they never granted that token (a forged or future token).
     pub fn proof(&self, payout_id: i64, token: i64) -> String {
         let key = payment_api::payout_lock_key(payout_id);
-        let granted_to = self.audit().ok().and_then(|audit| {
+        let granted = self.audit().ok().and_then(|audit| {
             audit
                 .grants
                 .iter()
                 .rev()
                 .find(|g| g.key == key.as_str() && g.token == token)
-                .and_then(|g| g.session.parse::<uuid::Uuid>().ok())
+                .and_then(|g| lock_api::GrantId::parse(&g.grant))
         });
         let token = lock_api::FencingToken(u64::try_from(token).unwrap_or_default());
-        let grant = match granted_to {
-            Some(session) => lock_api::GrantId::derive(lock_api::SessionId(session), &key, token),
-            None => test_support::test_grant(1, &key, token),
-        };
+        let grant = granted.unwrap_or_else(|| test_support::test_grant(1, &key, token));
         self.signer.sign(&key, token, &grant)
     }
 
     /// A lock-client configuration for this stack's lock-servers and credential.
     pub fn lock_client_config(&self) -> LockClientConfig {
         let mut config = lock_client_config_with(self.lock_endpoints(), &self.secrets.lock_client);
-        config.tls.ca_file = self.tls.as_ref().map(|files| files.ca.clone());
+        if let Some(files) = &self.tls {
+            config.tls = files.client();
+        }
         config
     }
 

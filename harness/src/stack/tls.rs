@@ -46,6 +46,7 @@ impl TlsFiles {
         tls_kit::ClientTls {
             ca_file: Some(self.ca.clone()),
             identity: None,
+            plaintext: false,
         }
     }
 }

@@ -775,9 +775,22 @@ async fn a9_bad_input_is_refused_by_name() {
         )
         .await,
     );
+    // The characters once accepted in a payee's name (issue 40), each by its own property.
     for (what, beneficiary) in [
         ("zero-width-only", "\u{200B}"),
         ("bidi-override", "Alice \u{202E}evil"),
+        ("line-separator", "Alice\u{2028}Bob"),
+        ("paragraph-separator", "Alice\u{2029}Bob"),
+        ("tag-characters", "Alice\u{E0068}\u{E0069}"),
+        ("variation-selector", "Alice\u{FE0F}"),
+        ("hangul-filler", "\u{3164}"),
+        ("hangul-choseong-filler", "Al\u{115F}ice"),
+        ("combining-grapheme-joiner", "Al\u{034F}ice"),
+        ("interlinear-annotation", "Al\u{FFF9}ice"),
+        ("deprecated-format", "Al\u{206A}ice"),
+        ("mongolian-variation-selector", "Al\u{180B}ice"),
+        ("private-use", "Al\u{E000}ice"),
+        ("unassigned", "Al\u{0378}ice"),
     ] {
         expect(what, 400, "beneficiary")(
             send(

@@ -69,3 +69,40 @@ fn bad_configuration_is_one_line_naming_the_key_and_a_non_zero_exit() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every URL the executor would send its credentials to is `https://`, or plain `http://`
+/// only with `UNSAFE_PLAINTEXT_HTTP`: without it the process ends at start with one line
+/// naming the key and the way to opt in, before it calls anything.
+#[test]
+fn plain_http_urls_are_refused_without_the_opt_in() {
+    let binary = test_support::cargo_bin("payout-executor").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // The metrics port on TLS, so that only the client side is left to refuse.
+    let tls = harness::stack::TlsFiles::make(dir.path()).unwrap();
+    let (cert, key) = tls.server.clone().unwrap();
+    let port = test_support::free_port();
+    let (https, http) = (
+        format!("https://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}"),
+    );
+    for key_name in ["LOCK_ENDPOINTS", "PAYMENT_URL", "RAIL_PROXY_URL"] {
+        let mut command = Command::new(&binary);
+        command
+            .env_remove("UNSAFE_PLAINTEXT_HTTP")
+            .env("TLS_CERT_FILE", &cert)
+            .env("TLS_KEY_FILE", &key)
+            .env("TLS_CA_FILE", &tls.ca)
+            .env("EXECUTOR_BIND", "127.0.0.1:0");
+        for other in ["LOCK_ENDPOINTS", "PAYMENT_URL", "RAIL_PROXY_URL"] {
+            command.env(other, if other == key_name { &http } else { &https });
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{key_name}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{key_name}: {stderr}");
+        assert!(
+            stderr.contains(key_name) && stderr.contains("UNSAFE_PLAINTEXT_HTTP=true"),
+            "{key_name}: {stderr}"
+        );
+    }
+}

@@ -39,6 +39,7 @@ async fn fence_check(
         .args(args)
         .env("LOCK_ENDPOINTS", lock_url)
         .env("LOCK_CLIENT_TOKEN", client_token)
+        .env("UNSAFE_PLAINTEXT_HTTP", "true")
         .envs(env.iter().copied())
         .kill_on_drop(true);
     let out = tokio::time::timeout(CHECK_DEADLINE, command.output())
@@ -163,6 +164,7 @@ async fn the_fenced_kv_example_keeps_every_promise_and_a_copy_without_its_fence_
             ("DATABASE_URL", db.url.clone()),
             ("FENCE_PUBLIC_KEYS", test_support::keys::public_keys()),
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("UNSAFE_PLAINTEXT_HTTP", "true".to_owned()),
         ],
         logs.path(),
     );
@@ -244,6 +246,7 @@ async fn the_fenced_file_writer_under_lockctl_run_refuses_an_older_holder() {
             .arg(grant)
             .env("LOCK_ENDPOINTS", &server.url)
             .env("LOCK_CLIENT_TOKEN", test_support::keys::LOCK_CLIENT_TOKEN)
+            .env("UNSAFE_PLAINTEXT_HTTP", "true")
             .env("FENCE_PUBLIC_KEYS", &keys)
             .kill_on_drop(true);
         command

@@ -56,6 +56,8 @@ impl Fixture {
     fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("LOCK_ENDPOINTS", self.server.url.clone()),
+            // The test's lock-server serves plain HTTP on loopback, said so.
+            ("UNSAFE_PLAINTEXT_HTTP", "true".to_owned()),
             (
                 "LOCK_CLIENT_TOKEN",
                 test_support::keys::LOCK_CLIENT_TOKEN.to_owned(),
@@ -697,4 +699,41 @@ fn lockctl_speaks_the_lock_surface_only_through_the_sdk() {
         checked += 1;
     }
     assert!(checked >= 5, "read lockctl's sources ({checked} files)");
+}
+
+/// lockctl sends its credential to no `http://` URL unless told: without
+/// `UNSAFE_PLAINTEXT_HTTP` (or `--unsafe-plaintext-http`) an `http://` endpoint, or a
+/// fence-check resource URL, is one line and exit 64 before any call; with it, it works.
+#[tokio::test]
+async fn plain_http_is_refused_unless_told() {
+    let f = fixture().await;
+    let open = ["session", "open", "--owner", "plain", "--ttl", "5s"];
+    let refused = f.ctl(&open, &[("UNSAFE_PLAINTEXT_HTTP", "false")]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&f.server.url) && stderr.contains("UNSAFE_PLAINTEXT_HTTP=true"),
+        "{stderr}"
+    );
+    let check = ["fence-check", "kv:doc", "http://127.0.0.1:9/kv/doc"];
+    let refused = f
+        .ctl(
+            &check,
+            &[
+                ("UNSAFE_PLAINTEXT_HTTP", "false"),
+                ("LOCK_ENDPOINTS", "https://127.0.0.1:9"),
+            ],
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("http://127.0.0.1:9/kv/doc"), "{stderr}");
+
+    let mut told = vec!["--unsafe-plaintext-http"];
+    told.extend(open);
+    let opened = f.ctl(&told, &[("UNSAFE_PLAINTEXT_HTTP", "false")]).await;
+    assert_eq!(opened.status.code(), Some(0), "{opened:?}");
+    let opened = f.ctl(&open, &[]).await;
+    assert_eq!(opened.status.code(), Some(0), "{opened:?}");
 }

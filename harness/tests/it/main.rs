@@ -12,4 +12,5 @@ mod metrics_hygiene;
 mod module_rule;
 mod rotation;
 mod sdk;
+mod session_binding;
 mod tls;

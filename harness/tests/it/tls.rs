@@ -30,6 +30,7 @@ fn https_client(ca: &Path) -> reqwest::Client {
     ClientTls {
         ca_file: Some(ca.to_owned()),
         identity: None,
+        plaintext: false,
     }
     .apply(reqwest::Client::builder().timeout(Duration::from_secs(2)))
     .unwrap()
@@ -377,6 +378,7 @@ async fn a_client_certificate_is_a_credential_without_a_secret() {
         config.tls = ClientTls {
             ca_file: Some(ca_file.clone()),
             identity,
+            plaintext: false,
         };
         LockClient::new(config).unwrap()
     };

@@ -2,7 +2,9 @@
 //! `fence_kit::cases()`, moves the fence as a claim does, and keeps a refused writer's
 //! transaction from writing anything.
 
-use fence_kit::postgres::{CHECK_SQL, FENCED_OUT_SQLSTATE, MIGRATION, fence_error};
+use fence_kit::postgres::{
+    CHECK_SQL, FENCED_OUT_SQLSTATE, INVALID_SQLSTATE, MIGRATION, fence_error,
+};
 use fence_kit::{FenceRule, Open, cases, check_fence};
 use lock_api::ErrorCode;
 use sqlx::{Connection, Executor, PgConnection, Row};
@@ -60,13 +62,15 @@ async fn run(conn: &mut PgConnection, n: usize, case: &fence_kit::Case) -> bool 
             true
         }
         Err(sqlx::Error::Database(err)) => {
-            assert_eq!(
-                err.code().as_deref(),
-                Some(FENCED_OUT_SQLSTATE),
-                "{case:?}: {err}"
-            );
-            let typed = fence_error(FENCED_OUT_SQLSTATE, err.message()).unwrap();
-            assert_eq!(typed.code, ErrorCode::FencedOut);
+            // No grant is the caller's mistake (22023); any other refusal is the fence's.
+            let (sqlstate, code) = if case.presented.grant.is_empty() {
+                (INVALID_SQLSTATE, ErrorCode::InvalidArgument)
+            } else {
+                (FENCED_OUT_SQLSTATE, ErrorCode::FencedOut)
+            };
+            assert_eq!(err.code().as_deref(), Some(sqlstate), "{case:?}: {err}");
+            let typed = fence_error(sqlstate, err.message()).unwrap();
+            assert_eq!(typed.code, code);
             tx.rollback().await.unwrap();
             false
         }

@@ -13,8 +13,9 @@ use lock_api::{
 
 use super::store_error::api_error;
 use crate::metrics as m;
+use crate::sessions::Standing;
 use crate::state::AppState;
-use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, StoreError};
+use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, SessionOwner, StoreError};
 use crate::waiting::{self, Waited};
 use service_kit::{ApiError, ApiJson, Caller};
 
@@ -26,6 +27,27 @@ fn key_from_path(raw: String) -> ApiResult<LockKey> {
 
 fn session_from_path(raw: &str) -> ApiResult<SessionId> {
     Ok(SessionId::parse(raw)?)
+}
+
+/// What `caller` is to `session`: only the credential that opened a session may act on it
+/// (`SessionBinding`).
+async fn standing(
+    state: &AppState,
+    caller: &Caller,
+    session: SessionId,
+    route: &'static str,
+) -> ApiResult<Standing> {
+    state
+        .sessions()
+        .standing(state.store(), caller, session, route)
+        .await
+        .map_err(api_error)
+}
+
+/// The answer to a caller presenting another credential's session: the one an unknown
+/// session gets, word for word, so it learns nothing of the session.
+fn as_unknown(session: SessionId) -> ApiError {
+    api_error(StoreError::SessionUnknown(session))
 }
 
 // The audit trail: every grant, renewal, release, session creation, extension and close is
@@ -59,15 +81,20 @@ pub async fn create_session(
         ));
     }
     let place = state.quotas().open_session(&caller)?;
+    let opener = SessionOwner {
+        owner: req.owner_id.clone(),
+        credential: caller.name.clone(),
+    };
     let record = state
         .store()
-        .create_session(&req.owner_id, state.ttl().clamp(requested))
+        .open_session(&opener, state.ttl().clamp(requested))
         .await
         .map_err(api_error)?;
     place.opened(record.session_id, record.ttl_ms);
+    state.sessions().opened(record.session_id, opener);
     metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
         .increment(1);
-    tracing::info!(event = "session_created", credential = %caller.name, session = %record.session_id, owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
+    tracing::info!(event = "session_created", credential = %caller.name, session = %record.session_id.tag(), owner = %req.owner_id, ttl_ms = record.ttl_ms, expires_at = %record.expires_at.to_rfc3339());
     Ok((
         StatusCode::CREATED,
         Json(CreateSessionResponse {
@@ -92,9 +119,12 @@ pub async fn heartbeat(
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
     let session = session_from_path(&session_id)?;
+    if standing(&state, &caller, session, "heartbeat").await? == Standing::Foreign {
+        return Err(as_unknown(session));
+    }
     let record = state.store().heartbeat(session).await.map_err(api_error)?;
     state.quotas().extended(&caller, session, record.ttl_ms);
-    tracing::info!(event = "session_extended", credential = %caller.name, session = %session, expires_at = %record.expires_at.to_rfc3339());
+    tracing::info!(event = "session_extended", credential = %caller.name, session = %session.tag(), expires_at = %record.expires_at.to_rfc3339());
     Ok(Json(HeartbeatResponse {
         ttl_ms: record.ttl_ms,
         expires_at: record.expires_at,
@@ -112,6 +142,10 @@ pub async fn delete_session(
     Path(session_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let session = session_from_path(&session_id)?;
+    if standing(&state, &caller, session, "close").await? == Standing::Foreign {
+        // 204 as for a session that never existed; nothing is deleted.
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let invoked_at = chrono::Utc::now();
     state
         .store()
@@ -119,7 +153,8 @@ pub async fn delete_session(
         .await
         .map_err(api_error)?;
     state.quotas().closed(&caller, session);
-    tracing::info!(event = "session_closed", credential = %caller.name, session = %session, invoked_at = %invoked_at.to_rfc3339());
+    state.sessions().closed(session);
+    tracing::info!(event = "session_closed", credential = %caller.name, session = %session.tag(), invoked_at = %invoked_at.to_rfc3339());
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -145,6 +180,20 @@ pub async fn acquire(
         Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
         None => state.ttl().lock_default_ms,
     };
+    match standing(&state, &caller, req.session_id, "acquire").await? {
+        Standing::Foreign => return Err(as_unknown(req.session_id)),
+        // The owner check of L1, again: the credential's owners may have changed since.
+        Standing::Opener(opener) if !caller.owners.allows(opener.owner.as_str()) => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "credential {} may not act as owner {}",
+                    caller.name, opener.owner
+                ),
+            ));
+        }
+        Standing::Opener(_) | Standing::Unknown => {}
+    }
     let wait_ms = match req.wait_ms {
         Some(ms) => validate_requested_duration("wait_ms", ms)?.min(state.wait().max_wait_ms),
         None => 0,
@@ -241,7 +290,8 @@ pub async fn acquire(
             grant.proof = sign(&state, &grant);
             grant.waited_ms = waited_ms;
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
+            let grant_id = GrantId::derive(grant.session_id, &key, grant.fencing_token).as_text();
+            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = grant_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
                 metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
                     .increment(1);
@@ -292,14 +342,14 @@ pub async fn renew(
     ApiJson(req): ApiJson<RenewRequest>,
 ) -> ApiResult<Json<LockGrant>> {
     let key = key_from_path(lock_key)?;
-    match state
-        .store()
-        .renew(&key, req.session_id, req.fencing_token.validate()?)
-        .await
-    {
+    let token = req.fencing_token.validate()?;
+    if standing(&state, &caller, req.session_id, "renew").await? == Standing::Foreign {
+        return Err(as_unknown(req.session_id));
+    }
+    match state.store().renew(&key, req.session_id, token).await {
         Ok(mut grant) => {
             grant.proof = sign(&state, &grant);
-            tracing::info!(event = "lock_renewed", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id, expires_at = %grant.expires_at.to_rfc3339());
+            tracing::info!(event = "lock_renewed", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), expires_at = %grant.expires_at.to_rfc3339());
             Ok(Json(grant))
         }
         Err(err @ StoreError::LockLost { .. }) => {
@@ -331,13 +381,17 @@ pub async fn release(
 ) -> ApiResult<Json<ReleaseResponse>> {
     let key = key_from_path(lock_key)?;
     let token = req.fencing_token.validate()?;
+    if standing(&state, &caller, req.session_id, "release").await? == Standing::Foreign {
+        // What a stale token or an unknown session gets: nothing was released.
+        return Ok(Json(ReleaseResponse { released: false }));
+    }
     let invoked_at = chrono::Utc::now();
     let released = state
         .store()
         .release(&key, req.session_id, token)
         .await
         .map_err(api_error)?;
-    tracing::info!(event = "lock_released", credential = %caller.name, key = %key, token = token.0, session = %req.session_id, released, invoked_at = %invoked_at.to_rfc3339());
+    tracing::info!(event = "lock_released", credential = %caller.name, key = %key, token = token.0, session = %req.session_id.tag(), released, invoked_at = %invoked_at.to_rfc3339());
     metrics::counter!(m::RELEASES_TOTAL, "backend" => state.backend().as_str(), "released" => released.to_string())
         .increment(1);
     Ok(Json(ReleaseResponse { released }))

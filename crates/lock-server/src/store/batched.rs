@@ -16,13 +16,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, SessionId};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
 use super::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionRecord,
-    StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionOwner,
+    SessionRecord, StoreError, WakeSink,
 };
 
 /// Histogram: writes per batch a replica committed.
@@ -158,12 +158,16 @@ impl LockStore for Batched {
         self.inner.admit_hand_over(grant)
     }
 
-    async fn create_session(
+    async fn open_session(
         &self,
-        owner: &OwnerId,
+        opener: &SessionOwner,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
-        self.inner.create_session(owner, ttl_ms).await
+        self.inner.open_session(opener, ttl_ms).await
+    }
+
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
+        self.inner.session_owner(session).await
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {

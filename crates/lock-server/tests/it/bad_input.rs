@@ -16,6 +16,13 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
     let before = at.contents().await;
 
     let unknown = "00000000-0000-4000-8000-000000000000";
+    // An error names a session by its tag, never its id.
+    let unknown_tag: &'static str = String::leak(
+        lock_api::SessionId::parse(unknown)
+            .unwrap()
+            .tag()
+            .to_string(),
+    );
     let long_key = "k".repeat(lock_api::LOCK_KEY_MAX_BYTES + 1);
     let acquire = format!(r#"{{"session_id":"{session}","ttl_ms":1000}}"#);
     let (post, get, delete) = (Method::POST, Method::GET, Method::DELETE);
@@ -135,7 +142,7 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
             "/v1/locks/k/acquire",
             &format!(r#"{{"session_id":"{unknown}"}}"#),
         )
-        .expect(404, "SESSION_UNKNOWN", unknown),
+        .expect(404, "SESSION_UNKNOWN", unknown_tag),
         bad(
             "acquire ttl zero",
             &post,
@@ -156,7 +163,7 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
             &format!("/v1/sessions/{unknown}/heartbeat"),
             "",
         )
-        .expect(404, "SESSION_UNKNOWN", unknown),
+        .expect(404, "SESSION_UNKNOWN", unknown_tag),
         bad("delete a non-UUID session", &delete, "/v1/sessions/xyz", "").expect(
             400,
             invalid,

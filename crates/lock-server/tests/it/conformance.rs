@@ -268,7 +268,7 @@ async fn get_and_revoke(store: Arc<dyn LockStore>) {
     assert_eq!((info.fencing_token, info.owner_id.as_str()), (t, "owner-a"));
     let shown = serde_json::to_string(&info).unwrap();
     assert!(
-        !shown.contains(&a.to_string()),
+        !shown.contains(&a.expose()),
         "L7 never shows the session id: {shown}"
     );
     assert_eq!(store.revoke(&k, &why).await.unwrap(), Some(t));
@@ -631,7 +631,7 @@ async fn wakes_name_the_head_waiter_when_its_key_frees(store: Arc<dyn LockStore>
             place_age_ms,
         } = wake
         else {
-            panic!("expected a hand-over to {session}, got {wake:?}");
+            panic!("expected a hand-over to {session:?}, got {wake:?}");
         };
         assert_eq!(
             (&grant.lock_key, grant.session_id, grant.lease_ms),

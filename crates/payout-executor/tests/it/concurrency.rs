@@ -171,6 +171,8 @@ async fn start(url: &str, concurrency: Option<u32>) -> (Running, RigParts) {
     let clock = FakeClock::new(RIG_START_NANOS);
     let service = Arc::new(MemoryTransport::new());
     let mut lock_config = LockClientConfig::new(["http://replica-a", "http://replica-b"]);
+    // The fake services speak plain HTTP on loopback, said so.
+    lock_config.tls = lock_client::ClientTls::plaintext();
     lock_config.session_ttl = LEASE;
     lock_config.default_ttl = LEASE;
     lock_config.heartbeat_period = Some(PERIOD);

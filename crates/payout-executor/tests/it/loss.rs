@@ -112,7 +112,7 @@ async fn a_loss_the_listener_hears_mid_payout_stops_the_next_write_and_is_logged
     assert_eq!(line["token"], handle.fencing_token().0);
     assert_eq!(line["reason"], "renew_refused");
     assert_eq!(line["owner"], "executor-t");
-    assert_eq!(line["session"], session.id().to_string());
+    assert_eq!(line["session"], session.id().tag().to_string());
     assert_eq!(line["backend"], "memory");
 
     // A loss of a grant no payout is in flight under abandons nothing and logs no line.

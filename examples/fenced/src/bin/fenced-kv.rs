@@ -160,6 +160,14 @@ async fn main() -> anyhow::Result<()> {
     let url =
         std::env::var("DATABASE_URL").map_err(|_| anyhow::anyhow!("DATABASE_URL is not set"))?;
     let listen = std::env::var("LISTEN_ADDR").unwrap_or_else(|_| "127.0.0.1:8090".into());
+    // An example: it serves plain HTTP, and says so. Its writers send their proofs to it, so
+    // put TLS in front of it (or build it on service-kit's TLS) anywhere but loopback.
+    let plaintext = std::env::var("UNSAFE_PLAINTEXT_HTTP").unwrap_or_default();
+    if !matches!(plaintext.trim(), "true" | "1") {
+        anyhow::bail!(
+            "fenced-kv serves plain HTTP only: set UNSAFE_PLAINTEXT_HTTP=true (loopback or a network you trust)"
+        );
+    }
     let verifier = fenced_examples::verifier_from_env()?;
     let pool = PgPool::connect(&url).await?;
     sqlx::raw_sql(postgres::MIGRATION).execute(&pool).await?;

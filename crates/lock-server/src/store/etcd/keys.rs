@@ -5,11 +5,11 @@ use super::*;
 
 impl EtcdStore {
     pub(super) fn session_key(&self, session: SessionId) -> String {
-        format!("{}s/{session}", self.prefix)
+        format!("{}s/{}", self.prefix, session.expose())
     }
 
     pub(super) fn session_marker(&self, session: SessionId) -> String {
-        format!("{}sl/{session}", self.prefix)
+        format!("{}sl/{}", self.prefix, session.expose())
     }
 
     pub(super) fn grant_key(&self, key: &LockKey) -> String {
@@ -30,7 +30,7 @@ impl EtcdStore {
     }
 
     pub(super) fn place_key(&self, key: &LockKey, session: SessionId) -> String {
-        format!("{}w/{key}/{session}", self.prefix)
+        format!("{}w/{key}/{}", self.prefix, session.expose())
     }
 
     pub(super) fn revocation_key(&self, key: &LockKey) -> String {

@@ -76,7 +76,7 @@ use tonic::Code;
 
 use super::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionRecord, StoreError, Wake, WakeSink,
+    SessionOwner, SessionRecord, StoreError, Wake, WakeSink,
 };
 
 use codec::{after_ms, decode, encode, grant_of, lease_seconds, map_err, read_delay, read_grant};
@@ -194,6 +194,10 @@ impl std::fmt::Debug for EtcdStore {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SessionValue {
     owner: OwnerId,
+    /// The credential that opened it; absent in a record written before credentials were
+    /// kept (such a session answers no caller).
+    #[serde(default)]
+    credential: String,
     ttl_ms: u64,
     lease: i64,
 }
@@ -320,15 +324,16 @@ impl LockStore for EtcdStore {
         Backend::Etcd
     }
 
-    async fn create_session(
+    async fn open_session(
         &self,
-        owner: &OwnerId,
+        opener: &SessionOwner,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
         let session_id = SessionId::random();
         let lease = self.grant_lease(ttl_ms).await?;
         let value = SessionValue {
-            owner: owner.clone(),
+            owner: opener.owner.clone(),
+            credential: opener.credential.clone(),
             ttl_ms,
             lease,
         };
@@ -349,6 +354,21 @@ impl LockStore for EtcdStore {
             ttl_ms,
             expires_at: after_ms(ttl_ms),
         })
+    }
+
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
+        let Some(record) = self
+            .read_keys(&[self.session_key(session)])
+            .await?
+            .remove(0)
+        else {
+            return Ok(None);
+        };
+        let value: SessionValue = decode(record.value(), "session record")?;
+        Ok(Some(SessionOwner {
+            owner: value.owner,
+            credential: value.credential,
+        }))
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {

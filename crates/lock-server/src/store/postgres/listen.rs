@@ -95,26 +95,28 @@ mod tests {
     #[test]
     fn wake_payloads_parse_and_bad_ones_do_not() {
         let session = SessionId::random();
+        let id = session.expose();
         assert_eq!(
-            parse_wake(&format!("{session} payout:7.with_all-chars")),
+            parse_wake(&format!("{id} payout:7.with_all-chars")),
             Some(Wake::Head {
                 key: LockKey::parse("payout:7.with_all-chars".to_owned()).unwrap(),
                 session
             })
         );
         assert_eq!(parse_wake("not-a-uuid k"), None);
-        assert_eq!(parse_wake(&session.to_string()), None);
+        assert_eq!(parse_wake(&id), None);
     }
 
     #[test]
     fn hand_over_payloads_parse_into_the_grant_and_bad_ones_do_not() {
         let session = SessionId::random();
+        let id = session.expose();
         let Some(Wake::HandedOver {
             grant,
             place_age_ms,
         }) = parse(
             HAND_OVER_CHANNEL,
-            &format!("{session} 42 30000 1796284800123456 17 payout:7.x"),
+            &format!("{id} 42 30000 1796284800123456 17 payout:7.x"),
         )
         else {
             panic!("a hand-over payload did not parse");
@@ -128,9 +130,9 @@ mod tests {
         for bad in [
             "",
             "x 1 2 3 4 k",
-            &format!("{session} -1 30000 1 0 k"),
-            &format!("{session} 1 30000 1 0"),
-            &format!("{session} 1 lease 1 0 k"),
+            &format!("{id} -1 30000 1 0 k"),
+            &format!("{id} 1 30000 1 0"),
+            &format!("{id} 1 lease 1 0 k"),
         ] {
             assert_eq!(parse(HAND_OVER_CHANNEL, bad), None, "{bad:?}");
         }

@@ -28,7 +28,7 @@ use self::rows::{
 use super::batch::{BatchOp, BatchResult};
 use super::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionRecord, StoreError, WakeSink,
+    SessionOwner, SessionRecord, StoreError, WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -236,19 +236,20 @@ impl LockStore for PostgresStore {
         self.hand_over
     }
 
-    async fn create_session(
+    async fn open_session(
         &self,
-        owner: &OwnerId,
+        opener: &SessionOwner,
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
         let session_id = SessionId::random();
         let expires_at: DateTime<Utc> = sqlx::query_scalar(
-            "INSERT INTO lock_sessions (session_id, owner_id, ttl_ms, expires_at)
-             VALUES ($1, $2, $3, now() + $3 * interval '1 millisecond')
+            "INSERT INTO lock_sessions (session_id, owner_id, credential, ttl_ms, expires_at)
+             VALUES ($1, $2, $3, $4, now() + $4 * interval '1 millisecond')
              RETURNING expires_at",
         )
         .bind(session_id.0)
-        .bind(owner.as_str())
+        .bind(opener.owner.as_str())
+        .bind(opener.credential.as_str())
         .bind(to_i64(ttl_ms)?)
         .fetch_one(&self.pool)
         .await
@@ -258,6 +259,23 @@ impl LockStore for PostgresStore {
             ttl_ms,
             expires_at,
         })
+    }
+
+    async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
+        let row: Option<(String, String)> =
+            sqlx::query_as("SELECT owner_id, credential FROM lock_sessions WHERE session_id = $1")
+                .bind(session.0)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+        row.map(|(owner, credential)| {
+            Ok(SessionOwner {
+                owner: OwnerId::parse(owner)
+                    .map_err(|e| StoreError::Internal(format!("a stored owner id: {e}")))?,
+                credential,
+            })
+        })
+        .transpose()
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
