@@ -1,42 +1,42 @@
-//! Each caller's share of one replica: the sessions it opened here and holds open, and its
-//! acquires waiting here at once. One credential that opens sessions in a loop or parks
-//! acquires by the thousand is refused (429) before it fills the replica for everyone else.
+//! Each caller's share of the lock service: the sessions it holds open (counted in the
+//! store, on every replica) and its acquires waiting on this replica at once. One credential
+//! that opens sessions in a loop or parks acquires by the thousand is refused (429, with
+//! `Retry-After`) before it fills the service for everyone else.
 //!
-//! Kept per replica, in memory, like the request rate: a session counts from its open until
-//! it is closed here or its TTL runs out without a heartbeat seen here. A session kept alive
-//! through another replica drops out of this count early (the quota errs towards letting a
-//! caller in), and a session closed through another replica counts here until its TTL ends.
+//! Sessions are counted where they live: the store keeps each session's credential, so the
+//! quota holds across replicas whichever replica a session is kept alive through. Opens in
+//! flight on this replica count too; opens racing on other replicas may each pass, so a
+//! caller can overshoot by the opens it sends at the same moment, never more. Waiters are
+//! counted here: a parked acquire holds this replica's connection, so that is what it uses.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_api::{CredentialEntry, ErrorCode, SessionId};
+use lock_api::{CredentialEntry, ErrorCode};
 use service_kit::{ApiError, count_limit};
 
-/// Default sessions one caller holds open through one replica: ten times a busy executor
+use crate::store::{LockStore, StoreError};
+
+/// Default sessions one caller holds open across the service: ten times a busy executor
 /// fleet, far below the 100,000 sessions a replica has been measured to carry.
 pub const SESSIONS_PER_CALLER_DEFAULT: u32 = 1_000;
 /// Default acquires of one caller waiting on one replica at once: half the default
 /// connection cap, so one caller's parked acquires never take every connection (each parked
 /// acquire holds one), and far above an executor's few.
 pub const WAITERS_PER_CALLER_DEFAULT: u32 = 512;
+/// `Retry-After` of `TOO_MANY_SESSIONS`: a session frees when its holder closes it or its TTL
+/// runs out (the default session TTL is 10 s).
+pub const SESSIONS_RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// The quotas of every caller on this replica.
+/// The quotas of every caller.
 #[derive(Debug)]
 pub struct Quotas {
     sessions_default: u32,
     waiters_default: u32,
-    sessions: Mutex<HashMap<String, Sessions>>,
+    /// Opens of each caller in flight on this replica (not yet in the store's count).
+    opening: Mutex<HashMap<String, u32>>,
     waiters: Mutex<HashMap<String, u32>>,
-}
-
-/// One caller's sessions here: each with when it runs out unless extended, and opens under
-/// way.
-#[derive(Debug, Default)]
-struct Sessions {
-    open: HashMap<SessionId, Instant>,
-    opening: u32,
 }
 
 impl Quotas {
@@ -45,55 +45,37 @@ impl Quotas {
         Self {
             sessions_default,
             waiters_default,
-            sessions: Mutex::default(),
+            opening: Mutex::default(),
             waiters: Mutex::default(),
         }
     }
 
-    /// A place for one more session of `caller`, or 429 `TOO_MANY_SESSIONS`. The place is
-    /// given back unless [`SessionPlace::opened`] fills it.
-    pub fn open_session<'a>(
+    /// A place for one more session of `caller`, or 429 `TOO_MANY_SESSIONS`: its live
+    /// sessions in `store` and its opens in flight here are below its quota. The place is
+    /// held until dropped (after the open, whatever its outcome).
+    pub async fn open_session<'a>(
         &'a self,
+        store: &dyn LockStore,
         caller: &CredentialEntry,
-    ) -> Result<SessionPlace<'a>, ApiError> {
-        let quota = caller.limits.sessions.unwrap_or(self.sessions_default);
-        let now = Instant::now();
-        let mut all = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        let mine = all.entry(caller.name.clone()).or_default();
-        mine.open.retain(|_, runs_out| *runs_out > now);
-        let held = mine.open.len() + mine.opening as usize;
-        let allowed = held < quota as usize;
+    ) -> Result<SessionPlace<'a>, OpenRefused> {
+        let quota = u64::from(caller.limits.sessions.unwrap_or(self.sessions_default));
+        let place = SessionPlace::reserve(self, &caller.name);
+        let held = store.sessions_of(&caller.name).await? + u64::from(place.others());
+        let allowed = held < quota;
         count_limit("sessions", allowed);
         if !allowed {
-            return Err(ApiError::new(
-                ErrorCode::TooManySessions,
-                format!(
-                    "credential {} holds {held} sessions through this replica, its quota; close one first",
-                    caller.name
-                ),
+            return Err(OpenRefused::Quota(
+                ApiError::new(
+                    ErrorCode::TooManySessions,
+                    format!(
+                        "credential {} holds {held} sessions, its quota; close one first",
+                        caller.name
+                    ),
+                )
+                .retry_after(SESSIONS_RETRY_AFTER),
             ));
         }
-        mine.opening += 1;
-        Ok(SessionPlace {
-            quotas: self,
-            caller: caller.name.clone(),
-        })
-    }
-
-    /// A heartbeat of `caller`'s session seen here: it counts for `ttl_ms` more.
-    pub fn extended(&self, caller: &CredentialEntry, session: SessionId, ttl_ms: u64) {
-        edit(&self.sessions, &caller.name, |mine| {
-            if let Some(runs_out) = mine.open.get_mut(&session) {
-                *runs_out = Instant::now() + Duration::from_millis(ttl_ms);
-            }
-        });
-    }
-
-    /// `caller` closed `session` here.
-    pub fn closed(&self, caller: &CredentialEntry, session: SessionId) {
-        edit(&self.sessions, &caller.name, |mine| {
-            mine.open.remove(&session);
-        });
+        Ok(place)
     }
 
     /// A place for one more waiting acquire of `caller`, held until dropped, or 429
@@ -121,29 +103,65 @@ impl Quotas {
     }
 }
 
-/// A reserved place for a session being opened.
+/// Why a session was not opened: over the quota, or the store could not count.
+#[derive(Debug)]
+pub enum OpenRefused {
+    /// 429 `TOO_MANY_SESSIONS`.
+    Quota(ApiError),
+    /// The store's count failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for OpenRefused {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+/// An open in flight of one caller on this replica; given back when dropped.
 #[derive(Debug)]
 pub struct SessionPlace<'a> {
     quotas: &'a Quotas,
     caller: String,
 }
 
-impl SessionPlace<'_> {
-    /// The session opened: it holds the place for `ttl_ms` unless extended or closed.
-    pub fn opened(self, session: SessionId, ttl_ms: u64) {
-        edit(&self.quotas.sessions, &self.caller, |mine| {
-            mine.open
-                .insert(session, Instant::now() + Duration::from_millis(ttl_ms));
-        });
-        // Drop gives back the reservation itself.
+impl<'a> SessionPlace<'a> {
+    fn reserve(quotas: &'a Quotas, caller: &str) -> Self {
+        let mut opening = quotas
+            .opening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *opening.entry(caller.to_owned()).or_default() += 1;
+        Self {
+            quotas,
+            caller: caller.to_owned(),
+        }
+    }
+
+    /// The caller's other opens in flight here.
+    fn others(&self) -> u32 {
+        let opening = self
+            .quotas
+            .opening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        opening.get(&self.caller).map_or(0, |n| n.saturating_sub(1))
     }
 }
 
 impl Drop for SessionPlace<'_> {
     fn drop(&mut self) {
-        edit(&self.quotas.sessions, &self.caller, |mine| {
-            mine.opening = mine.opening.saturating_sub(1);
-        });
+        let mut opening = self
+            .quotas
+            .opening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = opening.get_mut(&self.caller) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                opening.remove(&self.caller);
+            }
+        }
     }
 }
 
@@ -181,32 +199,40 @@ mod tests {
         CredentialEntry::from_secret(name, &["client"], name)
     }
 
-    #[test]
-    fn sessions_count_until_closed_or_run_out_and_one_caller_never_uses_anothers() {
+    #[tokio::test]
+    async fn sessions_count_in_the_store_until_closed_and_one_caller_never_uses_anothers() {
+        use crate::store::{MemoryStore, SessionOwner};
+        let store = MemoryStore::new();
         let quotas = Quotas::new(2, 1);
         let a = caller("a");
-        let s1 = SessionId::random();
-        quotas.open_session(&a).unwrap().opened(s1, 60_000);
-        let in_flight = quotas.open_session(&a).unwrap();
-        let refused = quotas.open_session(&a).unwrap_err();
+        let opener = SessionOwner {
+            owner: lock_api::OwnerId::parse("o").unwrap(),
+            credential: "a".into(),
+        };
+        let first = store
+            .open_session(&opener, 60_000)
+            .await
+            .unwrap()
+            .session_id;
+        let in_flight = quotas.open_session(&store, &a).await.unwrap();
+        let refused = quotas.open_session(&store, &a).await.unwrap_err();
+        let OpenRefused::Quota(refused) = refused else {
+            panic!("{refused:?}")
+        };
         assert_eq!(refused.code.code, "TOO_MANY_SESSIONS");
+        assert_eq!(refused.retry_after_secs, Some(5));
         assert!(
-            quotas.open_session(&caller("b")).is_ok(),
+            quotas.open_session(&store, &caller("b")).await.is_ok(),
             "b's quota is its own"
         );
         drop(in_flight); // the open failed: its place comes back
-        quotas
-            .open_session(&a)
-            .unwrap()
-            .opened(SessionId::random(), 0);
-        // The one with no time left no longer counts.
-        quotas
-            .open_session(&a)
-            .unwrap()
-            .opened(SessionId::random(), 60_000);
-        assert!(quotas.open_session(&a).is_err());
-        quotas.closed(&a, s1);
-        assert!(quotas.open_session(&a).is_ok());
+        store.open_session(&opener, 60_000).await.unwrap();
+        assert!(
+            quotas.open_session(&store, &a).await.is_err(),
+            "two live in the store"
+        );
+        store.delete_session(first).await.unwrap();
+        assert!(quotas.open_session(&store, &a).await.is_ok());
     }
 
     #[test]

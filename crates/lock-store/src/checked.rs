@@ -245,6 +245,10 @@ impl LockStore for ClockCheckedStore {
         self.inner.session_owner(session).await
     }
 
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError> {
+        self.inner.sessions_of(credential).await
+    }
+
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
         self.inner.heartbeat(session).await
     }

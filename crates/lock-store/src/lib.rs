@@ -23,6 +23,7 @@ pub mod batch;
 mod checked;
 mod clock_guard;
 pub mod decide;
+mod env;
 mod memory;
 pub mod wait_plan;
 
@@ -37,7 +38,8 @@ pub use checked::{
     STORE_CLOCK_STEPS_TOTAL, SystemClock, watch_clock,
 };
 pub use clock_guard::{ClockGuard, ClockReading, Verdict};
-pub use memory::{MemoryStore, StoreEnv, SystemEnv};
+pub use env::{StoreEnv, SystemEnv};
+pub use memory::MemoryStore;
 
 /// A session as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,6 +325,10 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         self.open_session(&SessionOwner::anonymous(owner), ttl_ms)
             .await
     }
+
+    /// How many live sessions the credential named `credential` opened, on every replica:
+    /// what its session quota counts.
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError>;
 
     /// Who `session` belongs to, while the store keeps it (live, or expired and not yet
     /// reaped); `None` for a session it does not know.

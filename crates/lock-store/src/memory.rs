@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,50 +13,11 @@ use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use crate::decide::{
     Decision, FreedView, HandOver, HeadView, HolderView, KeyView, decide, hand_over,
 };
+use crate::env::{StoreEnv, SystemEnv};
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
     SessionOwner, SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
 };
-
-/// Where a memory store gets its time and its session ids.
-pub trait StoreEnv: Send + Sync + std::fmt::Debug + 'static {
-    /// Monotonic nanoseconds (the store's only clock; never wraps within a run).
-    fn now_nanos(&self) -> u64;
-    /// A new session id.
-    fn session_id(&self) -> SessionId;
-    /// A store instant as the wire's `expires_at` (display only).
-    fn display(&self, nanos: u64) -> DateTime<Utc>;
-}
-
-/// The production environment: this process's monotonic clock, random session ids.
-#[derive(Debug)]
-pub struct SystemEnv {
-    origin: Instant,
-    origin_wall: DateTime<Utc>,
-}
-
-impl Default for SystemEnv {
-    fn default() -> Self {
-        Self {
-            origin: Instant::now(),
-            origin_wall: Utc::now(),
-        }
-    }
-}
-
-impl StoreEnv for SystemEnv {
-    fn now_nanos(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn session_id(&self) -> SessionId {
-        SessionId::random()
-    }
-
-    fn display(&self, nanos: u64) -> DateTime<Utc> {
-        self.origin_wall + chrono::Duration::nanoseconds(i64::try_from(nanos).unwrap_or(i64::MAX))
-    }
-}
 
 #[derive(Debug)]
 struct Session {
@@ -373,6 +333,15 @@ impl LockStore for MemoryStore {
     async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
         let state = self.state()?;
         Ok(state.sessions.get(&session).map(|s| s.opener.clone()))
+    }
+
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError> {
+        let now = self.env.now_nanos();
+        let state = self.state()?;
+        let live = state.sessions.values();
+        Ok(live
+            .filter(|s| s.opener.credential == credential && s.expires > now)
+            .count() as u64)
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {

@@ -326,7 +326,7 @@ async fn list(
 
 #[utoipa::path(post, path = "/v1/offers", tag = "payouts", operation_id = "offer",
     request_body = OfferRequest, security(("payout_executor" = [])),
-    responses((status = 200, description = "payouts offered to this executor alone for offer_ms, in id order (empty: none free)", body = Vec<Payout>),
+    responses((status = 200, description = "payouts offered to this executor alone for offer_ms, in id order (empty: none free, or the credential holds its share of offers: 8 plus 2 per payout it is working on)", body = Vec<Payout>),
         (status = 400, description = "INVALID_ARGUMENT: executor, limit, offer_ms, skip or body", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED: not the executors' credential", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: PAYOUT_EXECUTOR_TOKEN unset", body = ErrorBody)))]
@@ -335,7 +335,7 @@ async fn offer(
     headers: HeaderMap,
     ApiJson(req): ApiJson<OfferRequest>,
 ) -> ApiResult<Json<Vec<Payout>>> {
-    Role::Executor.check(&state, &headers)?;
+    let caller = Role::Executor.check(&state, &headers)?;
     // The lock service's owner-id rule: the executor names itself by its session's owner.
     let name = &req.executor;
     if name.is_empty() || name.len() > OFFER_EXECUTOR_MAX_BYTES {
@@ -366,7 +366,13 @@ async fn offer(
     Ok(Json(
         state
             .store
-            .offer(&req.executor, req.limit, req.offer_ms, &req.skip)
+            .offer(
+                &caller.name,
+                &req.executor,
+                req.limit,
+                req.offer_ms,
+                &req.skip,
+            )
             .await?,
     ))
 }
@@ -399,8 +405,8 @@ async fn claim(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Payout>> {
-    let (id, fence) = fenced_write(&state, &headers, &id, Role::Executor)?;
-    Ok(Json(state.store.claim(id, &fence).await?))
+    let (caller, id, fence) = fenced_write_by(&state, &headers, &id, Role::Executor)?;
+    Ok(Json(state.store.claim(id, &fence, &caller.name).await?))
 }
 
 #[utoipa::path(post, path = "/v1/payouts/{payout_id}/submissions", tag = "submissions", operation_id = "reserve",

@@ -155,6 +155,13 @@ async fn locked(tx: &mut PgConnection, payout_id: i64) -> Result<(Payout, String
     Ok((payout(&row)?, row.try_get("fence_grant")?))
 }
 
+/// Live offers a credential may hold beyond its work: enough for a fresh executor to start
+/// (its first scans), too few to keep new payouts from the others.
+pub const OFFERS_HELD_BASE: i64 = 8;
+/// Live offers a credential may hold per non-terminal payout it claimed: an executor asks
+/// two offers per free attempt slot.
+pub const OFFERS_PER_PAYOUT_IN_HAND: i64 = 2;
+
 /// paydb.
 #[derive(Debug, Clone)]
 pub struct PayStore {
@@ -251,13 +258,37 @@ impl PayStore {
     /// included) holds a live offer for, and that are not in `skip`, oldest first, each its
     /// alone for `offer_ms`. Rows another offer call is taking at the same moment are skipped,
     /// not waited for: two executors asking at once get disjoint payouts.
+    ///
+    /// In proportion to work: the calling credential `by` holds at most
+    /// [`OFFERS_HELD_BASE`] live offers plus [`OFFERS_PER_PAYOUT_IN_HAND`] per non-terminal
+    /// payout it claimed; past that the answer is empty. One credential's calls are taken one
+    /// at a time (a transaction-scoped advisory lock), so asking in parallel gets no more.
     pub async fn offer(
         &self,
+        by: &str,
         executor: &str,
         limit: i64,
         offer_ms: i64,
         skip: &[i64],
     ) -> Result<Vec<Payout>, PayError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('payment-offers:' || $1))")
+            .bind(by)
+            .execute(&mut *tx)
+            .await?;
+        let (held, in_hand): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM payouts WHERE offered_by = $1 AND offered_until > now()),
+                    (SELECT count(*) FROM payouts WHERE claimed_by = $1
+                        AND state IN ('PENDING', 'CLAIMED', 'SUBMITTED'))",
+        )
+        .bind(by)
+        .fetch_one(&mut *tx)
+        .await?;
+        let room = OFFERS_HELD_BASE + OFFERS_PER_PAYOUT_IN_HAND * in_hand - held;
+        let limit = limit.min(room);
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
         let rows = sqlx::query(&format!(
             "WITH free AS (
                  SELECT payout_id FROM payouts
@@ -267,7 +298,8 @@ impl PayStore {
                   ORDER BY payout_id LIMIT $2
                     FOR UPDATE SKIP LOCKED)
              UPDATE payouts p
-                SET offered_to = $1, offered_until = now() + $3 * interval '1 millisecond'
+                SET offered_to = $1, offered_by = $5,
+                    offered_until = now() + $3 * interval '1 millisecond'
                FROM free WHERE p.payout_id = free.payout_id
              RETURNING {}",
             PAYOUT_COLUMNS
@@ -280,25 +312,33 @@ impl PayStore {
         .bind(limit)
         .bind(offer_ms)
         .bind(skip)
-        .fetch_all(&self.pool)
+        .bind(by)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let mut payouts = rows.iter().map(payout).collect::<Result<Vec<_>, _>>()?;
         payouts.sort_by_key(|p| p.payout_id);
         Ok(payouts)
     }
 
     /// Claims with `fence`'s grant, raising the fence to it.
-    pub async fn claim(&self, payout_id: i64, fence: &ProvenFence) -> Result<Payout, PayError> {
+    pub async fn claim(
+        &self,
+        payout_id: i64,
+        fence: &ProvenFence,
+        by: &str,
+    ) -> Result<Payout, PayError> {
         let mut tx = self.pool.begin().await?;
         fenced(&mut tx, payout_id, fence, FenceRule::Claim).await?;
         let row = sqlx::query(&format!(
-            "UPDATE payouts SET fence = $2, fence_grant = $3, updated_at = now(),
+            "UPDATE payouts SET fence = $2, fence_grant = $3, claimed_by = $4, updated_at = now(),
                     state = CASE WHEN state = 'PENDING' THEN 'CLAIMED' ELSE state END
               WHERE payout_id = $1 RETURNING {PAYOUT_COLUMNS}"
         ))
         .bind(payout_id)
         .bind(fence.token.as_i64())
         .bind(fence.grant.as_text())
+        .bind(by)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;

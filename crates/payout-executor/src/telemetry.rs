@@ -12,7 +12,7 @@ use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tls_kit::{ServerTls, TlsStream};
+use tls_kit::{JsonParseErrors, ServerTls, TlsStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -36,7 +36,7 @@ pub async fn serve(
             addr = %addr,
             "UNSAFE_PLAINTEXT_HTTP: serving the metrics port on plain HTTP"
         );
-        return axum::serve(listener, router)
+        return axum::serve(PlainListener(listener), router)
             .with_graceful_shutdown(stop)
             .await;
     };
@@ -68,6 +68,24 @@ fn reload_on_sighup(tls: Arc<ServerTls>) -> std::io::Result<()> {
         }
     });
     Ok(())
+}
+
+/// Plain connections, each answering a request hyper cannot parse as every service does
+/// (`{"code","message"}`, tls-kit's [`JsonParseErrors`]).
+struct PlainListener(TcpListener);
+
+impl axum::serve::Listener for PlainListener {
+    type Io = JsonParseErrors<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (stream, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        (JsonParseErrors::new(stream), addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
 }
 
 /// Connections whose handshake finished, in the order they finished: each handshake runs on
@@ -124,12 +142,12 @@ impl Drop for TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = JsonParseErrors<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
-            Some(ready) => ready,
+            Some((stream, addr)) => (JsonParseErrors::new(stream), addr),
             // The accepting task ended (only when this listener is dropped): nothing more.
             None => std::future::pending().await,
         }
@@ -157,11 +175,23 @@ pub fn router(metrics: PrometheusHandle) -> Router {
         )
         .route("/health/live", get(|| async { "ok" }))
         .route("/health/ready", get(|| async { "ok" }))
-        .fallback(|| async {
-            let body = lock_api::ErrorBody {
-                code: lock_api::ErrorCode::NotFound,
-                message: "no such route".into(),
-            };
-            (axum::http::StatusCode::NOT_FOUND, axum::Json(body))
+        .method_not_allowed_fallback(|| async {
+            error(
+                lock_api::ErrorCode::MethodNotAllowed,
+                "this route answers GET only",
+            )
         })
+        .fallback(|| async { error(lock_api::ErrorCode::NotFound, "no such route") })
+}
+
+/// An error as every service answers one: `{"code","message"}` with the code's status.
+fn error(code: lock_api::ErrorCode, message: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let status = axum::http::StatusCode::from_u16(code.http_status())
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let body = lock_api::ErrorBody {
+        code,
+        message: message.into(),
+    };
+    (status, axum::Json(body)).into_response()
 }

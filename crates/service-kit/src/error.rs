@@ -16,9 +16,14 @@ pub struct ApiError {
     pub code: WireCode,
     /// For humans; names the field for `INVALID_ARGUMENT`.
     pub message: String,
-    /// Sent as `Retry-After` (whole seconds, at least 1) with a 429.
+    /// Sent as `Retry-After` (whole seconds, at least 1); every 429 carries one, at least
+    /// [`RETRY_AFTER_DEFAULT_SECS`].
     pub retry_after_secs: Option<u64>,
 }
+
+/// `Retry-After` of a 429 that names no wait of its own: a limit a client may try again
+/// against in a second (a waiter quota frees when any parked acquire ends).
+pub const RETRY_AFTER_DEFAULT_SECS: u64 = 1;
 
 impl ApiError {
     /// An error with `code` and `message`.
@@ -93,7 +98,11 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if let Some(secs) = self.retry_after_secs {
+        let too_many = status == StatusCode::TOO_MANY_REQUESTS;
+        let retry_after = self
+            .retry_after_secs
+            .or(too_many.then_some(RETRY_AFTER_DEFAULT_SECS));
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
@@ -111,4 +120,52 @@ pub fn tag(mut response: Response, code: WireCode) -> Response {
 /// An unknown route.
 pub async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "no such route")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_429_says_when_to_come_back() {
+        for code in [
+            ErrorCode::RateLimited,
+            ErrorCode::TooManySessions,
+            ErrorCode::TooManyWaiters,
+        ] {
+            let answer = ApiError::new(code, "over").into_response();
+            assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS, "{code:?}");
+            assert_eq!(
+                answer.headers()[axum::http::header::RETRY_AFTER],
+                RETRY_AFTER_DEFAULT_SECS.to_string(),
+                "{code:?}"
+            );
+        }
+        let told = ApiError::new(ErrorCode::TooManySessions, "over")
+            .retry_after(std::time::Duration::from_millis(4_200))
+            .into_response();
+        assert_eq!(told.headers()[axum::http::header::RETRY_AFTER], "5");
+        let other = ApiError::new(ErrorCode::LockHeld, "held").into_response();
+        assert!(
+            other
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .is_none()
+        );
+    }
+
+    /// The parser-level answers of every served port (tls-kit's connection wrapper) speak
+    /// this error surface: each code is an `ErrorCode` with that status.
+    #[test]
+    fn parser_answers_use_the_error_codes_of_the_surface() {
+        let codes = [
+            ErrorCode::InvalidArgument,
+            ErrorCode::UriTooLong,
+            ErrorCode::HeadersTooLarge,
+        ];
+        for ((status, _, code, _), expected) in tls_kit::PARSE_ERROR_ANSWERS.into_iter().zip(codes)
+        {
+            assert_eq!((status, code), (expected.http_status(), expected.as_str()));
+        }
+    }
 }

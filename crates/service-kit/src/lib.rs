@@ -15,7 +15,6 @@ mod hangup;
 mod json;
 mod layers;
 pub mod openapi;
-mod parse_errors;
 mod serve;
 mod telemetry;
 

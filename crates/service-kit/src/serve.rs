@@ -9,7 +9,7 @@
 //! bounds `axum::serve` does not offer: a header-read timeout that also closes idle
 //! keep-alive connections, a cap on open connections, logged accept failures (a process out
 //! of file descriptors says so), and JSON bodies on the answers hyper's parser writes itself
-//! ([`crate::parse_errors`]).
+//! (`tls_kit::JsonParseErrors`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::callers::VERIFIED_CLIENT_HEADER;
 use crate::logging::{self, LogFormat};
-use crate::parse_errors::JsonParseErrors;
+use tls_kit::JsonParseErrors;
 
 /// Default time a client has to send a request's head, counted from the moment the server
 /// waits for one: a connection that opens and sends nothing, sends half a head, or idles

@@ -16,6 +16,8 @@ mod error;
 mod files;
 #[cfg(feature = "generate")]
 mod generate;
+#[cfg(feature = "server")]
+mod parse_errors;
 #[cfg(feature = "probe")]
 mod probe;
 #[cfg(feature = "server")]
@@ -27,6 +29,8 @@ pub use error::TlsError;
 pub use files::{read_certs, read_key};
 #[cfg(feature = "generate")]
 pub use generate::{Issued, LocalCa};
+#[cfg(feature = "server")]
+pub use parse_errors::{JsonParseErrors, PARSE_ERROR_ANSWERS};
 #[cfg(feature = "probe")]
 pub use probe::probe;
 #[cfg(feature = "server")]

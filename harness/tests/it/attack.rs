@@ -683,10 +683,12 @@ async fn a7_idle_connections_are_closed_and_capped() {
     );
 }
 
-/// A9 (parser): answers written by the HTTP parser itself are JSON errors too.
+/// A9 (parser): answers written by the HTTP parser itself are JSON errors too, on every
+/// served port, the executor's metrics port included.
 #[tokio::test(flavor = "multi_thread")]
 async fn a9_parser_level_errors_are_json() {
-    let stack = stack().await;
+    let mut stack = stack().await;
+    stack.start_executor("executor-1", &[]).await.unwrap();
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
     let many_headers = format!(
         "GET /health/live HTTP/1.1\r\nHost: x\r\n{}\r\n",
@@ -720,6 +722,7 @@ async fn a9_parser_level_errors_are_json() {
         &stack.payment_url,
         &stack.proxy_url,
         &stack.rail_url,
+        &stack.executors[0].url,
     ] {
         for (what, request, status, code) in &cases {
             let answer = raw_exchange(url, request, Duration::from_secs(5)).await;
@@ -738,6 +741,29 @@ async fn a9_parser_level_errors_are_json() {
                 "{body}"
             );
         }
+    }
+    // And the executor's routes: an unknown path, a method its routes do not take.
+    let metrics_port = &stack.executors[0].url;
+    for (what, request, status, code) in [
+        (
+            "unknown path",
+            &b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            "404",
+            "NOT_FOUND",
+        ),
+        (
+            "wrong method",
+            &b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"[..],
+            "405",
+            "METHOD_NOT_ALLOWED",
+        ),
+    ] {
+        let answer = raw_exchange(metrics_port, request, Duration::from_secs(5)).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{what}: {answer:?}"
+        );
+        assert_eq!(body_of(&answer)["code"], code, "{what}: {answer:?}");
     }
 }
 

@@ -322,6 +322,7 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
     }
     let refused = open("greedy-3").await.unwrap();
     assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5", "every 429 says when");
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["code"], "TOO_MANY_SESSIONS", "{body}");
     let steady_client = sdk(vec![server.url.clone()], &steady);
@@ -357,6 +358,7 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
     .await;
     let third = acquire(sessions[2].clone()).await;
     assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "1", "every 429 says when");
     let body: Value = third.json().await.unwrap();
     assert_eq!(body["code"], "TOO_MANY_WAITERS", "{body}");
     assert!(
@@ -425,6 +427,63 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
     assert_eq!(closed.status(), 204);
     let opened = opening.await.unwrap();
     assert!(opened.is_ok(), "{opened:?}");
+}
+
+/// A13b: a credential's session quota holds across replicas. Its sessions are counted in the
+/// store, so sessions opened through one replica and kept alive through another still count
+/// on both (counted per replica, the second replica let a fleet twice over the quota in).
+#[tokio::test(flavor = "multi_thread")]
+async fn a13b_the_session_quota_holds_across_replicas() {
+    let logs = tempfile::tempdir().unwrap();
+    let (greedy, mut greedy_entry) = credential("greedy", &["client"], OwnerRule::Any);
+    greedy_entry.limits.sessions = Some(3);
+    let db = test_support::fresh_database().await;
+    let file = logs.path().join("credentials");
+    std::fs::write(&file, greedy_entry.line()).unwrap();
+    let env = [("LOCK_CREDENTIALS_FILE", file.display().to_string())];
+    let a = start_lock_server("lock-server-a", &db.url, &env, logs.path())
+        .await
+        .unwrap();
+    let b = start_lock_server("lock-server-b", &db.url, &env, logs.path())
+        .await
+        .unwrap();
+    let http = lock_http(&greedy).unwrap();
+    let open = |url: &str, n: usize| {
+        http.post(format!("{url}/v1/sessions"))
+            .json(&json!({"owner_id": format!("greedy-{n}"), "ttl_ms": 30_000}))
+            .send()
+    };
+    let mut sessions = Vec::new();
+    for (n, url) in [&a.url, &a.url, &b.url].into_iter().enumerate() {
+        let answer = open(url, n).await.unwrap();
+        assert_eq!(answer.status(), 201, "session {n}");
+        let body: Value = answer.json().await.unwrap();
+        sessions.push(body["session_id"].as_str().unwrap().to_owned());
+    }
+    // Kept alive through the other replica: still counted everywhere.
+    for session in &sessions[..2] {
+        let beat = http
+            .post(format!("{}/v1/sessions/{session}/heartbeat", b.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(beat.status(), 200);
+    }
+    for url in [&a.url, &b.url] {
+        let refused = open(url, 9).await.unwrap();
+        assert_eq!(refused.status(), 429, "{url}");
+        assert!(refused.headers().contains_key("retry-after"));
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["code"], "TOO_MANY_SESSIONS", "{body}");
+    }
+    // A close through either replica gives the place back on both.
+    let closed = http
+        .delete(format!("{}/v1/sessions/{}", a.url, sessions[2]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 204);
+    assert_eq!(open(&b.url, 10).await.unwrap().status(), 201);
 }
 
 /// `lockctl credential` refuses what a service would refuse (one line, exit 64) and never

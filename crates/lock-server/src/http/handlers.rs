@@ -13,6 +13,7 @@ use lock_api::{
 
 use super::store_error::api_error;
 use crate::metrics as m;
+use crate::quota::OpenRefused;
 use crate::sessions::Standing;
 use crate::state::AppState;
 use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, SessionOwner, StoreError};
@@ -60,7 +61,7 @@ fn as_unknown(session: SessionId) -> ApiError {
     responses((status = 201, description = "the session, with the TTL granted", body = CreateSessionResponse),
         (status = 400, description = "INVALID_ARGUMENT: owner_id, ttl_ms, an unknown field or a malformed body", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: this credential may not open sessions as this owner_id, or no client credential is configured", body = ErrorBody),
-        (status = 429, description = "TOO_MANY_SESSIONS: this credential holds its quota of sessions through this replica (limits.sessions); RATE_LIMITED: over its requests a second", body = ErrorBody)))]
+        (status = 429, description = "TOO_MANY_SESSIONS: this credential holds its quota of live sessions, counted in the store across replicas (limits.sessions); RATE_LIMITED: over its requests a second; both with Retry-After", body = ErrorBody)))]
 /// L1 `POST /v1/sessions`.
 pub async fn create_session(
     State(state): State<AppState>,
@@ -80,7 +81,14 @@ pub async fn create_session(
             ),
         ));
     }
-    let place = state.quotas().open_session(&caller)?;
+    let _place = state
+        .quotas()
+        .open_session(state.store(), &caller)
+        .await
+        .map_err(|refused| match refused {
+            OpenRefused::Quota(err) => err,
+            OpenRefused::Store(err) => api_error(err),
+        })?;
     let opener = SessionOwner {
         owner: req.owner_id.clone(),
         credential: caller.name.clone(),
@@ -90,7 +98,6 @@ pub async fn create_session(
         .open_session(&opener, state.ttl().clamp(requested))
         .await
         .map_err(api_error)?;
-    place.opened(record.session_id, record.ttl_ms);
     state.sessions().opened(record.session_id, opener);
     metrics::counter!(m::SESSIONS_CREATED_TOTAL, "backend" => state.backend().as_str())
         .increment(1);
@@ -123,7 +130,6 @@ pub async fn heartbeat(
         return Err(as_unknown(session));
     }
     let record = state.store().heartbeat(session).await.map_err(api_error)?;
-    state.quotas().extended(&caller, session, record.ttl_ms);
     tracing::info!(event = "session_extended", credential = %caller.name, session = %session.tag(), expires_at = %record.expires_at.to_rfc3339());
     Ok(Json(HeartbeatResponse {
         ttl_ms: record.ttl_ms,
@@ -152,7 +158,6 @@ pub async fn delete_session(
         .delete_session(session)
         .await
         .map_err(api_error)?;
-    state.quotas().closed(&caller, session);
     state.sessions().closed(session);
     tracing::info!(event = "session_closed", credential = %caller.name, session = %session.tag(), invoked_at = %invoked_at.to_rfc3339());
     Ok(StatusCode::NO_CONTENT)

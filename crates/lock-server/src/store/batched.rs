@@ -170,6 +170,10 @@ impl LockStore for Batched {
         self.inner.session_owner(session).await
     }
 
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError> {
+        self.inner.sessions_of(credential).await
+    }
+
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
         match self.write(BatchOp::Heartbeat { session }).await? {
             BatchAnswer::Heartbeat(record) => Ok(record),

@@ -24,9 +24,14 @@ pub struct Running {
 }
 
 pub async fn start() -> Running {
+    start_with(&[]).await
+}
+
+/// [`start`] with more arguments.
+pub async fn start_with(extra: &[&str]) -> Running {
     let db = test_support::fresh_database().await;
     let public_keys = test_support::public_keys();
-    let config = Config::parse_from([
+    let mut args = vec![
         "payment-resource",
         "--bind",
         "127.0.0.1:0",
@@ -47,7 +52,9 @@ pub async fn start() -> Running {
         &public_keys,
         "--rail.hop-budget",
         "200ms",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let config = Config::parse_from(args);
     let server = payment_resource::build(&config).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

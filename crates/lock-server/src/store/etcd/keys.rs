@@ -12,6 +12,21 @@ impl EtcdStore {
         format!("{}sl/{}", self.prefix, session.expose())
     }
 
+    /// `P/sc/{credential, hex}/`: the live sessions a credential opened (names are free
+    /// text, so hex keeps one credential's prefix from holding another's).
+    pub(super) fn credential_sessions(&self, credential: &str) -> String {
+        let hex: String = credential.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{}sc/{hex}/", self.prefix)
+    }
+
+    pub(super) fn credential_session(&self, credential: &str, session: SessionId) -> String {
+        format!(
+            "{}{}",
+            self.credential_sessions(credential),
+            session.expose()
+        )
+    }
+
     pub(super) fn grant_key(&self, key: &LockKey) -> String {
         format!("{}g/{key}", self.prefix)
     }

@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | `P/s/{session}` | [`SessionValue`] | none | a close, or the reaper after expiry |
 //! | `P/sl/{session}` | empty | the session's | the session's lease ends |
+//! | `P/sc/{credential}/{session}` | empty | the session's | the session's lease ends, or its close (the credential's session quota counts these) |
 //! | `P/g/{lock_key}` | [`GrantValue`] | none | a release or a revoke, or the reaper after expiry |
 //! | `P/gl/{lease}` | empty | the grant's own (a released grant's, reused) | the grant's lease ends, or its release |
 //! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
@@ -55,6 +56,7 @@ mod leases;
 mod members;
 mod queue;
 mod reap;
+mod sessions;
 mod watch;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -346,6 +348,11 @@ impl LockStore for EtcdStore {
                     "",
                     Some(PutOptions::new().with_lease(lease)),
                 ),
+                TxnOp::put(
+                    self.credential_session(&opener.credential, session_id),
+                    "",
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
             ]),
         )
         .await?;
@@ -357,18 +364,17 @@ impl LockStore for EtcdStore {
     }
 
     async fn session_owner(&self, session: SessionId) -> Result<Option<SessionOwner>, StoreError> {
-        let Some(record) = self
-            .read_keys(&[self.session_key(session)])
+        Ok(self
+            .session_record(session)
             .await?
-            .remove(0)
-        else {
-            return Ok(None);
-        };
-        let value: SessionValue = decode(record.value(), "session record")?;
-        Ok(Some(SessionOwner {
-            owner: value.owner,
-            credential: value.credential,
-        }))
+            .map(|(_, value)| SessionOwner {
+                owner: value.owner,
+                credential: value.credential,
+            }))
+    }
+
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError> {
+        self.count_sessions(credential).await
     }
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
@@ -387,14 +393,9 @@ impl LockStore for EtcdStore {
     }
 
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
-        let Some(record) = self
-            .read_keys(&[self.session_key(session)])
-            .await?
-            .remove(0)
-        else {
+        let Some((mod_revision, value)) = self.session_record(session).await? else {
             return Ok(false);
         };
-        let value: SessionValue = decode(record.value(), "session record")?;
         let deleted = self
             .txn(
                 "delete session",
@@ -402,11 +403,12 @@ impl LockStore for EtcdStore {
                     .when([Compare::mod_revision(
                         self.session_key(session),
                         CompareOp::Equal,
-                        record.mod_revision(),
+                        mod_revision,
                     )])
                     .and_then([
                         TxnOp::delete(self.session_key(session), None),
                         TxnOp::delete(self.session_marker(session), None),
+                        TxnOp::delete(self.credential_session(&value.credential, session), None),
                     ]),
             )
             .await?

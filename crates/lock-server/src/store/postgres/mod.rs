@@ -278,6 +278,17 @@ impl LockStore for PostgresStore {
         .transpose()
     }
 
+    async fn sessions_of(&self, credential: &str) -> Result<u64, StoreError> {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM lock_sessions WHERE credential = $1 AND expires_at > now()",
+        )
+        .bind(credential)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        to_u64(live)
+    }
+
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
         let (outcome, ttl_ms, expires_at): (String, Option<i64>, Option<DateTime<Utc>>) =
             sqlx::query_as("SELECT * FROM session_heartbeat($1)")

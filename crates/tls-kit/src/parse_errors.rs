@@ -5,14 +5,39 @@
 //! an empty body. This connection wrapper recognises exactly that answer on its way out — a
 //! 400, 414 or 431 head with `content-length: 0` and nothing after it, which no handler of
 //! ours can produce because every error we write carries a JSON body — and writes our
-//! `{"code","message"}` answer in its place. Everything else passes through untouched.
+//! `{"code","message"}` answer in its place. Everything else passes through untouched. Every
+//! served port wraps its connections in it: the services' accept loop (service-kit) and the
+//! executor's metrics port.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use lock_api::ErrorCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The answers this wrapper writes: status, reason phrase, the error code of the services'
+/// `{"code","message"}` body (lock-api's `ErrorCode` wire names; service-kit tests that they
+/// agree) and its message. Messages hold no character JSON would escape.
+pub const PARSE_ERROR_ANSWERS: [(u16, &str, &str, &str); 3] = [
+    (
+        400,
+        "Bad Request",
+        "INVALID_ARGUMENT",
+        "request: the request line or a header could not be parsed (malformed method, path, header or version)",
+    ),
+    (
+        414,
+        "URI Too Long",
+        "URI_TOO_LONG",
+        "request: the URI is longer than this server accepts",
+    ),
+    (
+        431,
+        "Request Header Fields Too Large",
+        "HEADERS_TOO_LARGE",
+        "request: the headers are larger than this server accepts",
+    ),
+];
 
 /// The head hyper writes for a parse error carries this header and no body.
 const EMPTY_BODY_HEADER: &[u8] = b"\r\ncontent-length: 0\r\n";
@@ -40,24 +65,13 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     if !head.starts_with(b"HTTP/1.1 4") || !head.ends_with(b"\r\n\r\n") || head.len() < 12 {
         return None;
     }
-    let (code, reason, message) = match &head[9..12] {
-        b"400" => (
-            ErrorCode::InvalidArgument,
-            "Bad Request",
-            "request: the request line or a header could not be parsed (malformed method, path, header or version)",
-        ),
-        b"414" => (
-            ErrorCode::UriTooLong,
-            "URI Too Long",
-            "request: the URI is longer than this server accepts",
-        ),
-        b"431" => (
-            ErrorCode::HeadersTooLarge,
-            "Request Header Fields Too Large",
-            "request: the headers are larger than this server accepts",
-        ),
-        _ => return None,
-    };
+    let status = std::str::from_utf8(&head[9..12])
+        .ok()?
+        .parse::<u16>()
+        .ok()?;
+    let (status, reason, code, message) = PARSE_ERROR_ANSWERS
+        .into_iter()
+        .find(|(answers, ..)| *answers == status)?;
     let head_lower = head.to_ascii_lowercase();
     if !head_lower
         .windows(EMPTY_BODY_HEADER.len())
@@ -65,11 +79,10 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     {
         return None;
     }
-    let body = serde_json::json!({ "code": code.as_str(), "message": message }).to_string();
+    let body = format!(r#"{{"code":"{code}","message":"{message}"}}"#);
     Some(
         format!(
-            "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            code.http_status(),
+            "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         )
         .into_bytes(),
