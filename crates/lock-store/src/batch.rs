@@ -168,6 +168,14 @@ impl<C, O> Gatherer<C, O> {
         self.waiting.push_back((caller, op));
     }
 
+    /// Keeps only the waiting writes whose caller `keep` still wants answered (a gone
+    /// caller's write is never sent). Batches in flight are untouched.
+    pub fn retain_waiting(&mut self, keep: impl Fn(&C) -> bool) {
+        let before = self.waiting.len();
+        self.waiting.retain(|(caller, _)| keep(caller));
+        debug_assert!(self.waiting.len() <= before);
+    }
+
     /// How many batches are in flight.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
@@ -234,6 +242,24 @@ mod tests {
         Err(StoreError::SessionUnknown(SessionId(
             uuid::Uuid::from_u128(n),
         )))
+    }
+
+    #[test]
+    fn a_gone_callers_waiting_write_is_never_sent() {
+        let mut g = Gatherer::default();
+        let mut slots = Vec::new();
+        for n in 0..BATCHES_IN_FLIGHT_MAX as u128 {
+            g.push(n, op(n));
+            slots.push(g.take().expect("a free slot").0);
+        }
+        for n in 10..14 {
+            g.push(n, op(n));
+        }
+        g.retain_waiting(|caller| caller % 2 == 0);
+        let answered = g.complete(slots[0], vec![answer(0)]).unwrap();
+        assert_eq!(answered, vec![(0, answer(0))], "in flight: untouched");
+        let (_, ops) = g.take().expect("a slot freed");
+        assert_eq!(ops, vec![op(10), op(12)], "only the callers still waiting");
     }
 
     #[test]

@@ -28,6 +28,12 @@ use super::{
 /// Histogram: writes per batch a replica committed.
 pub const STORE_BATCH_WRITES: &str = "lock_store_batch_writes";
 
+/// Writes a replica accepts and has not answered yet, alone or gathered: past it a write is
+/// answered 503 at once (back-pressure) instead of queueing behind a store that fell behind.
+/// Ten times the writes of the largest batch in flight at once, far above what a replica
+/// meets unless its store stalls.
+pub const PENDING_WRITES_MAX: usize = 4_096;
+
 type Reply = oneshot::Sender<BatchResult>;
 
 /// A store whose writes are committed in batches.
@@ -39,6 +45,8 @@ pub struct Batched {
     largest: Arc<AtomicUsize>,
     /// Writes accepted and not yet answered, alone or gathered.
     pending: AtomicUsize,
+    /// The most of them at once ([`PENDING_WRITES_MAX`] unless a test says otherwise).
+    pending_max: usize,
 }
 
 /// Counts a write as pending while it lives (a cancelled caller's too).
@@ -54,6 +62,12 @@ impl Batched {
     /// Starts the batching task over `inner` (on the current tokio runtime). The task ends
     /// when this store is dropped and the writes queued before have been answered.
     pub fn new(inner: Arc<dyn LockStore>) -> Self {
+        Self::bounded(inner, PENDING_WRITES_MAX)
+    }
+
+    /// [`Batched::new`] with at most `pending_max` writes accepted and not answered.
+    pub fn bounded(inner: Arc<dyn LockStore>, pending_max: usize) -> Self {
+        // Unbounded in type only: `write` refuses past `pending_max` before sending.
         let (writes, queue) = mpsc::unbounded_channel();
         let largest = Arc::default();
         tokio::spawn(run(inner.clone(), queue, Arc::clone(&largest)));
@@ -62,6 +76,7 @@ impl Batched {
             writes,
             largest,
             pending: AtomicUsize::new(0),
+            pending_max,
         }
     }
 
@@ -73,6 +88,11 @@ impl Batched {
     async fn write(&self, op: BatchOp) -> BatchResult {
         let before = self.pending.fetch_add(1, Ordering::AcqRel);
         let _pending = Pending(&self.pending);
+        if before >= self.pending_max {
+            return Err(StoreError::Unavailable(format!(
+                "this replica already has {before} writes waiting for the store; ask again"
+            )));
+        }
         if goes_alone(before) {
             record_batch(self.inner.backend().as_str(), 1, &self.largest);
             let mut results = self.inner.apply_batch(std::slice::from_ref(&op)).await;
@@ -133,6 +153,9 @@ async fn run(
         while let Ok((reply, op)) = queue.try_recv() {
             gatherer.push(reply, op);
         }
+        // A caller that went away (its request timed out or was cancelled) is not written
+        // for: nobody would learn the answer.
+        gatherer.retain_waiting(|reply| !reply.is_closed());
         while let Some((id, batch)) = gatherer.take() {
             record_batch(backend, batch.len(), &largest);
             let store = store.clone();

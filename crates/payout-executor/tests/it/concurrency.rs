@@ -62,7 +62,10 @@ async fn poll<T>(waiting_for: &str, mut what: impl FnMut() -> Option<T>) -> T {
 struct Fake {
     states: Mutex<BTreeMap<i64, &'static str>>,
     claims: Mutex<Vec<i64>>,
+    submits: Mutex<Vec<i64>>,
     posts: Mutex<Vec<i64>>,
+    /// Claims held before they are answered, while closed (open unless a test closes it).
+    claim_gate: tokio::sync::watch::Sender<bool>,
     /// Submits held at the gate now, and the most ever held at once.
     held: AtomicUsize,
     most_held: AtomicUsize,
@@ -74,7 +77,9 @@ impl Fake {
         Arc::new(Self {
             states: Mutex::new(ids.into_iter().map(|id| (id, "PENDING")).collect()),
             claims: Mutex::default(),
+            submits: Mutex::default(),
             posts: Mutex::default(),
+            claim_gate: tokio::sync::watch::channel(true).0,
             held: AtomicUsize::new(0),
             most_held: AtomicUsize::new(0),
             gate: tokio::sync::watch::channel(false).0,
@@ -91,6 +96,10 @@ impl Fake {
 
     fn posts(&self) -> Vec<i64> {
         self.posts.lock().unwrap().clone()
+    }
+
+    fn submits(&self) -> Vec<i64> {
+        self.submits.lock().unwrap().clone()
     }
 
     fn open_gate(&self) {
@@ -122,7 +131,10 @@ impl Fake {
         }
         async fn claim(State(fake): State<Arc<Fake>>, Path(id): Path<i64>) -> Json<Value> {
             fake.claims.lock().unwrap().push(id);
-            fake.set(id, "CLAIMED")
+            let answer = fake.set(id, "CLAIMED");
+            let mut gate = fake.claim_gate.subscribe();
+            let _ = gate.wait_for(|open| *open).await;
+            answer
         }
         /// Counts a submit held at the gate until it is answered or its caller goes away.
         struct Held(Arc<Fake>);
@@ -132,6 +144,7 @@ impl Fake {
             }
         }
         async fn submit(State(fake): State<Arc<Fake>>, Path(id): Path<i64>) -> Json<Value> {
+            fake.submits.lock().unwrap().push(id);
             let now = fake.held.fetch_add(1, Ordering::SeqCst) + 1;
             let held = Held(fake.clone());
             fake.most_held.fetch_max(now, Ordering::SeqCst);
@@ -386,6 +399,66 @@ async fn a_lost_grant_stops_its_own_payout_and_leaves_the_others_in_flight_alone
     })
     .await;
     running.stop().await;
+}
+
+/// A loss the SDK makes known while a write is on its way stops every later write of that
+/// payout, counted where the executor sends them (the fake services take every request and
+/// refuse none, so a write the executor attempts after the loss is seen, not fenced). For the
+/// claim: no submit, no post; for the submit: no post. The lock service drops the grant while
+/// the write is held (an admin revoke); the next tick's renewal is refused and the listener
+/// abandons the payout; then the held write is answered.
+async fn a_loss_known_during(step: &str) {
+    let id = if step == "claim" { 601 } else { 602 };
+    let fake = Fake::new([id]);
+    if step == "claim" {
+        fake.claim_gate.send_replace(false);
+    }
+    let url = fake.serve().await;
+    logs();
+    let (running, rig) = start(&url, None).await;
+    poll(&format!("the {step} held"), || match step {
+        "claim" => (fake.claims() == [id]).then_some(()),
+        _ => (fake.held() == 1).then_some(()),
+    })
+    .await;
+    rig.service.revoke(&key(id));
+    rig.clock.advance(PERIOD);
+    poll("the listener to abandon the payout", || {
+        events("payout_abandoned")
+            .iter()
+            .any(|l| l["payout_id"] == id)
+            .then_some(())
+    })
+    .await;
+    fake.claim_gate.send_replace(true);
+    fake.open_gate();
+    let outcome = poll("the attempt's outcome", || {
+        events("payout_attempted")
+            .into_iter()
+            .find(|l| l["payout_id"] == id)
+            .map(|l| l["outcome"].as_str().unwrap_or_default().to_owned())
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(outcome, "lost", "{step}: the attempt ends lost");
+    let later_writes = match step {
+        "claim" => [fake.submits(), fake.posts()].concat(),
+        _ => fake.posts(),
+    };
+    assert!(
+        later_writes.is_empty(),
+        "{step}: the executor wrote {later_writes:?} after the loss was known"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_known_during_the_claim_stops_the_submit_and_the_post() {
+    a_loss_known_during("claim").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_known_during_the_submit_stops_the_post() {
+    a_loss_known_during("submit").await;
 }
 
 /// The value of the sample line `name{labels} value` on `recorder`'s page.

@@ -145,10 +145,33 @@ fn map_err(err: sqlx::Error) -> StoreError {
     }
 }
 
+/// Why a batch statement failed: whether it may have committed decides what its writes are
+/// told.
+#[derive(Debug)]
+enum BatchFailed {
+    /// Nothing of it committed: the statement was never sent, or the server refused it (an
+    /// autocommit statement that errors commits nothing). Each write may go again alone.
+    NotCommitted(StoreError),
+    /// The answer was lost on the way (a cut connection): the batch may have committed.
+    Unknown(StoreError),
+}
+
+impl BatchFailed {
+    fn of(err: sqlx::Error) -> Self {
+        let never_sent = matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed);
+        let refused = err.as_database_error().is_some();
+        if never_sent || refused {
+            Self::NotCommitted(map_err(err))
+        } else {
+            Self::Unknown(map_err(err))
+        }
+    }
+}
+
 impl PostgresStore {
     /// `ops` as one `lock_batch` statement: one transaction, one flush. Each row names its
     /// write by position (`ord`), and every write must get exactly one.
-    async fn batch_statement(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>, StoreError> {
+    async fn batch_statement(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>, BatchFailed> {
         let n = ops.len();
         let (mut kinds, mut keys, mut sessions) = (
             Vec::with_capacity(n),
@@ -178,13 +201,14 @@ impl PostgresStore {
                     token,
                 } => ("release", key.as_str(), session, token.0, None),
             };
+            let int = |v: u64| to_i64(v).map_err(BatchFailed::NotCommitted);
             kinds.push(kind);
             keys.push(key);
             sessions.push(session.0);
-            tokens.push(to_i64(token)?);
-            leases.push(to_i64(spec.map_or(0, |s| s.lease_ms))?);
-            queues.push(to_i64(spec.map_or(0, |s| s.queue_ms))?);
-            delays.push(to_i64(spec.map_or(0, |s| s.lock_delay_ms))?);
+            tokens.push(int(token)?);
+            leases.push(int(spec.map_or(0, |s| s.lease_ms))?);
+            queues.push(int(spec.map_or(0, |s| s.queue_ms))?);
+            delays.push(int(spec.map_or(0, |s| s.lock_delay_ms))?);
         }
         let rows: Vec<BatchRow> =
             sqlx::query_as("SELECT *, now() FROM lock_batch($1, $2, $3, $4, $5, $6, $7)")
@@ -197,7 +221,7 @@ impl PostgresStore {
                 .bind(&delays)
                 .fetch_all(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(BatchFailed::of)?;
         // Committed: from here on a fault is a bug in the statement, reported to the writes it
         // leaves in doubt, never a reason to apply the batch again.
         let mut results: Vec<Option<BatchResult>> = vec![None; n];
@@ -554,16 +578,24 @@ impl LockStore for PostgresStore {
         }
         match self.batch_statement(ops).await {
             Ok(results) => results,
-            // One statement: its failure may be any one write's (an overflowing lease, a
-            // deadlock with another replica's batch), so none is failed for it. Each write
-            // goes alone and fails, if at all, alone.
-            Err(err) => {
+            // One statement that did not commit: its failure may be any one write's (an
+            // overflowing lease, a deadlock with another replica's batch), so none is failed
+            // for it. Each write goes alone, all at once (none waits behind another), and
+            // fails, if at all, alone.
+            Err(BatchFailed::NotCommitted(err)) => {
                 tracing::debug!(event = "batch_failed_applying_alone", writes = ops.len(), error = %err);
-                let mut results = Vec::with_capacity(ops.len());
-                for op in ops {
-                    results.push(op.apply_alone(self).await);
-                }
-                results
+                futures_util::future::join_all(ops.iter().map(|op| op.apply_alone(self))).await
+            }
+            // It may have committed: applying it again would answer from after its own
+            // effect (a release that succeeded answering `released: false`). Every write is
+            // told the truth, that it is unknown; the client asks again (503), and every lock
+            // write is idempotent for its session.
+            Err(BatchFailed::Unknown(err)) => {
+                tracing::warn!(event = "batch_outcome_unknown", writes = ops.len(), error = %err);
+                let unknown = StoreError::Unavailable(format!(
+                    "the store's answer was lost; the write may or may not have been applied, ask again: {err}"
+                ));
+                vec![Err(unknown); ops.len()]
             }
         }
     }
