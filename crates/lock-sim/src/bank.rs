@@ -8,6 +8,7 @@
 use fence_kit::{FenceRefusal, FenceRule, GrantFence, check_fence};
 use payment_api::PayoutState;
 
+use crate::config::Bugs;
 use crate::sched::Nanos;
 
 /// What the rail does with a payout's one transfer.
@@ -88,13 +89,13 @@ pub struct Bank {
     pub ledger: Vec<u32>,
     /// Every fence each payout had, in order (the witness that fences only rise).
     pub fence_history: Vec<Vec<i64>>,
-    /// Planted bug: the resource ignores the fence.
-    pub ignore_fence: bool,
+    /// Planted bugs of the resource, the proxy and the rail.
+    bugs: Bugs,
 }
 
 impl Bank {
     /// `faults.len()` pending payouts.
-    pub fn new(faults: &[RailFault], ignore_fence: bool) -> Self {
+    pub fn new(faults: &[RailFault], bugs: Bugs) -> Self {
         Self {
             payouts: faults
                 .iter()
@@ -109,7 +110,7 @@ impl Bank {
             rail: Vec::new(),
             ledger: vec![0; faults.len()],
             fence_history: vec![Vec::new(); faults.len()],
-            ignore_fence,
+            bugs,
         }
     }
 
@@ -145,13 +146,20 @@ impl Bank {
             Write::Submit | Write::Post => FenceRule::Holder,
         };
         let current = &self.payouts[payout];
-        if !self.ignore_fence {
+        // Planted: an ambiguous payout taken for one still open.
+        let reopened = self.bugs.retry_ambiguous && current.state == PayoutState::RailAmbiguous;
+        let state = if reopened {
+            PayoutState::Claimed
+        } else {
+            current.state
+        };
+        if !self.bugs.ignore_fence {
             let presented = GrantFence { token, grant };
             let fence = GrantFence {
                 token: current.fence,
                 grant: &current.fence_grant,
             };
-            match check_fence(rule, presented, fence, current.state) {
+            match check_fence(rule, presented, fence, state) {
                 Ok(()) => {}
                 Err(FenceRefusal::FencedOut { .. }) => return Answer::FencedOut,
                 // Posting a terminal payout by the fence holder answers it unchanged.
@@ -165,6 +173,10 @@ impl Bank {
             Write::Claim => {
                 self.set_fence(payout, token, grant);
                 let p = &mut self.payouts[payout];
+                if reopened {
+                    p.state = PayoutState::Claimed;
+                    p.submission = None;
+                }
                 if p.state == PayoutState::Pending {
                     p.state = PayoutState::Claimed;
                 }
@@ -174,11 +186,14 @@ impl Bank {
                 if self.payouts[payout].submission.is_some() {
                     return Answer::AlreadySubmitted;
                 }
-                self.rail.push(Transfer {
-                    at: now,
-                    payout,
-                    token,
-                });
+                let calls = if self.bugs.rail_retry { 2 } else { 1 };
+                for _ in 0..calls {
+                    self.rail.push(Transfer {
+                        at: now,
+                        payout,
+                        token,
+                    });
+                }
                 let p = &mut self.payouts[payout];
                 let outcome = match p.rail_fault {
                     RailFault::None => Outcome::Acked,
@@ -202,6 +217,9 @@ impl Bank {
                     }
                     (PayoutState::Submitted, Some((_, Outcome::Rejected))) => {
                         p.state = PayoutState::Rejected;
+                        if self.bugs.ledger_on_reject {
+                            self.ledger[payout] += 2;
+                        }
                     }
                     (PayoutState::Submitted, Some((_, Outcome::Timeout))) => {
                         p.state = PayoutState::RailAmbiguous;

@@ -11,29 +11,55 @@ pub const SAFETY_MARGIN: f64 = 0.30;
 /// under the store's `lease` while `d < margin`. 0.25 keeps a fifth of the margin for luck.
 pub const DRIFT_BOUND: f64 = 0.25;
 
-/// Simulation-only switches for what the code cannot be blamed for: the two mistakes a
-/// deployment can make (running the SDK with no safety margin, a resource that never calls
-/// the fence). A bug in the code itself is planted in the product's code (the SDK's
-/// core and drivers, the store, `check_fence`), never in this model: the simulation runs
-/// that code.
+/// Simulation-only switches, each breaking one mechanism the simulation models instead of
+/// running: the two mistakes a deployment can make (running the SDK with no safety margin, a
+/// resource that never calls the fence), and one rule each of the modelled resource, proxy and
+/// executor, so that every checker of theirs is seen to fire (I1, I5, I6, I7). A bug in the
+/// code the simulation runs (the SDK's core, the store, `check_fence`, the gatherer, the wait
+/// plan, the clock guard) is planted in that code instead (docs/simulation.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Bugs {
     /// The SDK's safety margin is 0.
     pub zero_margin: bool,
     /// The resource ignores the fence.
     pub ignore_fence: bool,
+    /// rail-proxy retries its rail call (it must call the rail once per reservation).
+    pub rail_retry: bool,
+    /// `RAIL_AMBIGUOUS` is not terminal: a new holder's claim reopens the payout and its
+    /// submission (payment-resource keeps it terminal, submittable by no token).
+    pub retry_ambiguous: bool,
+    /// A post writes ledger rows whatever the outcome (payment-resource writes them only
+    /// for a settled payout, in the post's transaction).
+    pub ledger_on_reject: bool,
+    /// The executor never posts a submitted payout's outcome.
+    pub skip_post: bool,
 }
+
+/// The names `--bug` takes.
+pub const BUG_NAMES: [&str; 6] = [
+    "zero-margin",
+    "ignore-fence",
+    "rail-retry",
+    "retry-ambiguous",
+    "ledger-on-reject",
+    "skip-post",
+];
 
 impl Bugs {
     /// Parses one bug name (the CLI's `--bug`).
     pub fn with(mut self, name: &str) -> Result<Self, String> {
-        match name {
-            "zero-margin" => self.zero_margin = true,
-            "ignore-fence" => self.ignore_fence = true,
+        let switch = match name {
+            "zero-margin" => &mut self.zero_margin,
+            "ignore-fence" => &mut self.ignore_fence,
+            "rail-retry" => &mut self.rail_retry,
+            "retry-ambiguous" => &mut self.retry_ambiguous,
+            "ledger-on-reject" => &mut self.ledger_on_reject,
+            "skip-post" => &mut self.skip_post,
             other => {
-                return Err(format!("unknown bug {other:?}: zero-margin, ignore-fence"));
+                return Err(format!("unknown bug {other:?}: {}", BUG_NAMES.join(", ")));
             }
-        }
+        };
+        *switch = true;
         Ok(self)
     }
 }

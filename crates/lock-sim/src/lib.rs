@@ -26,7 +26,7 @@ pub mod service;
 pub mod world;
 
 pub use check::{Coverage, MUST_REACH, Violation};
-pub use config::{Bugs, Config, DRIFT_BOUND, SAFETY_MARGIN};
+pub use config::{BUG_NAMES, Bugs, Config, DRIFT_BOUND, SAFETY_MARGIN};
 pub use world::{RunReport, World};
 
 /// Runs one seed.

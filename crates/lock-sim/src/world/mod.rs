@@ -255,6 +255,8 @@ pub struct World {
     last_sent_on_link: BTreeMap<(Node, Node), Nanos>,
     /// The checker's own record of the highest token the resource accepted per payout.
     accepted_max: Vec<i64>,
+    /// Payouts that were ever `RAIL_AMBIGUOUS` (I5's witness, not the model's state).
+    ambiguous: Vec<bool>,
     /// Grants an operator revoked: their holders may believe they hold until their next
     /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
     revoked: BTreeSet<(LockKey, FencingToken)>,
@@ -320,7 +322,7 @@ impl World {
                 _ => RailFault::None,
             })
             .collect();
-        let bank = Bank::new(&faults, cfg.bugs.ignore_fence);
+        let bank = Bank::new(&faults, cfg.bugs);
         let mut world = Self {
             service: LockService::new(
                 cfg.replicas,
@@ -339,6 +341,7 @@ impl World {
             trace: trace.then(String::new),
             last_sent_on_link: BTreeMap::new(),
             accepted_max: vec![0; cfg.payouts],
+            ambiguous: vec![false; cfg.payouts],
             revoked: BTreeSet::new(),
             parked: BTreeMap::new(),
             parks: 0,

@@ -299,7 +299,8 @@ impl World {
         let now = self.q.now();
         let rail_before = self.bank.rail.len();
         let fence_before = self.bank.payouts[payout].fence;
-        let state_before = self.bank.payouts[payout].state;
+        // The checker's own witness: ambiguous once, ambiguous for good.
+        let was_ambiguous = self.ambiguous[payout];
         let answer = self.bank.write(now, payout, write, token, &grant);
         self.log(&[from, Node::Bank], || {
             format!("bank {write:?} payout {payout} token {token} -> {answer:?}")
@@ -333,6 +334,7 @@ impl World {
             }
             self.accepted_max[payout] = highest.max(token);
         }
+        self.ambiguous[payout] |= self.bank.payouts[payout].state == PayoutState::RailAmbiguous;
         let fence_after = self.bank.payouts[payout].fence;
         if fence_after < fence_before {
             self.violate(
@@ -342,19 +344,20 @@ impl World {
             );
         }
         if self.bank.rail.len() > rail_before {
+            // The narrower invariant first: a transfer after RAIL_AMBIGUOUS is also a second.
+            if was_ambiguous {
+                self.violate(
+                    "I5 ambiguity is terminal",
+                    &[from, Node::Bank],
+                    format!("payout {payout} submitted after RAIL_AMBIGUOUS"),
+                );
+            }
             let seen = self.bank.rail.iter().filter(|t| t.payout == payout).count();
             if seen > 1 {
                 self.violate(
                     "I1 at most once at the rail",
                     &[from, Node::Bank],
                     format!("payout {payout} reached the rail {seen} times"),
-                );
-            }
-            if state_before == PayoutState::RailAmbiguous {
-                self.violate(
-                    "I5 ambiguity is terminal",
-                    &[from, Node::Bank],
-                    format!("payout {payout} submitted after RAIL_AMBIGUOUS"),
                 );
             }
         }
