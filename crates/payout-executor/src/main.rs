@@ -37,9 +37,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         })
         .await
     });
-    // A signal stops new attempts; the payouts in flight finish, then the loop returns.
+    // A signal stops new attempts; the payouts in flight finish, then the loop returns. The
+    // handlers are installed here, before the loop starts.
+    let signalled = process_kit::shutdown::signal();
     tokio::spawn(async move {
-        process_kit::shutdown::signal().await;
+        signalled.await;
         tracing::info!(
             event = "draining",
             "shutdown requested: finishing the payouts in flight"

@@ -1,23 +1,34 @@
 //! Shutdown signals.
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+use std::future::Future;
+
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is called, not when
+/// the future is first polled: a signal that arrives between the two (a service that has just
+/// said it listens, an orchestrator that stops it at once) is still a graceful stop, never
+/// the default action that kills the process. Call it within the runtime.
+pub fn signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sig) => {
-                sig.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let terminate = signal(SignalKind::terminate()).ok();
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        async move {
+            let recv = |sig: Option<tokio::signal::unix::Signal>| async move {
+                match sig {
+                    Some(mut sig) => {
+                        sig.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = recv(terminate) => {},
+                () = recv(interrupt) => {},
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

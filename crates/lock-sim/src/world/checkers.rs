@@ -97,6 +97,29 @@ impl World {
         }
     }
 
+    /// A reported loss is final: a grant the SDK told its listener it lost is never held by
+    /// its deadline again, whatever answer arrives later (a renewal sent before the loss, a
+    /// hand-over notice), until the client asks for the key anew.
+    pub(super) fn check_losses_final(&mut self) {
+        let now = self.q.now();
+        let revived = self.reported_lost.iter().find(|((c, key), token)| {
+            let client = &self.clients[*c];
+            client.session.as_ref().is_some_and(|s| {
+                s.core
+                    .held_deadline(key, **token, client.local(now))
+                    .is_some()
+            })
+        });
+        if let Some(((c, key), token)) = revived {
+            let detail = format!(
+                "c{c} holds {key} token {} again after reporting it lost",
+                token.0
+            );
+            let c = *c;
+            self.violate("a reported loss stays final", &[Node::Client(c)], detail);
+        }
+    }
+
     pub(super) fn check_end(&mut self) {
         for (payout, p) in self.bank.payouts.iter().enumerate() {
             let entries = self.bank.ledger[payout];

@@ -91,6 +91,9 @@ enum Fault {
     StoreClockStep(i64),
 }
 
+/// How late a hand-over's notice may reach the replicas, in milliseconds: most of a lease.
+const HAND_OVER_LATE_MAX_MS: u64 = 800;
+
 #[derive(Debug)]
 enum Event {
     Arrive {
@@ -110,6 +113,9 @@ enum Event {
     Write(usize, u64, Write),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
+    /// A hand-over's notice reaches a replica late: whatever request of that session parks
+    /// for that key then (maybe a later one than the place it was made for) is handed it.
+    HandOverArrives(LockGrant, u64, Nanos),
     /// Replica r's batch of this number commits (group commit): its writes are applied
     /// together and each is answered.
     Flush(usize, u64),
@@ -257,6 +263,9 @@ pub struct World {
     accepted_max: Vec<i64>,
     /// Payouts that were ever `RAIL_AMBIGUOUS` (I5's witness, not the model's state).
     ambiguous: Vec<bool>,
+    /// Grants each client's SDK reported lost, by client and key, until that client asks
+    /// for the key again (a loss is final: no answer may revive it).
+    reported_lost: BTreeMap<(usize, LockKey), FencingToken>,
     /// Grants an operator revoked: their holders may believe they hold until their next
     /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
     revoked: BTreeSet<(LockKey, FencingToken)>,
@@ -342,6 +351,7 @@ impl World {
             last_sent_on_link: BTreeMap::new(),
             accepted_max: vec![0; cfg.payouts],
             ambiguous: vec![false; cfg.payouts],
+            reported_lost: BTreeMap::new(),
             revoked: BTreeSet::new(),
             parked: BTreeMap::new(),
             parks: 0,
@@ -406,6 +416,7 @@ impl World {
             self.dispatch(event);
             self.deliver_wakes();
             self.check_exclusion();
+            self.check_losses_final();
             if now >= fault_until && self.bank.all_terminal() {
                 break;
             }
@@ -490,6 +501,9 @@ impl World {
                 }
             }
             Event::WaitRetry(id) => self.wait_call(id),
+            Event::HandOverArrives(grant, place_age_ms, expires) => {
+                self.hand_over_arrives(grant, place_age_ms, expires);
+            }
             Event::Flush(r, batch) => self.flush(r, batch),
             Event::Timeout(c, req) => self.timeout(c, req),
             Event::Nemesis(fault) => self.nemesis(fault),

@@ -70,6 +70,9 @@ impl World {
             wait_ms: attempt.wait_ms(),
         };
         let pending = Pending::Acquire(job.id, attempt);
+        // A new acquire may be granted the same token again (the store's same-session
+        // re-grant): from here the SDK may rightly hold it anew.
+        self.reported_lost.remove(&(c, job.key.clone()));
         self.lock_request(c, pending, call);
     }
 
@@ -582,6 +585,8 @@ impl World {
         let losses = session.core.take_losses();
         let lost_session = session.core.lost();
         for loss in &losses.grants {
+            let lost = (c, loss.lost.lock_key.clone());
+            self.reported_lost.insert(lost, loss.lost.fencing_token);
             self.coverage.hit(match loss.lost.reason {
                 LossReason::DeadlinePassed => "a loss: deadline passed",
                 LossReason::SessionExpired => "a loss: session expired",
@@ -600,6 +605,7 @@ impl World {
             let client = &mut self.clients[c];
             client.session = None;
             client.job = None;
+            self.reported_lost.retain(|(lost_by, _), _| *lost_by != c);
             self.schedule_step(c, 50 * MS);
         }
     }

@@ -276,14 +276,48 @@ impl World {
                     grant,
                     place_age_ms,
                 } = &wake
-                    && let Some(p) = self.parked.get_mut(&id)
                 {
                     let expires = self.service.true_expiry(grant);
-                    p.handed = Some((grant.clone(), *place_age_ms, expires));
+                    if late > 1 {
+                        // The notice itself is late, by up to most of a lease (a listener
+                        // connection that stalls): the request may call the store again, end,
+                        // or be followed by another of its session before it arrives.
+                        self.coverage.hit("fault: a hand-over notice late");
+                        let late = self.rng.u64(MS..=HAND_OVER_LATE_MAX_MS * MS);
+                        let notice = Event::HandOverArrives(grant.clone(), *place_age_ms, expires);
+                        self.q.after(late, notice);
+                        continue;
+                    }
+                    if let Some(p) = self.parked.get_mut(&id) {
+                        p.handed = Some((grant.clone(), *place_age_ms, expires));
+                    }
                 }
                 self.q.after(late, Event::WaitRetry(id));
             }
         }
+    }
+
+    /// A late hand-over notice reaches the replicas: the request of its session parked for
+    /// its key now, if any, is handed it and woken (as `Waiters::wake` finds the slot by key
+    /// and session, whichever request holds it).
+    pub(super) fn hand_over_arrives(
+        &mut self,
+        grant: LockGrant,
+        place_age_ms: u64,
+        expires: Nanos,
+    ) {
+        let found = self
+            .parked
+            .iter_mut()
+            .find(|(_, p)| p.key == grant.lock_key && p.session == grant.session_id);
+        let Some((id, p)) = found else {
+            self.coverage
+                .hit("a late hand-over notice found its request gone");
+            return;
+        };
+        let id = *id;
+        p.handed = Some((grant, place_age_ms, expires));
+        self.q.after(1, Event::WaitRetry(id));
     }
 
     pub(super) fn at_bank(&mut self, from: Node, req: u64, body: Body) {
