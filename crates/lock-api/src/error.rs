@@ -83,8 +83,8 @@ pub enum ErrorCode {
     /// 429: this credential sent more requests than its rate allows; `Retry-After` says
     /// when the next one is let through.
     RateLimited,
-    /// 429: this credential already holds as many sessions through this replica as its
-    /// quota allows; close one first.
+    /// 429: this credential already holds as many live sessions as its quota allows
+    /// (counted across replicas); close one first.
     TooManySessions,
     /// 409: the grant being renewed is no longer live.
     LockLost,

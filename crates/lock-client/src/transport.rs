@@ -169,10 +169,9 @@ impl HttpTransport {
         expected: reqwest::StatusCode,
     ) -> Result<T, TransportError> {
         let response = Self::checked(request, expected).await?;
-        response
-            .json::<T>()
-            .await
-            .map_err(|e| TransportError::Unreachable(format!("unreadable answer: {e}")))
+        response.json::<T>().await.map_err(|e| {
+            TransportError::Unreachable(format!("unreadable answer: {}", e.without_url()))
+        })
     }
 
     async fn checked(
@@ -182,7 +181,8 @@ impl HttpTransport {
         let response = request
             .send()
             .await
-            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+            // Without the URL: a session's path carries its id, and this error is logged.
+            .map_err(|e| TransportError::Unreachable(e.without_url().to_string()))?;
         let status = response.status();
         if status == expected {
             return Ok(response);

@@ -139,8 +139,8 @@ pub struct Config {
     #[command(flatten)]
     pub rate: service_kit::RateDefaults,
 
-    /// Sessions one caller may hold open through this replica; one more answers 429
-    /// `TOO_MANY_SESSIONS`. A credential's `sessions=` overrides it.
+    /// Live sessions one caller may hold, counted in the store across replicas; one more
+    /// answers 429 `TOO_MANY_SESSIONS`. A credential's `sessions=` overrides it.
     #[arg(long = "limits.sessions", env = "LIMIT_SESSIONS", default_value_t = crate::quota::SESSIONS_PER_CALLER_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
     pub sessions_per_caller: u32,
 

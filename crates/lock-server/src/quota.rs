@@ -9,7 +9,8 @@
 //! caller can overshoot by the opens it sends at the same moment, never more. Waiters are
 //! counted here: a parked acquire holds this replica's connection, so that is what it uses.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -34,8 +35,10 @@ pub const SESSIONS_RETRY_AFTER: Duration = Duration::from_secs(5);
 pub struct Quotas {
     sessions_default: u32,
     waiters_default: u32,
-    /// Opens of each caller in flight on this replica (not yet in the store's count).
-    opening: Mutex<HashMap<String, u32>>,
+    /// Opens of each caller in flight on this replica (not yet in the store's count), by
+    /// the order they arrived in.
+    opening: Mutex<HashMap<String, BTreeSet<u64>>>,
+    next_open: AtomicU64,
     waiters: Mutex<HashMap<String, u32>>,
 }
 
@@ -46,6 +49,7 @@ impl Quotas {
             sessions_default,
             waiters_default,
             opening: Mutex::default(),
+            next_open: AtomicU64::new(0),
             waiters: Mutex::default(),
         }
     }
@@ -60,7 +64,7 @@ impl Quotas {
     ) -> Result<SessionPlace<'a>, OpenRefused> {
         let quota = u64::from(caller.limits.sessions.unwrap_or(self.sessions_default));
         let place = SessionPlace::reserve(self, &caller.name);
-        let held = store.sessions_of(&caller.name).await? + u64::from(place.others());
+        let held = store.sessions_of(&caller.name).await? + place.earlier();
         let allowed = held < quota;
         count_limit("sessions", allowed);
         if !allowed {
@@ -123,29 +127,35 @@ impl From<StoreError> for OpenRefused {
 pub struct SessionPlace<'a> {
     quotas: &'a Quotas,
     caller: String,
+    ticket: u64,
 }
 
 impl<'a> SessionPlace<'a> {
     fn reserve(quotas: &'a Quotas, caller: &str) -> Self {
+        let ticket = quotas.next_open.fetch_add(1, Ordering::Relaxed);
         let mut opening = quotas
             .opening
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        *opening.entry(caller.to_owned()).or_default() += 1;
+        opening.entry(caller.to_owned()).or_default().insert(ticket);
         Self {
             quotas,
             caller: caller.to_owned(),
+            ticket,
         }
     }
 
-    /// The caller's other opens in flight here.
-    fn others(&self) -> u32 {
+    /// The caller's opens in flight here that arrived before this one: a burst at the edge
+    /// of the quota lets the first in, not none.
+    fn earlier(&self) -> u64 {
         let opening = self
             .quotas
             .opening
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        opening.get(&self.caller).map_or(0, |n| n.saturating_sub(1))
+        opening
+            .get(&self.caller)
+            .map_or(0, |tickets| tickets.range(..self.ticket).count() as u64)
     }
 }
 
@@ -156,9 +166,9 @@ impl Drop for SessionPlace<'_> {
             .opening
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = opening.get_mut(&self.caller) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(tickets) = opening.get_mut(&self.caller) {
+            tickets.remove(&self.ticket);
+            if tickets.is_empty() {
                 opening.remove(&self.caller);
             }
         }
@@ -232,6 +242,23 @@ mod tests {
             "two live in the store"
         );
         store.delete_session(first).await.unwrap();
+        assert!(quotas.open_session(&store, &a).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_burst_at_the_edge_of_the_quota_lets_the_first_in() {
+        let store = crate::store::MemoryStore::new();
+        let quotas = Quotas::new(2, 1);
+        let a = caller("a");
+        // Two opens in flight at once with room for two: neither counts the later one.
+        let first = SessionPlace::reserve(&quotas, "a");
+        let second = SessionPlace::reserve(&quotas, "a");
+        assert_eq!((first.earlier(), second.earlier()), (0, 1));
+        assert!(
+            quotas.open_session(&store, &a).await.is_err(),
+            "a third has no room"
+        );
+        drop((first, second));
         assert!(quotas.open_session(&store, &a).await.is_ok());
     }
 

@@ -256,8 +256,8 @@ impl PayStore {
 
     /// Offers `executor` up to `limit` non-terminal payouts that no executor (itself
     /// included) holds a live offer for, and that are not in `skip`, oldest first, each its
-    /// alone for `offer_ms`. Rows another offer call is taking at the same moment are skipped,
-    /// not waited for: two executors asking at once get disjoint payouts.
+    /// alone for `offer_ms`. Rows another credential's offer call is taking at the same moment
+    /// are skipped, not waited for: two executors asking at once get disjoint payouts.
     ///
     /// In proportion to work: the calling credential `by` holds at most
     /// [`OFFERS_HELD_BASE`] live offers plus [`OFFERS_PER_PAYOUT_IN_HAND`] per non-terminal

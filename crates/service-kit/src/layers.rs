@@ -74,7 +74,17 @@ pub fn common_layers(
         ))
         .layer(middleware::from_fn_with_state(Arc::new(metrics), track))
         .layer(middleware::map_response(jsonify_errors))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(route_span))
+}
+
+/// The span of one request: its method and route template, never its URI (a session's
+/// path carries its id, a capability).
+fn route_span(request: &Request) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    tracing::debug_span!("request", method = %request.method(), route)
 }
 
 /// Counts and times every request by route.

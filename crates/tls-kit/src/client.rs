@@ -21,11 +21,15 @@ pub struct ClientTls {
     pub plaintext: bool,
 }
 
-/// Whether `raw`, the value of `UNSAFE_PLAINTEXT_HTTP`, allows plain HTTP: `true` or `1`
-/// (any case, trimmed); anything else does not.
+/// Whether `raw`, the value of `UNSAFE_PLAINTEXT_HTTP`, allows plain HTTP: the values the
+/// services' flag (clap's) takes as true, `true`, `yes`, `on`, `1` (any case, trimmed);
+/// anything else does not.
 pub fn plaintext_allowed(raw: Option<&str>) -> bool {
-    raw.map(str::trim)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+    raw.map(str::trim).is_some_and(|v| {
+        ["true", "yes", "on", "1"]
+            .iter()
+            .any(|truthy| v.eq_ignore_ascii_case(truthy))
+    })
 }
 
 impl ClientTls {
@@ -143,12 +147,12 @@ mod tests {
         assert!(strict.check_url("--url", "ftp://a").is_err());
         assert!(strict.check_url("--url", "a:1").is_err());
 
-        for told in ["true", "TRUE", " 1 "] {
+        for told in ["true", "TRUE", " 1 ", "yes", "on"] {
             let plain =
                 ClientTls::from_lookup(|k| (k == "UNSAFE_PLAINTEXT_HTTP").then(|| told.to_owned()));
             assert_eq!(plain.check_url("--url", "http://a:1"), Ok(()), "{told}");
         }
-        for not in ["false", "0", "", "yes please"] {
+        for not in ["false", "0", "", "no", "off", "yes please"] {
             assert!(!plaintext_allowed(Some(not)), "{not}");
         }
     }

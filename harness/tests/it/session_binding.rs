@@ -104,6 +104,13 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
                 format!("{url}/v1/locks/{key}/release"),
                 Some(grant),
             ),
+            // Bad input is refused first, whoever's session it names (never counted).
+            (
+                "L4 acquire with a bad wait_ms",
+                Method::POST,
+                format!("{url}/v1/locks/b:other/acquire"),
+                Some(json!({"session_id": session, "ttl_ms": LEASE_MS, "wait_ms": 86_400_001_u64})),
+            ),
             (
                 "L3 close",
                 Method::DELETE,
@@ -146,7 +153,7 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
         );
         refused += 1;
     }
-    assert_eq!(refused, 6);
+    assert_eq!(refused, 7);
 
     // A's session and grant are untouched: it still renews, heartbeats and releases.
     let (status, body) = call(

@@ -185,20 +185,6 @@ pub async fn acquire(
         Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
         None => state.ttl().lock_default_ms,
     };
-    match standing(&state, &caller, req.session_id, "acquire").await? {
-        Standing::Foreign => return Err(as_unknown(req.session_id)),
-        // The owner check of L1, again: the credential's owners may have changed since.
-        Standing::Opener(opener) if !caller.owners.allows(opener.owner.as_str()) => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "credential {} may not act as owner {}",
-                    caller.name, opener.owner
-                ),
-            ));
-        }
-        Standing::Opener(_) | Standing::Unknown => {}
-    }
     let wait_ms = match req.wait_ms {
         Some(ms) => validate_requested_duration("wait_ms", ms)?.min(state.wait().max_wait_ms),
         None => 0,
@@ -214,6 +200,25 @@ pub async fn acquire(
         lock_delay_ms,
     };
     let backend = state.backend().as_str();
+    let _place = (wait_ms > 0)
+        .then(|| state.quotas().wait(&caller))
+        .transpose()?;
+    // Checked where the store would answer, after every refusal an unknown session gets too:
+    // another credential's session is answered word for word as an unknown one.
+    match standing(&state, &caller, req.session_id, "acquire").await? {
+        Standing::Foreign => return Err(as_unknown(req.session_id)),
+        // The owner check of L1, again: the credential's owners may have changed since.
+        Standing::Opener(opener) if !caller.owners.allows(opener.owner.as_str()) => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "credential {} may not act as owner {}",
+                    caller.name, opener.owner
+                ),
+            ));
+        }
+        Standing::Opener(_) | Standing::Unknown => {}
+    }
     let (outcome, waited_ms) = if wait_ms == 0 {
         (
             state
@@ -224,7 +229,6 @@ pub async fn acquire(
             0,
         )
     } else {
-        let _place = state.quotas().wait(&caller)?;
         let waited = waiting::acquire_waiting(
             state.store_arc(),
             state.waiters(),

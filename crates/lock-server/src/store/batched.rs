@@ -30,8 +30,8 @@ pub const STORE_BATCH_WRITES: &str = "lock_store_batch_writes";
 
 /// Writes a replica accepts and has not answered yet, alone or gathered: past it a write is
 /// answered 503 at once (back-pressure) instead of queueing behind a store that fell behind.
-/// Ten times the writes of the largest batch in flight at once, far above what a replica
-/// meets unless its store stalls.
+/// Eight times the writes the batches in flight at once can carry (two of 256), far above
+/// what a replica meets unless its store stalls.
 pub const PENDING_WRITES_MAX: usize = 4_096;
 
 type Reply = oneshot::Sender<BatchResult>;

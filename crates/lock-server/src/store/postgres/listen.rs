@@ -34,7 +34,12 @@ pub(super) async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSi
         match listener.try_recv().await {
             Ok(Some(notification)) => match parse(notification.channel(), notification.payload()) {
                 Some(wake) => sink(wake),
-                None => tracing::warn!(event = "wake_unparsed", payload = notification.payload()),
+                // Not the payload itself: it names a session by its id.
+                None => tracing::warn!(
+                    event = "wake_unparsed",
+                    channel = notification.channel(),
+                    payload_bytes = notification.payload().len()
+                ),
             },
             Ok(None) => {
                 tracing::warn!(event = "wake_listener_reconnecting");

@@ -149,18 +149,33 @@ fn map_err(err: sqlx::Error) -> StoreError {
 /// told.
 #[derive(Debug)]
 enum BatchFailed {
-    /// Nothing of it committed: the statement was never sent, or the server refused it (an
-    /// autocommit statement that errors commits nothing). Each write may go again alone.
+    /// Never sent (no connection to be had): every write is answered the store's
+    /// unavailability; none goes again, which would only ask the starved pool for more.
+    NotSent(StoreError),
+    /// The server refused the statement with an error of its own (an autocommit statement
+    /// that errors commits nothing). Each write may go again alone.
     NotCommitted(StoreError),
-    /// The answer was lost on the way (a cut connection): the batch may have committed.
+    /// The answer was lost on the way (a cut connection), or the server ended the session
+    /// (classes 08 and 57: such a FATAL may follow the implicit commit at Sync): the batch may
+    /// have committed.
     Unknown(StoreError),
 }
 
+/// SQLSTATE classes of errors that end the connection and may come after a commit.
+const SESSION_ENDING_SQLSTATE_CLASSES: [&str; 2] = ["08", "57"];
+
 impl BatchFailed {
     fn of(err: sqlx::Error) -> Self {
-        let never_sent = matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed);
-        let refused = err.as_database_error().is_some();
-        if never_sent || refused {
+        if matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) {
+            return Self::NotSent(map_err(err));
+        }
+        let statement_refused = err.as_database_error().is_some_and(|db| {
+            let code = db.code().unwrap_or_default();
+            !SESSION_ENDING_SQLSTATE_CLASSES
+                .iter()
+                .any(|class| code.starts_with(class))
+        });
+        if statement_refused {
             Self::NotCommitted(map_err(err))
         } else {
             Self::Unknown(map_err(err))
@@ -582,6 +597,7 @@ impl LockStore for PostgresStore {
             // overflowing lease, a deadlock with another replica's batch), so none is failed
             // for it. Each write goes alone, all at once (none waits behind another), and
             // fails, if at all, alone.
+            Err(BatchFailed::NotSent(err)) => vec![Err(err); ops.len()],
             Err(BatchFailed::NotCommitted(err)) => {
                 tracing::debug!(event = "batch_failed_applying_alone", writes = ops.len(), error = %err);
                 futures_util::future::join_all(ops.iter().map(|op| op.apply_alone(self))).await
