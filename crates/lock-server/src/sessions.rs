@@ -4,7 +4,7 @@
 //! most once per session it serves (and again only after forgetting it).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lock_api::SessionId;
 use service_kit::Caller;
@@ -20,7 +20,7 @@ pub const SESSION_OWNERS_KEPT: usize = 65_536;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Standing {
     /// The credential that opened it: the route goes on.
-    Opener(SessionOwner),
+    Opener(Arc<SessionOwner>),
     /// The store does not know the session: the route goes on and the store answers as it
     /// does for any unknown session.
     Unknown,
@@ -37,14 +37,14 @@ pub struct SessionBinding {
 
 #[derive(Debug, Default)]
 struct Kept {
-    owners: HashMap<SessionId, SessionOwner>,
+    owners: HashMap<SessionId, Arc<SessionOwner>>,
     order: VecDeque<SessionId>,
 }
 
 impl SessionBinding {
     /// Remembers the opener of a session this replica just opened.
     pub fn opened(&self, session: SessionId, owner: SessionOwner) {
-        self.lock().keep(session, owner);
+        self.lock().keep(session, Arc::new(owner));
     }
 
     /// Forgets a closed session.
@@ -67,7 +67,8 @@ impl SessionBinding {
             Some(owner) => owner,
             None => match store.session_owner(session).await? {
                 Some(owner) => {
-                    self.lock().keep(session, owner.clone());
+                    let owner = Arc::new(owner);
+                    self.lock().keep(session, Arc::clone(&owner));
                     owner
                 }
                 None => return Ok(Standing::Unknown),
@@ -87,7 +88,7 @@ impl SessionBinding {
 }
 
 impl Kept {
-    fn keep(&mut self, session: SessionId, owner: SessionOwner) {
+    fn keep(&mut self, session: SessionId, owner: Arc<SessionOwner>) {
         if self.owners.insert(session, owner).is_some() {
             return;
         }
@@ -130,7 +131,10 @@ mod tests {
                     .unwrap()
             }
         };
-        assert_eq!(standing("client-a").await, Standing::Opener(owner.clone()));
+        assert_eq!(
+            standing("client-a").await,
+            Standing::Opener(Arc::new(owner.clone()))
+        );
         assert_eq!(standing("client-b").await, Standing::Foreign);
         assert_eq!(
             binding
@@ -165,7 +169,7 @@ mod tests {
         for _ in 0..SESSION_OWNERS_KEPT + 10 {
             kept.keep(
                 SessionId::random(),
-                SessionOwner::anonymous(&OwnerId::parse("o").unwrap()),
+                Arc::new(SessionOwner::anonymous(&OwnerId::parse("o").unwrap())),
             );
         }
         assert_eq!(kept.owners.len(), SESSION_OWNERS_KEPT);

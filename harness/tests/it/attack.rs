@@ -801,7 +801,7 @@ async fn a9_bad_input_is_refused_by_name() {
         )
         .await,
     );
-    // The characters once accepted in a payee's name (issue 40), each by its own property.
+    // Invisible or format characters a payee's name once took, each by its own property.
     for (what, beneficiary) in [
         ("zero-width-only", "\u{200B}"),
         ("bidi-override", "Alice \u{202E}evil"),

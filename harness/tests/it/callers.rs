@@ -171,14 +171,27 @@ async fn a11_each_client_has_its_own_credential_bound_to_its_owners_and_is_revok
 
 /// A lock-server of its own with a credentials file.
 async fn server_with(lines: &[String], env: &[(&str, String)], logs: &Path) -> LockServer {
+    let mut servers = replicas_with(lines, env, logs, &["lock-server"]).await;
+    servers.pop().unwrap()
+}
+
+/// Replicas `names` over one fresh database, sharing one credentials file.
+async fn replicas_with(
+    lines: &[String],
+    env: &[(&str, String)],
+    logs: &Path,
+    names: &[&str],
+) -> Vec<LockServer> {
     let db = test_support::fresh_database().await;
     let file = logs.join("credentials");
     std::fs::write(&file, lines.join("\n")).unwrap();
     let mut env = env.to_vec();
     env.push(("LOCK_CREDENTIALS_FILE", file.display().to_string()));
-    start_lock_server("lock-server", &db.url, &env, logs)
-        .await
-        .unwrap()
+    let mut servers = Vec::new();
+    for name in names {
+        servers.push(start_lock_server(name, &db.url, &env, logs).await.unwrap());
+    }
+    servers
 }
 
 async fn metrics(url: &str) -> Metrics {
@@ -437,16 +450,11 @@ async fn a13b_the_session_quota_holds_across_replicas() {
     let logs = tempfile::tempdir().unwrap();
     let (greedy, mut greedy_entry) = credential("greedy", &["client"], OwnerRule::Any);
     greedy_entry.limits.sessions = Some(3);
-    let db = test_support::fresh_database().await;
-    let file = logs.path().join("credentials");
-    std::fs::write(&file, greedy_entry.line()).unwrap();
-    let env = [("LOCK_CREDENTIALS_FILE", file.display().to_string())];
-    let a = start_lock_server("lock-server-a", &db.url, &env, logs.path())
-        .await
-        .unwrap();
-    let b = start_lock_server("lock-server-b", &db.url, &env, logs.path())
-        .await
-        .unwrap();
+    let names = ["lock-server-a", "lock-server-b"];
+    let [a, b] = <[LockServer; 2]>::try_from(
+        replicas_with(&[greedy_entry.line()], &[], logs.path(), &names).await,
+    )
+    .unwrap_or_else(|_| panic!("two replicas"));
     let http = lock_http(&greedy).unwrap();
     let open = |url: &str, n: usize| {
         http.post(format!("{url}/v1/sessions"))

@@ -184,18 +184,15 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
     );
 
     // Every refusal is counted and logged by the session's tag, never its id.
-    let metrics = reqwest::get(format!("{url}/metrics"))
+    let page = reqwest::get(format!("{url}/metrics"))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    let counted: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("lock_sessions_refused_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(counted, 6.0, "{metrics}");
+    let metrics = harness::metrics::Metrics::parse(&page).unwrap();
+    let counted = metrics.sum("lock_sessions_refused_total", &[]).unwrap();
+    assert_eq!(counted, 6.0, "{page}");
     let log = std::fs::read_to_string(logs.path().join("lock-server.log")).unwrap();
     assert!(!log.contains(&session), "the log holds A's session id");
     assert_eq!(log.matches("\"session_refused\"").count(), 6);

@@ -296,11 +296,11 @@ pub async fn acquire(
             took_over_expired,
             ..
         } => {
-            grant.proof = sign(&state, &grant);
+            let id = grant_id(&grant);
+            grant.proof = sign_as(&state, &grant, &id);
             grant.waited_ms = waited_ms;
             metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-            let grant_id = GrantId::derive(grant.session_id, &key, grant.fencing_token).as_text();
-            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = grant_id, lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
+            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = id.as_text(), lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
             if took_over_expired {
                 metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
                     .increment(1);
@@ -482,10 +482,19 @@ pub const ADMIN_CREDENTIAL: &str = "lock-admin";
 /// The proof of `grant`, when this replica signs grants: it names the grant (its session,
 /// key and token, digested), so a token issued twice is two proofs for two grants.
 fn sign(state: &AppState, grant: &LockGrant) -> Option<String> {
-    state.signer().map(|signer| {
-        let id = GrantId::derive(grant.session_id, &grant.lock_key, grant.fencing_token);
-        signer.sign(&grant.lock_key, grant.fencing_token, &id)
-    })
+    sign_as(state, grant, &grant_id(grant))
+}
+
+/// [`sign`] with the grant's id already derived.
+fn sign_as(state: &AppState, grant: &LockGrant, id: &GrantId) -> Option<String> {
+    state
+        .signer()
+        .map(|signer| signer.sign(&grant.lock_key, grant.fencing_token, id))
+}
+
+/// The id a grant's proofs name: its session, key and token, digested.
+fn grant_id(grant: &LockGrant) -> GrantId {
+    GrantId::derive(grant.session_id, &grant.lock_key, grant.fencing_token)
 }
 
 /// Middleware of L1-L7: a `client` credential (`LOCK_CLIENT_TOKEN` or a named one) within

@@ -2,7 +2,11 @@
 //! the count of a credential's live sessions (its index keys under `P/sc/`, each on its
 //! session's lease), which the credential's session quota reads.
 
-use super::*;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use lock_api::SessionId;
+
+use super::codec::decode;
+use super::{EtcdStore, SessionValue, StoreError};
 
 impl EtcdStore {
     /// `P/s/{session}` and the revision it was last written at, if the session is known.
