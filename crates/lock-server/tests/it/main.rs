@@ -11,5 +11,6 @@ mod http_api;
 mod openapi;
 mod process;
 mod replicas;
+mod sql_functions;
 mod support;
 mod waiting;
