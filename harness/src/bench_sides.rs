@@ -229,7 +229,7 @@ fn pgbench_script(hot: bool) -> String {
     };
     format!(
         "SELECT CASE WHEN outcome = 'GRANTED' THEN fencing_token ELSE 0 END AS tok \
-         FROM lock_acquire({key}, ('00000000-0000-4000-8000-' || lpad(:client_id::text, 12, '0'))::uuid, {BENCH_LEASE_MS}, 0, 0) \\gset\n\
+         FROM lock_acquire({key}, ('00000000-0000-4000-8000-' || lpad(:client_id::text, 12, '0'))::uuid, {BENCH_LEASE_MS}, 0, 0, 0) \\gset\n\
          \\if :tok > 0\n\
          DELETE FROM locks WHERE lock_key = {key} AND fencing_token = :tok;\n\
          \\endif\n"

@@ -9,6 +9,9 @@ pub const HEARTBEATS_TOTAL: &str = "lock_client_heartbeats_total";
 pub const RENEWALS_TOTAL: &str = "lock_client_renewals_total";
 /// Acquire outcomes by backend and `outcome` (granted, reentrant, contended, error).
 pub const ACQUIRE_TOTAL: &str = "lock_client_acquire_total";
+/// Grants an `acquire` gave back after it gave up on an attempt whose answer never came
+/// (C2 §L4), by backend.
+pub const ACQUIRES_SETTLED_TOTAL: &str = "lock_client_acquires_settled_total";
 /// Time `acquire` spent, on the SDK's clock, by backend and `outcome`.
 pub const ACQUIRE_WAIT_SECONDS: &str = "lock_client_acquire_wait_seconds";
 /// Time left before the grant's conservative deadline at every held-check that passed
@@ -32,6 +35,10 @@ pub fn describe(backend: &'static str) {
     describe_counter!(HEARTBEATS_TOTAL, "Session heartbeats (L2), by result.");
     describe_counter!(RENEWALS_TOTAL, "Lease renewals (L5), by result.");
     describe_counter!(ACQUIRE_TOTAL, "acquire calls, by outcome.");
+    describe_counter!(
+        ACQUIRES_SETTLED_TOTAL,
+        "Grants released by an acquire that gave up on an attempt whose answer never came."
+    );
     describe_histogram!(
         ACQUIRE_WAIT_SECONDS,
         metrics::Unit::Seconds,
@@ -43,6 +50,7 @@ pub fn describe(backend: &'static str) {
         "Time left before the grant's conservative deadline at each held-check that passed."
     );
     counter!(SESSION_LOST_TOTAL, "backend" => backend).increment(0);
+    counter!(ACQUIRES_SETTLED_TOTAL, "backend" => backend).increment(0);
     // Registered without a sample: no held-check has passed yet.
     let _ = histogram!(GUARD_HEADROOM_SECONDS, "backend" => backend);
     for result in RESULTS {

@@ -383,11 +383,44 @@ impl LockClientSession {
                     return Ok(None);
                 }
                 Next::Fail => {
+                    if acquiring.ended_unanswered() {
+                        self.settle(key, ttl_ms).await;
+                    }
                     self.observe(started, "error");
                     return Err(failure);
                 }
             }
         }
+    }
+
+    /// The loop gave up on an attempt whose answer never came: the server may have granted
+    /// it meanwhile to a caller that no longer listens. One try without waiting answers such
+    /// a grant again (same session, same token); unless this session holds `key` otherwise,
+    /// it is released at once. Best effort: a try that fails leaves the grant to the
+    /// server's own abandon, at worst to its lease.
+    async fn settle(&self, key: &LockKey, ttl_ms: u64) {
+        let call = Call::Acquire(
+            key.clone(),
+            AcquireRequest {
+                session_id: self.shared.id,
+                ttl_ms: Some(ttl_ms),
+                wait_ms: None,
+                lock_delay_ms: None,
+            },
+        );
+        let Ok(Reply::Grant(grant)) = self.transport.send(&self.shared.endpoint(), call).await
+        else {
+            return;
+        };
+        let token = grant.fencing_token;
+        let ours = grant.lock_key == *key && grant.session_id == self.shared.id;
+        if !(ours && self.shared.state().core().settling(key, token)) {
+            return;
+        }
+        tracing::info!(event = "acquire_settled", key = %key, token = token.0, session = %self.shared.id.tag(), "gave back a grant made for an attempt whose answer never came");
+        metrics::counter!(m::ACQUIRES_SETTLED_TOTAL, "backend" => self.shared.backend.as_str())
+            .increment(1);
+        self.send_release(key, token).await;
     }
 
     fn observe(&self, started: u64, outcome: &'static str) {

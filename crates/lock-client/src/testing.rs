@@ -118,6 +118,7 @@ struct State {
     calls: Vec<Call>,
     fail_next: Vec<(&'static str, TransportError)>,
     fail_always: HashMap<&'static str, TransportError>,
+    lose_answers: HashMap<&'static str, u32>,
     max_lease_ms: Option<u64>,
     reply_delay: Option<(FakeClock, Duration)>,
 }
@@ -159,6 +160,12 @@ impl MemoryTransport {
     /// Every call named `call` fails with `err` until [`MemoryTransport::heal`].
     pub fn fail_always(&self, call: &'static str, err: TransportError) {
         self.state().fail_always.insert(call, err);
+    }
+
+    /// The next `times` calls named `call` take effect, and their answers are lost on the
+    /// way back (the client sees the replica unreachable).
+    pub fn lose_answers(&self, call: &'static str, times: u32) {
+        self.state().lose_answers.insert(call, times);
     }
 
     /// Ends every `fail_always`.
@@ -336,6 +343,12 @@ impl Transport for MemoryTransport {
         let answer = Self::answer(&mut state, call);
         if let Some((clock, delay)) = &state.reply_delay {
             clock.advance(*delay);
+        }
+        if let Some(left @ 1..) = state.lose_answers.get_mut(name) {
+            *left -= 1;
+            return Err(TransportError::Unreachable(format!(
+                "the answer to {name} was lost"
+            )));
         }
         answer
     }

@@ -33,6 +33,11 @@ pub const WAITS_TOTAL: &str = "lock_waits_total";
 /// Acquires refused because the key was in a lock-delay.
 pub const LOCK_DELAYED_TOTAL: &str = "lock_delayed_total";
 
+/// Acquire requests that ended while the store might hold a grant or a queue place for them
+/// that their client was not told of (cancelled, a store error, a withheld grant).
+pub const ACQUIRES_ABANDONED_TOTAL: &str = "lock_acquires_abandoned_total";
+/// Grants released because the request they were made for had ended unanswered.
+pub const ORPHANS_RELEASED_TOTAL: &str = "lock_orphan_grants_released_total";
 /// The store-clock guard's two counters, incremented where the guard runs (`lock-store`).
 pub use lock_store::{GRANTS_WITHHELD_TOTAL, STORE_CLOCK_STEPS_TOTAL};
 /// Values of `lock_waits_total`'s `outcome` label.
@@ -73,7 +78,7 @@ pub fn describe(backend: &'static str) {
         "Acquires with wait_ms parked on this replica, waiting for their key."
     );
     gauge!(WAITERS).set(0.0);
-    let families: [(&'static str, &'static str); 14] = [
+    let families: [(&'static str, &'static str); 16] = [
         (
             STORE_CLOCK_STEPS_TOTAL,
             "Steps of the store's clock seen by this replica, forward or back (each holds grants, for at most the longest lease).",
@@ -113,6 +118,14 @@ pub fn describe(backend: &'static str) {
         ),
         (RENEW_LOST_TOTAL, "Renewals refused with 409 LOCK_LOST."),
         (
+            ACQUIRES_ABANDONED_TOTAL,
+            "Acquires that ended while the store might hold a grant or queue place for them unknown to their client (cancelled, store error, withheld grant); each is abandoned in the store.",
+        ),
+        (
+            ORPHANS_RELEASED_TOTAL,
+            "Grants released because the acquire they were made for ended without telling its client.",
+        ),
+        (
             RELEASES_TOTAL,
             "Releases answered (L6 200), by whether they released.",
         ),
@@ -138,6 +151,8 @@ pub fn describe(backend: &'static str) {
         LOCK_DELAYED_TOTAL,
         STORE_CLOCK_STEPS_TOTAL,
         GRANTS_WITHHELD_TOTAL,
+        ACQUIRES_ABANDONED_TOTAL,
+        ORPHANS_RELEASED_TOTAL,
     ] {
         counter!(name, "backend" => backend).increment(0);
     }

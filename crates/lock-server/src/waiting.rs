@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use lock_api::{LockGrant, LockKey, SessionId};
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::WaitPolicy;
 use crate::metrics as m;
-use crate::store::{AcquireOutcome, AcquireSpec, LockStore, StoreError, Wake};
+use crate::store::{AcquireOutcome, AcquireSpec, LockStore, RequestId, StoreError, Wake};
+use uuid::Uuid;
 
 pub use lock_store::wait_plan::{QUEUE_PLACE_SLACK_MS, WAIT_RECHECK_MS, WaitPlan, WaitStep};
 
@@ -211,38 +213,122 @@ impl Drop for Ticket {
     }
 }
 
-/// The request's place in its key's store queue: a request that ends without a grant (its
-/// client went away, the handler was dropped) gives the place up, so the queue moves on
-/// at once instead of when the place lapses.
-struct QueuePlace {
+/// What an acquire request may have left in the store without its client knowing: a grant
+/// made by a call whose answer it did not get or has not given yet, or a queue place a
+/// hand-over may go to. A request that ends exposed (its client went away and the handler
+/// was dropped, a store error, a refusal by the clock guard) abandons them
+/// ([`LockStore::abandon`]) from a task of its own, once its store call in flight has ended:
+/// the key goes on to the next waiter at once instead of sitting with a grant nobody knows
+/// it holds until its lease ends.
+#[derive(Debug)]
+pub struct Exposure {
     store: Arc<dyn LockStore>,
     key: LockKey,
     session: SessionId,
-    armed: bool,
+    request: RequestId,
+    /// The store call under way: it runs to its end even when the request is dropped, so
+    /// that the abandon comes after whatever it commits.
+    in_flight: Option<JoinHandle<Result<AcquireOutcome, StoreError>>>,
+    /// A grant for this request may exist that its client has not been told of.
+    grant: bool,
+    /// The request's place may be in the queue (and so may a grant handed over to it).
+    place: bool,
 }
 
-impl QueuePlace {
-    /// The request no longer owns the place: granted (the store removed it), or the place
-    /// is kept on purpose for the client's retry elsewhere (draining, store errors).
-    fn disarm(&mut self) {
-        self.armed = false;
+impl Exposure {
+    /// A request of `session` for `key`, not yet exposed, with a fresh id.
+    pub fn new(store: Arc<dyn LockStore>, key: &LockKey, session: SessionId) -> Self {
+        // 63 bits, never 0 (RequestId::NONE): PostgreSQL keeps it as a bigint.
+        let request = RequestId((Uuid::new_v4().as_u64_pair().0 >> 1) | 1);
+        Self {
+            store,
+            key: key.clone(),
+            session,
+            request,
+            in_flight: None,
+            grant: false,
+            place: false,
+        }
     }
 
-    async fn leave_now(&mut self) -> Result<(), StoreError> {
-        self.armed = false;
-        self.store.leave_queue(&self.key, self.session).await
+    /// Asks the store to grant the key to this request as `spec` says. The request is
+    /// exposed from the call on; a refusal exposes no grant (a place asked for stays exposed).
+    pub async fn acquire(&mut self, spec: AcquireSpec) -> Result<AcquireOutcome, StoreError> {
+        self.grant = true;
+        self.place |= spec.queue_ms > 0;
+        let spec = AcquireSpec {
+            request: self.request,
+            ..spec
+        };
+        let (store, key, session) = (self.store.clone(), self.key.clone(), self.session);
+        let call = self.in_flight.insert(tokio::spawn(async move {
+            store.acquire_with(&key, session, spec).await
+        }));
+        let answer = call
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Internal(format!("an acquire's task: {e}"))));
+        self.in_flight = None;
+        if let Ok(outcome) = &answer {
+            self.grant = matches!(outcome, AcquireOutcome::Granted { .. });
+        }
+        answer
+    }
+
+    /// A grant was handed over to the request's place: the place is gone, the grant exposed.
+    pub fn handed_over(&mut self) {
+        self.grant = true;
+        self.place = false;
+    }
+
+    /// The request's place left the queue.
+    pub fn left(&mut self) {
+        self.place = false;
+    }
+
+    /// Leaves the key's queue.
+    async fn leave_queue(&mut self) -> Result<(), StoreError> {
+        self.store.leave_queue(&self.key, self.session).await?;
+        self.left();
+        Ok(())
+    }
+
+    /// The place is kept on purpose for the client's retry on another replica (draining, a
+    /// store error): it is not abandoned with the request.
+    pub fn keep_place(&mut self) {
+        self.place = false;
+    }
+
+    /// The client is being told of the grant: nothing is left to abandon.
+    pub fn told(mut self) {
+        self.grant = false;
+        self.place = false;
     }
 }
 
-impl Drop for QueuePlace {
+impl Drop for Exposure {
     fn drop(&mut self) {
-        if !self.armed {
+        if !(self.grant || self.place) {
             return;
         }
         let (store, key, session) = (self.store.clone(), self.key.clone(), self.session);
+        let (request, leave, in_flight) = (self.request, self.place, self.in_flight.take());
+        let backend = store.backend().as_str();
+        metrics::counter!(m::ACQUIRES_ABANDONED_TOTAL, "backend" => backend).increment(1);
         tokio::spawn(async move {
-            if let Err(err) = store.leave_queue(&key, session).await {
-                tracing::debug!(event = "queue_leave_failed", key = %key, error = %err);
+            if let Some(call) = in_flight {
+                let _ = call.await;
+            }
+            match store.abandon(&key, session, request, leave).await {
+                Ok(released) => {
+                    if released {
+                        metrics::counter!(m::ORPHANS_RELEASED_TOTAL, "backend" => backend)
+                            .increment(1);
+                    }
+                    tracing::debug!(event = "acquire_abandoned", key = %key, released);
+                }
+                Err(err) => {
+                    tracing::warn!(event = "acquire_abandon_failed", key = %key, error = %err);
+                }
             }
         });
     }
@@ -268,11 +354,13 @@ pub enum Waited {
 
 /// An acquire with a wait: asks the store, parks in `waiters` until woken, asks again, until
 /// granted or `wait_ms` has passed (then one last try), or until `draining` turns true.
-/// `spec.queue_ms` is set here.
+/// `spec.queue_ms` is set here; `exposure` follows what the store may hold for the request.
+#[allow(clippy::too_many_arguments)]
 pub async fn acquire_waiting(
     store: Arc<dyn LockStore>,
     waiters: &Arc<Waiters>,
     mut draining: tokio::sync::watch::Receiver<bool>,
+    exposure: &mut Exposure,
     key: &LockKey,
     session: SessionId,
     spec: AcquireSpec,
@@ -284,7 +372,7 @@ pub async fn acquire_waiting(
     let plan = WaitPlan::new(0, wait_ms);
     // The uncontended path first: a try, no queue place, nothing parked. A newcomer to a key
     // with waiters is refused here (it has no place) and queues at the back below.
-    let tried = store.acquire_with(key, session, spec).await?;
+    let tried = exposure.acquire(spec).await?;
     if matches!(tried, AcquireOutcome::Granted { .. }) {
         return Ok(Waited::AtOnce(tried));
     }
@@ -293,26 +381,20 @@ pub async fn acquire_waiting(
         Ok(ticket) => ticket,
         Err(refused) => return Ok(Waited::Refused(refused)),
     };
-    let mut place = QueuePlace {
-        store: store.clone(),
-        key: key.clone(),
-        session,
-        armed: true,
-    };
     loop {
         // Only a hand-over delivered after this call was sent may answer the request: an
         // older one's grant was seen by this call (answered as a grant) or has ended.
         let _ = ticket.take_handed();
         let called = nanos(Instant::now());
-        let spec = AcquireSpec {
+        let queued = AcquireSpec {
             queue_ms: plan.queue_ms(called),
             ..spec
         };
-        let outcome = match store.acquire_with(key, session, spec).await {
+        let outcome = match exposure.acquire(queued).await {
             Ok(outcome) => outcome,
             Err(err) => {
                 // The client retries (503) and keeps its place; it lapses otherwise.
-                place.disarm();
+                exposure.keep_place();
                 return Err(err);
             }
         };
@@ -321,26 +403,19 @@ pub async fn acquire_waiting(
                 waited_ms,
                 leave: false,
             } => {
-                place.disarm();
+                // A grant: the store removed the place with it.
+                exposure.left();
                 return Ok(Waited::Answer(outcome, waited_ms));
             }
             WaitStep::Answer {
                 waited_ms,
                 leave: true,
             } => {
-                place.leave_now().await?;
-                let called = nanos(Instant::now());
-                let try_spec = AcquireSpec {
+                let last = AcquireSpec {
                     queue_ms: 0,
                     ..spec
                 };
-                let last = store.acquire_with(key, session, try_spec).await?;
-                return Ok(match last {
-                    AcquireOutcome::Granted { .. } => {
-                        Waited::Answer(last, plan.granted_by_call_at(called))
-                    }
-                    AcquireOutcome::Refused(_) => Waited::Answer(outcome, waited_ms),
-                });
+                return last_try(exposure, &plan, last, outcome, waited_ms, nanos).await;
             }
             WaitStep::Nap(nap) => nap,
         };
@@ -348,12 +423,12 @@ pub async fn acquire_waiting(
             () = ticket.woken() => {}
             () = tokio::time::sleep(nap) => {}
             _ = draining.wait_for(|draining| *draining) => {
-                place.disarm();
+                exposure.keep_place();
                 return Ok(Waited::Draining);
             }
         }
         if let Some((grant, place_age_ms)) = ticket.take_handed() {
-            place.disarm();
+            exposure.handed_over();
             let ran_at_most = store
                 .admit_hand_over(&grant)?
                 .map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
@@ -363,7 +438,26 @@ pub async fn acquire_waiting(
             }
             // A grant that may predate this request (its notice arrived late): the next
             // store call answers afresh, from a place of its own again.
-            place.armed = true;
         }
     }
+}
+
+/// At the deadline: the request leaves its place, then tries once more as `last` (a try,
+/// without a place). `outcome` is the refusal that ended the wait, answered when the last try
+/// is refused too.
+async fn last_try(
+    exposure: &mut Exposure,
+    plan: &WaitPlan,
+    last: AcquireSpec,
+    outcome: AcquireOutcome,
+    waited_ms: u64,
+    nanos: impl Fn(Instant) -> u64,
+) -> Result<Waited, StoreError> {
+    exposure.leave_queue().await?;
+    let called = nanos(Instant::now());
+    let last = exposure.acquire(last).await?;
+    Ok(match last {
+        AcquireOutcome::Granted { .. } => Waited::Answer(last, plan.granted_by_call_at(called)),
+        AcquireOutcome::Refused(_) => Waited::Answer(outcome, waited_ms),
+    })
 }

@@ -337,9 +337,8 @@ impl LockService {
                 key: key.clone(),
                 session: *session,
                 spec: AcquireSpec {
-                    lease_ms: *lease_ms,
-                    queue_ms: 0,
                     lock_delay_ms: self.lock_delay_ms,
+                    ..AcquireSpec::lease(*lease_ms)
                 },
             },
             LockCall::Renew {

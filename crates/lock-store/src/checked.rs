@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionOwner,
-    SessionRecord, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
+    SessionOwner, SessionRecord, StoreError, WakeSink,
 };
 
 /// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
@@ -286,6 +286,16 @@ impl LockStore for ClockCheckedStore {
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
         self.inner.leave_queue(key, session).await
+    }
+
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        self.inner.abandon(key, session, request, leave).await
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {

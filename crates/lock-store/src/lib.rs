@@ -74,6 +74,17 @@ impl SessionOwner {
     }
 }
 
+/// Names one acquire request to the store, so that a grant the store made for it can be taken
+/// back when the request ends without telling its client ([`LockStore::abandon`]).
+/// [`RequestId::NONE`] names no request: a grant made for it is never abandoned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RequestId(pub u64);
+
+impl RequestId {
+    /// No request (tests and callers that never abandon).
+    pub const NONE: Self = Self(0);
+}
+
 /// What an acquire asks of the store beyond the key and the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireSpec {
@@ -86,6 +97,9 @@ pub struct AcquireSpec {
     /// The grant's lock-delay (already clamped): if it ends involuntarily, no other session
     /// is granted the key for this long.
     pub lock_delay_ms: u64,
+    /// The request asking: the grant (or the queue place, and a grant handed over to it)
+    /// records it until a later request of the session is granted the key.
+    pub request: RequestId,
 }
 
 impl AcquireSpec {
@@ -96,6 +110,7 @@ impl AcquireSpec {
             lease_ms,
             queue_ms: 0,
             lock_delay_ms: 0,
+            request: RequestId::NONE,
         }
     }
 }
@@ -365,6 +380,19 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Removes `session`'s place in `key`'s queue, if any (a waiter gave up or went away).
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError>;
+
+    /// Request `request` of `session` ended without telling its client of a grant of `key`
+    /// (its client went away, the store's answer was lost or withheld). A grant the store
+    /// made for that request, that no later request of the session was granted since, is
+    /// released (voluntarily: no lock-delay) and the key goes on to its next waiter; with
+    /// `leave`, the request's own queue place goes too. Whether a grant was released.
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError>;
 
     /// Starts delivering wake-ups for this replica's waiters to `sink` (across replicas
     /// where the backend can). Called once, before serving. Without it waiters still make

@@ -160,6 +160,9 @@ pub struct AcquireLoop {
     started_nanos: u64,
     budget_nanos: u64,
     attempts: u32,
+    /// The last attempt's outcome is unknown: no answer came, or the server could not say
+    /// (503). The server may have granted it.
+    unanswered: bool,
 }
 
 impl AcquireLoop {
@@ -172,6 +175,7 @@ impl AcquireLoop {
             started_nanos: now_nanos,
             budget_nanos: u64::try_from(policy.budget.as_nanos()).unwrap_or(u64::MAX),
             attempts: 0,
+            unanswered: false,
         }
     }
 
@@ -183,6 +187,14 @@ impl AcquireLoop {
     /// Attempts made so far.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Whether the loop's last attempt went unanswered (C2 §L4): the server may have granted
+    /// it to a caller that has stopped listening. A driver that gives up then settles: one
+    /// try without waiting answers such a grant again (same session, same token), and
+    /// [`crate::core::SessionCore::settling`] says whether to release it at once.
+    pub fn ended_unanswered(&self) -> bool {
+        self.unanswered
     }
 
     fn remaining_nanos(&self, now_nanos: u64) -> u64 {
@@ -208,6 +220,7 @@ impl AcquireLoop {
         rng: &mut fastrand::Rng,
     ) -> AfterFailure {
         let rotate = verdict == RetryVerdict::NextTick;
+        self.unanswered = rotate;
         let stop = match verdict {
             RetryVerdict::Never => Some(Next::Fail),
             _ => {
@@ -328,11 +341,18 @@ mod tests {
             },
             "max attempts: the last error is the answer"
         );
+        assert!(lp.ended_unanswered(), "given up on an unanswered attempt");
         let mut lp = AcquireLoop::new(&policy(2_000, 32), Duration::from_secs(1), START);
+        let _ = lp.attempt(START);
+        let _ = lp.failed(START, RetryVerdict::NextTick, &mut rng);
         let _ = lp.attempt(START);
         assert_eq!(
             lp.failed(START, RetryVerdict::Never, &mut rng).next,
             Next::Fail
+        );
+        assert!(
+            !lp.ended_unanswered(),
+            "a refusal after an unanswered attempt answers for both (the same session)"
         );
     }
 

@@ -201,3 +201,61 @@ async fn the_handle_carries_the_servers_proof() {
     a.release(again).await.unwrap();
     a.release(first).await.unwrap();
 }
+
+/// An acquire that gives up on an attempt whose answer never came gives back the grant the
+/// server made for it (C2 §L4): the key is free again, not held by a session that does not
+/// know it until its lease ends.
+#[tokio::test]
+async fn a_grant_whose_answer_never_came_is_given_back_when_the_acquire_gives_up() {
+    let rig = Rig::new(QUIET);
+    let (payer, other) = (rig.session("payer").await, rig.session("other").await);
+    let key = LockKey::parse("payout:7").unwrap();
+    let policy = AcquirePolicy {
+        max_attempts: 2,
+        ..AcquirePolicy::default()
+    };
+    // Both attempts are granted (the second the same token again); neither answer arrives.
+    rig.service.lose_answers("acquire", 2);
+    let outcome = rig.drive(STEP, payer.acquire(&key, LEASE, &policy)).await;
+    assert!(
+        matches!(outcome, Err(lock_client::LockError::Unavailable { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        rig.service.holder(&key),
+        None,
+        "the grant made for the unanswered attempts was released"
+    );
+    assert_eq!(rig.service.count("release"), 1);
+    let taken = other
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap();
+    assert!(taken.is_some(), "another session gets the key at once");
+}
+
+/// The settling try never releases a grant this session holds knowingly: a key it holds is
+/// answered its own grant again, and that grant stays.
+#[tokio::test]
+async fn settling_leaves_a_grant_the_session_holds() {
+    let rig = Rig::new(QUIET);
+    let payer = rig.session("payer").await;
+    let key = LockKey::parse("payout:8").unwrap();
+    let held = payer
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let other_key = LockKey::parse("payout:9").unwrap();
+    rig.service.lose_answers("acquire", 1);
+    let outcome = payer
+        .acquire(&other_key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert_eq!(rig.service.holder(&other_key), None, "settled");
+    assert_eq!(
+        rig.service.holder(&key),
+        Some(held.fencing_token()),
+        "untouched"
+    );
+}

@@ -3,12 +3,13 @@
 -- LOCK_DELAYED (wait_ms: until the delay ends), QUEUED (ahead: waiters first), and
 -- SESSION_UNKNOWN, SESSION_EXPIRED. With p_queue_ms > 0 a refused caller keeps a place in
 -- the key's queue; a grant removes it. Grantors of one key serialise on its lock_fences row,
--- so tokens strictly increase. The uncontended path runs five statements: session, grant row
+-- so tokens strictly increase. p_request names the request asking: its grant, its queue
+-- place and a grant handed over to that place record it (lock_abandon). The uncontended path runs five statements: session, grant row
 -- (and whether anyone queues), fence, grant row again under the fence lock, insert.
 -- lock_store::decide::decide is the same decision in Rust (the conformance suite holds both
 -- to one table).
 CREATE OR REPLACE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms bigint,
-                             p_queue_ms bigint, p_lock_delay_ms bigint)
+                             p_queue_ms bigint, p_lock_delay_ms bigint, p_request bigint)
 RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
                took_over boolean, wait_ms bigint, ahead bigint)
 LANGUAGE plpgsql AS $$
@@ -43,14 +44,15 @@ BEGIN
         -- The place names the grant its waiter asks for (a hand-over grants exactly that)
         -- and when this call touched it (a hand-over's grant begins after it).
         INSERT INTO lock_waiters AS w (lock_key, session_id, expires_at, lease_ms, lock_delay_ms,
-                                       touched_at)
+                                       touched_at, request_id)
         VALUES (p_key, p_session, now() + p_queue_ms * interval '1 millisecond', p_lease_ms,
-                p_lock_delay_ms, now())
+                p_lock_delay_ms, now(), p_request)
         ON CONFLICT (lock_key, session_id) DO UPDATE
            SET expires_at    = GREATEST(w.expires_at, EXCLUDED.expires_at),
                lease_ms      = EXCLUDED.lease_ms,
                lock_delay_ms = EXCLUDED.lock_delay_ms,
-               touched_at    = EXCLUDED.touched_at;
+               touched_at    = EXCLUDED.touched_at,
+               request_id    = EXCLUDED.request_id;
     END IF;
 
     -- First look, without a write: somebody else holds it, or this session does; and
@@ -75,7 +77,7 @@ BEGIN
             DELETE FROM lock_waiters w WHERE w.lock_key = p_key AND w.session_id = p_session;
         END IF;
         RETURN QUERY SELECT r.*, 0::bigint, NULL::bigint
-                       FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms) r;
+                       FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms, p_request) r;
         IF FOUND THEN RETURN; END IF;
     END IF;
 
@@ -133,7 +135,7 @@ BEGIN
     IF v_found AND v_cur.live THEN
         IF v_cur.session_id = p_session THEN
             RETURN QUERY SELECT r.*, 0::bigint, NULL::bigint
-                           FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms) r;
+                           FROM lock_regrant(p_key, v_cur.fencing_token, p_lease_ms, p_request) r;
         ELSE
             RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
                    ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
@@ -162,15 +164,17 @@ BEGIN
     -- The grant first, then the queue place: the place's delete trigger then sees the key
     -- held and wakes nobody.
     RETURN QUERY
-    INSERT INTO locks AS l (lock_key, fencing_token, session_id, lease_ms, expires_at, lock_delay_ms)
+    INSERT INTO locks AS l (lock_key, fencing_token, session_id, lease_ms, expires_at, lock_delay_ms,
+                            request_id)
     VALUES (p_key, v_fence.last_token, p_session, p_lease_ms,
-            now() + p_lease_ms * interval '1 millisecond', p_lock_delay_ms)
+            now() + p_lease_ms * interval '1 millisecond', p_lock_delay_ms, p_request)
     ON CONFLICT (lock_key) DO UPDATE
        SET fencing_token = EXCLUDED.fencing_token,
            session_id    = EXCLUDED.session_id,
            lease_ms      = EXCLUDED.lease_ms,
            expires_at    = EXCLUDED.expires_at,
-           lock_delay_ms = EXCLUDED.lock_delay_ms
+           lock_delay_ms = EXCLUDED.lock_delay_ms,
+           request_id    = EXCLUDED.request_id
     RETURNING 'GRANTED'::text, l.fencing_token, l.lease_ms, l.expires_at,
               v_found, 0::bigint, NULL::bigint;
     IF v_seq IS NOT NULL THEN
@@ -185,5 +189,5 @@ CREATE OR REPLACE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms b
 RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
                took_over boolean, wait_ms bigint, ahead bigint)
 LANGUAGE sql AS $$
-    SELECT * FROM lock_acquire(p_key, p_session, p_lease_ms, 0, 0);
+    SELECT * FROM lock_acquire(p_key, p_session, p_lease_ms, 0, 0, 0);
 $$;

@@ -5,12 +5,14 @@
 -- the writes before it in the batch as it would see them committed: its answer is one it
 -- could have been given alone. One row per write, `ord` its position in the arrays (1-based).
 --
--- Kinds: 'heartbeat' (session), 'acquire' (key, session, lease, queue, lock-delay), 'renew'
--- and 'release' (key, session, token). Unused slots hold '' or 0. Outcomes as the single
--- functions answer them, with RELEASED / NOT_HELD for a release; a heartbeat's TTL comes back
--- in lease_ms.
-CREATE OR REPLACE FUNCTION lock_batch(p_kinds text[], p_keys text[], p_sessions uuid[], p_tokens bigint[],
-                           p_lease_ms bigint[], p_queue_ms bigint[], p_lock_delay_ms bigint[])
+-- Kinds: 'heartbeat' (session), 'acquire' (key, session, lease, queue, lock-delay, request),
+-- 'renew' and 'release' (key, session, token). Unused slots hold '' or 0. Outcomes as the
+-- single functions answer them, with RELEASED / NOT_HELD for a release; a heartbeat's TTL
+-- comes back in lease_ms.
+CREATE OR REPLACE FUNCTION lock_batch(p_kinds text[], p_keys text[], p_sessions uuid[],
+                                      p_tokens bigint[], p_lease_ms bigint[],
+                                      p_queue_ms bigint[], p_lock_delay_ms bigint[],
+                                      p_requests bigint[])
 RETURNS TABLE (ord integer, outcome text, fencing_token bigint, lease_ms bigint,
                expires_at timestamptz, took_over boolean, wait_ms bigint, ahead bigint)
 LANGUAGE plpgsql AS $$
@@ -31,7 +33,7 @@ BEGIN
             SELECT i, a.outcome, a.fencing_token, a.lease_ms, a.expires_at, a.took_over,
                    a.wait_ms, a.ahead
               FROM lock_acquire(p_keys[i], p_sessions[i], p_lease_ms[i], p_queue_ms[i],
-                                p_lock_delay_ms[i]) a;
+                                p_lock_delay_ms[i], p_requests[i]) a;
         WHEN 'renew' THEN
             RETURN QUERY
             SELECT i, r.outcome, NULL::bigint, r.lease_ms, r.expires_at, NULL::boolean,

@@ -59,7 +59,7 @@ BEGIN
         PERFORM pg_notify('lock_free', v_head.session_id::text || ' ' || OLD.lock_key);
         RETURN NULL;
     END IF;
-    SELECT w.lease_ms, w.lock_delay_ms, w.touched_at, w.expires_at INTO v_place
+    SELECT w.lease_ms, w.lock_delay_ms, w.touched_at, w.expires_at, w.request_id INTO v_place
       FROM lock_waiters w
      WHERE w.lock_key = OLD.lock_key AND w.session_id = v_head.session_id
        FOR UPDATE SKIP LOCKED;
@@ -88,15 +88,19 @@ BEGIN
      WHERE f.lock_key = OLD.lock_key
     RETURNING f.last_token INTO v_token;
     v_expires := v_at + v_place.lease_ms * interval '1 millisecond';
-    INSERT INTO locks AS l (lock_key, fencing_token, session_id, lease_ms, expires_at, lock_delay_ms)
+    -- The grant is the request's that touched the place last (lock_abandon takes it back if
+    -- that request ended).
+    INSERT INTO locks AS l (lock_key, fencing_token, session_id, lease_ms, expires_at, lock_delay_ms,
+                            request_id)
     VALUES (OLD.lock_key, v_token, v_head.session_id, v_place.lease_ms, v_expires,
-            v_place.lock_delay_ms)
+            v_place.lock_delay_ms, v_place.request_id)
     ON CONFLICT (lock_key) DO UPDATE
        SET fencing_token = EXCLUDED.fencing_token,
            session_id    = EXCLUDED.session_id,
            lease_ms      = EXCLUDED.lease_ms,
            expires_at    = EXCLUDED.expires_at,
-           lock_delay_ms = EXCLUDED.lock_delay_ms;
+           lock_delay_ms = EXCLUDED.lock_delay_ms,
+           request_id    = EXCLUDED.request_id;
     -- Its place goes (this trigger runs again for it and finds the key held).
     DELETE FROM lock_waiters w
      WHERE w.lock_key = OLD.lock_key AND w.session_id = v_head.session_id;

@@ -1,12 +1,15 @@
--- A live grant re-granted to its own session: lease and expiry never shrink.
-CREATE OR REPLACE FUNCTION lock_regrant(p_key text, p_token bigint, p_lease_ms bigint)
+-- A live grant re-granted to its own session, for request p_request: lease and expiry never
+-- shrink, and the grant is that request's from now on (lock_abandon).
+CREATE OR REPLACE FUNCTION lock_regrant(p_key text, p_token bigint, p_lease_ms bigint,
+                                        p_request bigint)
 RETURNS TABLE (outcome text, fencing_token bigint, lease_ms bigint, expires_at timestamptz,
                took_over boolean)
 LANGUAGE sql AS $$
     UPDATE locks l
        SET lease_ms = GREATEST(l.lease_ms, p_lease_ms),
            expires_at = GREATEST(l.expires_at,
-                                 now() + GREATEST(l.lease_ms, p_lease_ms) * interval '1 millisecond')
+                                 now() + GREATEST(l.lease_ms, p_lease_ms) * interval '1 millisecond'),
+           request_id = p_request
      WHERE l.lock_key = p_key AND l.fencing_token = p_token
  RETURNING 'GRANTED'::text, l.fencing_token, l.lease_ms, l.expires_at, false;
 $$;

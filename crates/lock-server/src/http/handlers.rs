@@ -17,7 +17,7 @@ use crate::quota::OpenRefused;
 use crate::sessions::Standing;
 use crate::state::AppState;
 use crate::store::{AcquireOutcome, AcquireSpec, Refusal, RevokeNote, SessionOwner, StoreError};
-use crate::waiting::{self, Waited};
+use crate::waiting::{self, Exposure, Waited};
 use service_kit::{ApiError, ApiJson, Caller};
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -196,8 +196,8 @@ pub async fn acquire(
     .min(state.wait().max_lock_delay_ms);
     let spec = AcquireSpec {
         lease_ms: state.ttl().clamp(requested),
-        queue_ms: 0,
         lock_delay_ms,
+        ..AcquireSpec::lease(0)
     };
     let backend = state.backend().as_str();
     let _place = (wait_ms > 0)
@@ -219,20 +219,15 @@ pub async fn acquire(
         }
         Standing::Opener(_) | Standing::Unknown => {}
     }
+    let mut exposure = Exposure::new(state.store_arc(), &key, req.session_id);
     let (outcome, waited_ms) = if wait_ms == 0 {
-        (
-            state
-                .store()
-                .acquire_with(&key, req.session_id, spec)
-                .await
-                .map_err(api_error)?,
-            0,
-        )
+        (exposure.acquire(spec).await.map_err(api_error)?, 0)
     } else {
         let waited = waiting::acquire_waiting(
             state.store_arc(),
             state.waiters(),
             state.draining(),
+            &mut exposure,
             &key,
             req.session_id,
             spec,
@@ -240,100 +235,111 @@ pub async fn acquire(
         )
         .await
         .map_err(api_error)?;
-        // A wait is counted when it parked (or was refused a place): an acquire with
-        // `wait_ms` granted by its first try never waited.
-        let (label, answer) = match waited {
-            Waited::AtOnce(outcome) => (None, Ok((outcome, 0))),
-            Waited::Answer(outcome, waited_ms) => {
-                let label = if matches!(outcome, AcquireOutcome::Granted { .. }) {
-                    "granted"
-                } else {
-                    "timed_out"
-                };
-                (Some(label), Ok((outcome, waited_ms)))
-            }
-            Waited::HandedOver(grant, waited_ms) => {
-                let outcome = AcquireOutcome::Granted {
-                    grant,
-                    took_over_expired: false,
-                    // The store's clock was read by the replica's guard when it admitted the
-                    // hand-over (LockStore::admit_hand_over).
-                    store_now: None,
-                };
-                (Some("handed_over"), Ok((outcome, waited_ms)))
-            }
-            Waited::Draining => (
-                Some("draining"),
-                Err(ApiError::new(
-                    ErrorCode::NotLeader,
-                    format!(
-                        "this replica is draining for shutdown; {key}'s queue keeps this session's place for its retry on another replica"
-                    ),
-                )),
-            ),
-            Waited::Refused(refused) => (
-                Some("too_many_waiters"),
-                Err(ApiError::new(
-                    ErrorCode::TooManyWaiters,
-                    format!("cannot wait for {key}: {refused}"),
-                )),
-            ),
-        };
+        let (label, answer) = waited_answer(waited, &key);
         if let Some(label) = label {
             metrics::counter!(m::WAITS_TOTAL, "backend" => backend, "outcome" => label)
                 .increment(1);
         }
         answer?
     };
+    let AcquireOutcome::Granted {
+        mut grant,
+        took_over_expired,
+        ..
+    } = outcome
+    else {
+        let AcquireOutcome::Refused(refusal) = outcome else {
+            unreachable!("an outcome is a grant or a refusal");
+        };
+        return Err(refused(&key, refusal, wait_ms, waited_ms, backend));
+    };
+    let id = grant_id(&grant);
+    grant.proof = sign_as(&state, &grant, &id);
+    grant.waited_ms = waited_ms;
+    exposure.told();
+    metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
+    tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = id.as_text(), lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
+    if took_over_expired {
+        metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
+            .increment(1);
+    }
+    Ok(Json(grant))
+}
+
+/// What a waiting acquire answers, and the `lock_waits_total` outcome it counts: a wait is
+/// counted when it parked (or was refused a place); one granted by its first try never waited.
+fn waited_answer(
+    waited: Waited,
+    key: &LockKey,
+) -> (Option<&'static str>, ApiResult<(AcquireOutcome, u64)>) {
+    match waited {
+        Waited::AtOnce(outcome) => (None, Ok((outcome, 0))),
+        Waited::Answer(outcome, waited_ms) => {
+            let label = if matches!(outcome, AcquireOutcome::Granted { .. }) {
+                "granted"
+            } else {
+                "timed_out"
+            };
+            (Some(label), Ok((outcome, waited_ms)))
+        }
+        Waited::HandedOver(grant, waited_ms) => {
+            let outcome = AcquireOutcome::Granted {
+                grant,
+                took_over_expired: false,
+                // The store's clock was read by the replica's guard when it admitted the
+                // hand-over (LockStore::admit_hand_over).
+                store_now: None,
+            };
+            (Some("handed_over"), Ok((outcome, waited_ms)))
+        }
+        Waited::Draining => (
+            Some("draining"),
+            Err(ApiError::new(
+                ErrorCode::NotLeader,
+                format!(
+                    "this replica is draining for shutdown; {key}'s queue keeps this session's place for its retry on another replica"
+                ),
+            )),
+        ),
+        Waited::Refused(refused) => (
+            Some("too_many_waiters"),
+            Err(ApiError::new(
+                ErrorCode::TooManyWaiters,
+                format!("cannot wait for {key}: {refused}"),
+            )),
+        ),
+    }
+}
+
+/// The 409 an acquire refused by the store answers, counted as contention.
+fn refused(
+    key: &LockKey,
+    refusal: Refusal,
+    wait_ms: u64,
+    waited_ms: u64,
+    backend: &'static str,
+) -> ApiError {
     let waited = if wait_ms == 0 {
         String::new()
     } else {
         format!(" after waiting {waited_ms} ms")
     };
-    match outcome {
-        AcquireOutcome::Granted {
-            mut grant,
-            took_over_expired,
-            ..
-        } => {
-            let id = grant_id(&grant);
-            grant.proof = sign_as(&state, &grant, &id);
-            grant.waited_ms = waited_ms;
-            metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-            tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = id.as_text(), lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
-            if took_over_expired {
-                metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
-                    .increment(1);
-            }
-            Ok(Json(grant))
+    metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
+    let message = match refusal {
+        Refusal::Held { holder_token, .. } => {
+            format!("lock {key} is held by another session (token {holder_token}){waited}")
         }
-        AcquireOutcome::Refused(Refusal::Held { holder_token, .. }) => {
-            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
-            Err(ApiError::new(
-                ErrorCode::LockHeld,
-                format!("lock {key} is held by another session (token {holder_token}){waited}"),
-            ))
-        }
-        AcquireOutcome::Refused(Refusal::Delayed { remaining_ms }) => {
-            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
+        Refusal::Delayed { remaining_ms } => {
             metrics::counter!(m::LOCK_DELAYED_TOTAL, "backend" => backend).increment(1);
-            Err(ApiError::new(
-                ErrorCode::LockHeld,
-                format!(
-                    "lock {key} is free but in the lock-delay of a grant that ended involuntarily, for {remaining_ms} ms more{waited}"
-                ),
-            ))
+            format!(
+                "lock {key} is free but in the lock-delay of a grant that ended involuntarily, for {remaining_ms} ms more{waited}"
+            )
         }
-        AcquireOutcome::Refused(Refusal::Queued { ahead }) => {
-            metrics::counter!(m::CONTENTION_TOTAL, "backend" => backend).increment(1);
-            Err(ApiError::new(
-                ErrorCode::LockHeld,
-                format!(
-                    "lock {key} is free but {ahead} waiting sessions queued for it first{waited}"
-                ),
-            ))
+        Refusal::Queued { ahead } => {
+            format!("lock {key} is free but {ahead} waiting sessions queued for it first{waited}")
         }
-    }
+    };
+    ApiError::new(ErrorCode::LockHeld, message)
 }
 
 #[utoipa::path(post, path = "/v1/locks/{lock_key}/renew", tag = "locks", operation_id = "L5_renew",

@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
 use super::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, Revocation, RevokeNote, SessionOwner,
-    SessionRecord, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
+    SessionOwner, SessionRecord, StoreError, WakeSink,
 };
 
 /// Histogram: writes per batch a replica committed.
@@ -227,6 +227,16 @@ impl LockStore for Batched {
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
         self.inner.leave_queue(key, session).await
+    }
+
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        self.inner.abandon(key, session, request, leave).await
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {

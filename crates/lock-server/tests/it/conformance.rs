@@ -9,8 +9,8 @@ use std::time::Duration;
 use lock_api::{FencingToken, LockKey, OwnerId, RevokeReason, SessionId};
 use lock_server::store::decide::{Decision, HolderView, KeyView, decide};
 use lock_server::store::{
-    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, Revocation, RevokeNote,
-    StoreError, Wake,
+    AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, RequestId, Revocation,
+    RevokeNote, StoreError, Wake,
 };
 use test_support::poll_until;
 
@@ -553,6 +553,96 @@ async fn a_waiter_that_leaves_lapses_or_dies_blocks_nobody(store: Arc<dyn LockSt
     assert!(granted_token(&ask(&*store, &k, other, AcquireSpec::lease(LONG_MS)).await) > Some(t0));
 }
 
+/// `spec` asked by request `request`.
+fn asked_by(spec: AcquireSpec, request: u64) -> AcquireSpec {
+    AcquireSpec {
+        request: RequestId(request),
+        ..spec
+    }
+}
+
+/// A request that ended without telling its client gives back the grant the store made for
+/// it, and nothing that another session holds or a later request of its own was granted.
+async fn an_abandoned_request_gives_back_only_its_own_grant(store: Arc<dyn LockStore>) {
+    let k = key("abandoned");
+    let asker = session(&*store, "asker", LONG_MS).await;
+    let other = session(&*store, "other", LONG_MS).await;
+    // With a lock-delay: giving a grant back is voluntary and starts none.
+    let first = ask(&*store, &k, asker, asked_by(delayed(LONG_MS, LONG_MS), 1)).await;
+    let t0 = granted_token(&first).expect("a free key is granted");
+    for (session, request) in [
+        (asker, RequestId(2)),
+        (other, RequestId(1)),
+        (asker, RequestId::NONE),
+    ] {
+        assert!(
+            !store.abandon(&k, session, request, true).await.unwrap(),
+            "{request:?} of another session or request abandons nothing"
+        );
+    }
+    assert_eq!(held(&*store, &k, other).await, t0);
+    // The same session asks again as request 3: the grant is request 3's from now on.
+    let again = ask(&*store, &k, asker, asked_by(delayed(LONG_MS, LONG_MS), 3)).await;
+    assert_eq!(
+        granted_token(&again),
+        Some(t0),
+        "a re-grant keeps the token"
+    );
+    assert!(!store.abandon(&k, asker, RequestId(1), false).await.unwrap());
+    assert_eq!(
+        held(&*store, &k, other).await,
+        t0,
+        "request 3 was told of it"
+    );
+    assert!(store.abandon(&k, asker, RequestId(3), false).await.unwrap());
+    // Given back, not revoked: no lock-delay, the key is free at once.
+    let next = ask(&*store, &k, other, AcquireSpec::lease(LONG_MS)).await;
+    assert!(granted_token(&next) > Some(t0), "{next:?}");
+}
+
+/// A grant handed over to the place of a request that has ended goes on to the next waiter
+/// when that request is abandoned; where the store wakes instead of handing over, the place
+/// goes and the next waiter is first.
+async fn a_hand_over_to_an_abandoned_request_goes_on(store: Arc<dyn LockStore>) {
+    let k = key("handed-abandoned");
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let gone = session(&*store, "gone", LONG_MS).await;
+    let next = session(&*store, "next", LONG_MS).await;
+    let t0 = grant(&*store, &k, holder, LONG_MS).await;
+    ask(&*store, &k, gone, asked_by(queued(LONG_MS), 7)).await;
+    ask(&*store, &k, next, asked_by(queued(LONG_MS), 8)).await;
+    assert!(store.release(&k, holder, t0).await.unwrap());
+    if store.hands_over() {
+        let t1 = held(&*store, &k, holder).await;
+        assert!(t1 > t0, "handed over to the head");
+        assert!(
+            store.abandon(&k, gone, RequestId(7), true).await.unwrap(),
+            "the hand-over was request 7's"
+        );
+        let t2 = held(&*store, &k, holder).await;
+        assert!(t2 > t1, "handed on to the next waiter");
+        assert!(!store.abandon(&k, gone, RequestId(7), true).await.unwrap());
+        assert!(store.abandon(&k, next, RequestId(8), true).await.unwrap());
+    } else {
+        assert!(
+            !store.abandon(&k, gone, RequestId(7), true).await.unwrap(),
+            "no grant was made for it"
+        );
+        assert_eq!(
+            ask(&*store, &k, holder, AcquireSpec::lease(LONG_MS)).await,
+            AcquireOutcome::Refused(Refusal::Queued { ahead: 1 }),
+            "its place went with it"
+        );
+        let t1 = granted_token(&ask(&*store, &k, next, asked_by(queued(LONG_MS), 8)).await);
+        assert!(t1 > Some(t0));
+        assert!(store.abandon(&k, next, RequestId(8), true).await.unwrap());
+    }
+    assert!(
+        granted_token(&ask(&*store, &k, holder, AcquireSpec::lease(LONG_MS)).await).is_some(),
+        "nothing is left holding the key"
+    );
+}
+
 /// A waiter that asks again for a longer place than it first held (on etcd: a lease with a
 /// longer TTL) keeps its turn: its place is renewed, not taken anew at the back.
 async fn a_place_renewed_for_longer_keeps_its_turn(store: Arc<dyn LockStore>) {
@@ -916,6 +1006,8 @@ conformance!(
     waiters_are_granted_in_fifo_order,
     a_waiter_that_leaves_lapses_or_dies_blocks_nobody,
     a_place_renewed_for_longer_keeps_its_turn,
+    an_abandoned_request_gives_back_only_its_own_grant,
+    a_hand_over_to_an_abandoned_request_goes_on,
     wakes_name_the_head_waiter_when_its_key_frees,
     lock_delay_follows_expiry_and_revoke_but_not_release,
     answers_follow_the_decision_table,

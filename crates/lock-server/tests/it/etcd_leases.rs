@@ -168,9 +168,8 @@ async fn a_replicas_hint_never_outlives_another_replicas_write() {
         panic!("{key} is free");
     };
     let wait = AcquireSpec {
-        lease_ms: LEASE_MS,
         queue_ms: LEASE_MS,
-        lock_delay_ms: 0,
+        ..AcquireSpec::lease(LEASE_MS)
     };
     assert!(matches!(
         two.acquire_with(&key, b, wait).await.unwrap(),

@@ -8,6 +8,8 @@ use lock_api::{FencingToken, LockKey, OwnerId, SessionId};
 use lock_server::store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_server::store::{AcquireOutcome, AcquireSpec, Batched, LockStore, Refusal, StoreError};
 
+use crate::support::CutAfterCommit;
+
 const LEASE_MS: u64 = 30_000;
 
 fn key(raw: &str) -> LockKey {
@@ -202,97 +204,6 @@ async fn concurrent_callers_through_batching_each_get_their_own_grant() {
     );
 }
 
-/// A TCP proxy in front of PostgreSQL that, once armed, cuts the connection that carries the
-/// next `lock_batch` statement right after the server answered it: the batch committed, and
-/// its answer never arrives.
-struct CutAfterCommit {
-    url: String,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-    cuts: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl CutAfterCommit {
-    async fn start(db_url: &str) -> Self {
-        use std::sync::atomic::{AtomicBool, AtomicUsize};
-        let upstream = db_url
-            .split('@')
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .expect("host:port in the database URL")
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = db_url.replace(&upstream, &listener.local_addr().unwrap().to_string());
-        let (armed, cuts) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicUsize::new(0)),
-        );
-        let (arm, cut) = (armed.clone(), cuts.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
-                tokio::spawn(Self::pipe(client, server, arm.clone(), cut.clone()));
-            }
-        });
-        Self { url, armed, cuts }
-    }
-
-    /// Forwards both ways; on the armed connection that sent `lock_batch`, holds the server's
-    /// result (from its CommandComplete) until its ReadyForQuery, sent after the commit, and
-    /// then drops both sides.
-    async fn pipe(
-        client: tokio::net::TcpStream,
-        server: tokio::net::TcpStream,
-        armed: Arc<std::sync::atomic::AtomicBool>,
-        cuts: Arc<std::sync::atomic::AtomicUsize>,
-    ) {
-        use std::sync::atomic::Ordering::SeqCst;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let (mut client_read, mut client_write) = client.into_split();
-        let (mut server_read, mut server_write) = server.into_split();
-        let batch_sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let sent = batch_sent.clone();
-        let upward = tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-                if buf[..n].windows(10).any(|w| w == b"lock_batch") {
-                    sent.store(true, SeqCst);
-                }
-                if server_write.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut held = Vec::new();
-        while let Ok(n @ 1..) = server_read.read(&mut buf).await {
-            let cutting = armed.load(SeqCst) && batch_sent.load(SeqCst);
-            if !cutting {
-                if client_write.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            held.extend_from_slice(&buf[..n]);
-            let answered = held.windows(7).any(|w| w == b"SELECT ");
-            if !answered {
-                // Not the statement's result yet (the prepare's round trip): pass it on.
-                if client_write.write_all(&held).await.is_err() {
-                    break;
-                }
-                held.clear();
-                continue;
-            }
-            let ready = held.windows(5).any(|w| w == b"Z\0\0\0\x05");
-            if ready {
-                armed.store(false, SeqCst);
-                cuts.fetch_add(1, SeqCst);
-                break; // both halves dropped: the client sees the connection cut
-            }
-        }
-        upward.abort();
-    }
-}
-
 /// A batch whose answer is lost after it committed is not applied again: each write is told
 /// its outcome is unknown (503, the client asks again) instead of an answer from after its
 /// own effect. Applied again alone, the releases below answered `released: false` although
@@ -300,7 +211,7 @@ impl CutAfterCommit {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_cut_off_after_its_commit_answers_unknown_never_a_wrong_answer() {
     let db = test_support::fresh_database().await;
-    let proxy = CutAfterCommit::start(&db.url).await;
+    let proxy = CutAfterCommit::start(&db.url, "lock_batch").await;
     let store = lock_server::store::PostgresStore::connect(&proxy.url, 4)
         .await
         .expect("connect through the proxy");

@@ -9,6 +9,7 @@ mod failover;
 mod group_commit;
 mod http_api;
 mod openapi;
+mod orphans;
 mod process;
 mod replicas;
 mod sql_functions;

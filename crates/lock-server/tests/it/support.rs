@@ -295,6 +295,26 @@ impl Api {
         (status, value)
     }
 
+    /// The value of the series `series` (name and labels, as exported) on the replica's
+    /// `/metrics`; an absent series is a failure, never a zero.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let page = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("a metrics page");
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{series} is not exported:\n{page}"))
+            .trim()
+            .parse()
+            .expect("a number")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
@@ -338,4 +358,106 @@ pub fn token(body: &Value) -> u64 {
     body["fencing_token"]
         .as_u64()
         .unwrap_or_else(|| panic!("no fencing_token in {body}"))
+}
+
+/// A TCP proxy in front of PostgreSQL that, once armed, cuts the connection that carries the
+/// next statement naming `function` right after the server answered it: the statement
+/// committed, and its answer never arrives. (The function's name is on the wire when a
+/// connection prepares the statement: arm it before the connection's first call.)
+pub struct CutAfterCommit {
+    pub url: String,
+    pub armed: Arc<std::sync::atomic::AtomicBool>,
+    pub cuts: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CutAfterCommit {
+    pub async fn start(db_url: &str, function: &'static str) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        let upstream = db_url
+            .split('@')
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .expect("host:port in the database URL")
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = db_url.replace(&upstream, &listener.local_addr().unwrap().to_string());
+        let (armed, cuts) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (arm, cut) = (armed.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                tokio::spawn(Self::pipe(
+                    client,
+                    server,
+                    function,
+                    arm.clone(),
+                    cut.clone(),
+                ));
+            }
+        });
+        Self { url, armed, cuts }
+    }
+
+    /// Forwards both ways; on the armed connection that sent `function`, holds the server's
+    /// result (from its CommandComplete) until its ReadyForQuery, sent after the commit, and
+    /// then drops both sides.
+    async fn pipe(
+        client: tokio::net::TcpStream,
+        server: tokio::net::TcpStream,
+        function: &'static str,
+        armed: Arc<std::sync::atomic::AtomicBool>,
+        cuts: Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        let batch_sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sent = batch_sent.clone();
+        let upward = tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                if buf[..n]
+                    .windows(function.len())
+                    .any(|w| w == function.as_bytes())
+                {
+                    sent.store(true, SeqCst);
+                }
+                if server_write.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut held = Vec::new();
+        while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+            let cutting = armed.load(SeqCst) && batch_sent.load(SeqCst);
+            if !cutting {
+                if client_write.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            held.extend_from_slice(&buf[..n]);
+            let answered = held.windows(7).any(|w| w == b"SELECT ");
+            if !answered {
+                // Not the statement's result yet (the prepare's round trip): pass it on.
+                if client_write.write_all(&held).await.is_err() {
+                    break;
+                }
+                held.clear();
+                continue;
+            }
+            let ready = held.windows(5).any(|w| w == b"Z\0\0\0\x05");
+            if ready {
+                armed.store(false, SeqCst);
+                cuts.fetch_add(1, SeqCst);
+                break; // both halves dropped: the client sees the connection cut
+            }
+        }
+        upward.abort();
+    }
 }

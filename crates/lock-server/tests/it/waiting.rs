@@ -437,6 +437,70 @@ async fn postgres_a_head_waiter_leaving_as_a_newcomer_queues_still_wakes_the_new
     granted_when_committed(leave, asking, "the leave").await;
 }
 
+/// PostgreSQL: the head waiter leaves (`lock_leave`, as `LockStore::leave_queue` calls it)
+/// while its key's holder releases. Without the leave waiting for the release, the release's
+/// hand-over skipped the leaving place (locked by the leave) and woke that waiter, gone, while
+/// the leave's own wake-up still saw the holder: the next waiter slept until its recheck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_head_leaving_as_its_key_is_released_still_wakes_the_next_waiter() {
+    use sqlx::{Connection, Executor};
+    let (store, url) = crate::support::pg_store().await;
+    let a = TestServer::start(store, &[]).await;
+    let holder = a.api.session("holder", 30_000).await;
+    let leaving = a.api.session("leaving", 30_000).await;
+    let next = a.api.session("next", 30_000).await;
+    let (_, grant) = a.api.acquire("leave-race", &holder, 30_000).await;
+    let mut leave = sqlx::PgConnection::connect(&url).await.unwrap();
+    leave
+        .execute(
+            format!(
+                "INSERT INTO lock_waiters (lock_key, session_id, expires_at, lease_ms, lock_delay_ms,
+                                           touched_at)
+                 VALUES ('leave-race', '{leaving}', now() + interval '30 seconds', 30000, 0, now())"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let asking = {
+        let api = a.api.clone();
+        tokio::spawn(async move {
+            let answer = acquire_with(&api, "leave-race", &next, json!({"wait_ms": WAIT_MS})).await;
+            (answer, tokio::time::Instant::now())
+        })
+    };
+    poll_waiters(&a.api, "leave-race", 2).await;
+    leave.execute("BEGIN").await.unwrap();
+    leave
+        .execute(format!("SELECT lock_leave('leave-race', '{leaving}')").as_str())
+        .await
+        .unwrap();
+    let releasing = {
+        let api = a.api.clone();
+        tokio::spawn(async move { api.release("leave-race", &holder, token(&grant)).await })
+    };
+    // The race is reached when the release has run (its hand-over found the leaving place
+    // locked) or waits on a row lock (for the leave to end).
+    let look = sqlx::PgPool::connect(&url).await.unwrap();
+    poll_until("the release to reach the leave", DEADLINE, || {
+        let look = look.clone();
+        let released = releasing.is_finished();
+        async move {
+            let blocked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&look)
+            .await
+            .unwrap();
+            (released || blocked > 0).then_some(())
+        }
+    })
+    .await;
+    granted_when_committed(leave, asking, "the leave and the release").await;
+    assert!(releasing.await.unwrap(), "the holder released");
+}
+
 /// Commits `held` (the open transaction the asking waiter raced) and asserts the waiter was
 /// granted at once by it, not by its recheck a second later.
 async fn granted_when_committed(

@@ -175,10 +175,9 @@ impl World {
         p.last_called = now;
         let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
         let spec = AcquireSpec {
-            lease_ms: p.lease_ms,
             queue_ms: p.plan.queue_ms(now),
             // The replica gives every grant its default lock-delay (the SDK names none).
-            lock_delay_ms: 0,
+            ..AcquireSpec::lease(p.lease_ms)
         };
         let plan = p.plan;
         let answer = match self.service.acquire_queued(now, r, &key, session, spec) {

@@ -49,29 +49,39 @@ impl EtcdStore {
     }
 
     /// Same session again: the same token; the lease only grows (so the client's deadline
-    /// never lies after the server's expiry). The session's queue place, if it has one, goes.
+    /// never lies after the server's expiry), and the grant is `spec.request`'s from now on.
+    /// The session's queue place, if it has one, goes.
     pub(super) async fn regrant(
         &self,
         key: &LockKey,
         current: ReadGrant,
-        lease_ms: u64,
+        spec: AcquireSpec,
         place: Option<&Place>,
     ) -> Result<Option<LockGrant>, StoreError> {
         let old = current.value;
-        if lease_ms <= old.lease_ms {
+        let grows = spec.lease_ms > old.lease_ms;
+        if !grows {
             if !self.keep_alive(old.lease).await? {
                 return Ok(None);
             }
-            if place.is_some() {
-                self.leave_queue(key, old.session).await?;
+            if old.request == spec.request.0 {
+                if place.is_some() {
+                    self.leave_place(key, old.session).await?;
+                }
+                return Ok(Some(grant_of(key, &old, old.lease_ms)));
             }
-            return Ok(Some(grant_of(key, &old, old.lease_ms)));
         }
-        // A longer lease than the grant has: move the grant onto a new, longer lease.
-        let lease = self.grant_lease(lease_ms).await?;
+        // A longer lease than the grant has moves the grant onto a new, longer lease; another
+        // request's re-grant rewrites the record with its id.
+        let lease = if grows {
+            self.grant_lease(spec.lease_ms).await?
+        } else {
+            old.lease
+        };
         let grown = GrantValue {
             lease,
-            lease_ms,
+            lease_ms: spec.lease_ms.max(old.lease_ms),
+            request: spec.request.0,
             ..old.clone()
         };
         let committed = self
@@ -87,29 +97,99 @@ impl EtcdStore {
                         Compare::version(self.grant_marker(old.lease), CompareOp::Greater, 0),
                         Compare::version(self.session_marker(old.session), CompareOp::Greater, 0),
                     ])
-                    .and_then([
-                        TxnOp::put(self.grant_key(key), encode(&grown)?, None),
-                        TxnOp::put(
-                            self.grant_marker(lease),
-                            "",
-                            Some(PutOptions::new().with_lease(lease)),
-                        ),
-                        TxnOp::delete(self.grant_marker(old.lease), None),
-                        // Absent when the session has no place: a no-op.
-                        TxnOp::delete(self.place_key(key, old.session), None),
-                    ]),
+                    .and_then(
+                        [
+                            TxnOp::put(self.grant_key(key), encode(&grown)?, None),
+                            // Absent when the session has no place: a no-op.
+                            TxnOp::delete(self.place_key(key, old.session), None),
+                        ]
+                        .into_iter()
+                        .chain(
+                            grows
+                                .then(|| self.move_marker_ops(old.lease, lease))
+                                .into_iter()
+                                .flatten(),
+                        )
+                        .collect::<Vec<_>>(),
+                    ),
             )
             .await?
             .succeeded();
-        if committed {
-            // Its fence's revision was not read here: no hint for the next cycle.
-            self.hints.forget(key);
-            self.revoke_lease_later(old.lease);
-            Ok(Some(grant_of(key, &grown, lease_ms)))
-        } else {
-            self.revoke_lease_later(lease);
-            Ok(None)
+        match (committed, grows) {
+            (true, grown_lease) => {
+                // Its fence's revision was not read here: no hint for the next cycle.
+                self.hints.forget(key);
+                if grown_lease {
+                    self.revoke_lease_later(old.lease);
+                }
+                Ok(Some(grant_of(key, &grown, grown.lease_ms)))
+            }
+            (false, true) => {
+                self.revoke_lease_later(lease);
+                Ok(None)
+            }
+            (false, false) => Ok(None),
         }
+    }
+
+    /// A grant's marker moved from lease `from` to lease `to`.
+    fn move_marker_ops(&self, from: i64, to: i64) -> [TxnOp; 2] {
+        [
+            TxnOp::put(
+                self.grant_marker(to),
+                "",
+                Some(PutOptions::new().with_lease(to)),
+            ),
+            TxnOp::delete(self.grant_marker(from), None),
+        ]
+    }
+
+    /// Leaves `session`'s place in `key`'s queue. The place's lease, now without a key, ends
+    /// at its TTL on its own.
+    pub(super) async fn leave_place(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+    ) -> Result<(), StoreError> {
+        self.txn(
+            "leave queue",
+            Txn::new().and_then([TxnOp::delete(self.place_key(key, session), None)]),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// [`LockStore::abandon`]: a place carries no request here, so `leave` removes the
+    /// session's place; the grant goes only while its record names `request`, pinned on the
+    /// record's revision (a later request's re-grant rewrites it).
+    pub(super) async fn abandon_grant(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        if request == RequestId::NONE {
+            return Ok(false);
+        }
+        if leave {
+            self.leave_place(key, session).await?;
+        }
+        let record = self.read_keys(&[self.grant_key(key)]).await?.remove(0);
+        let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
+            return Ok(false);
+        };
+        if grant.value.session != session || grant.value.request != request.0 {
+            return Ok(false);
+        }
+        self.delete_grant_if_unchanged(
+            &self.grant_key(key),
+            grant.mod_revision,
+            grant.value.lease,
+            Some(grant.value.lease_ms),
+            None,
+        )
+        .await
     }
 
     /// A grant's writes: its record, the key's fence raised to its token, its lease's marker.
@@ -260,7 +340,7 @@ impl EtcdStore {
                     unreachable!("a regrant is decided on a live grant");
                 };
                 return Ok(self
-                    .regrant(key, current, lease_ms, mine.as_ref())
+                    .regrant(key, current, spec, mine.as_ref())
                     .await?
                     .map(|grant| AcquireOutcome::Granted {
                         grant,
@@ -315,6 +395,7 @@ impl EtcdStore {
             lease,
             lease_ms,
             lock_delay_ms: spec.lock_delay_ms,
+            request: spec.request.0,
         };
         let mut ops = self.grant_ops(key, &value)?;
         // The old grant's marker goes, unless its lease is this grant's: then the old grant

@@ -133,6 +133,7 @@ impl EtcdStore {
             lease,
             lease_ms: spec.lease_ms,
             lock_delay_ms: spec.lock_delay_ms,
+            request: spec.request.0,
         };
         let committed = self
             .txn(

@@ -77,8 +77,8 @@ use serde::{Deserialize, Serialize};
 use tonic::Code;
 
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, Wake, WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
+    RevokeNote, SessionOwner, SessionRecord, StoreError, Wake, WakeSink,
 };
 
 use codec::{after_ms, decode, encode, grant_of, lease_seconds, map_err, read_delay, read_grant};
@@ -212,9 +212,11 @@ struct GrantValue {
     owner: OwnerId,
     lease: i64,
     lease_ms: u64,
-    /// Records written before waiting existed have none.
     #[serde(default)]
     lock_delay_ms: u64,
+    /// The request it was last granted to (`LockStore::abandon`); 0 for none.
+    #[serde(default)]
+    request: u64,
 }
 
 /// `P/d/{lock_key}`: the lock-delay of the grant `token` of `exempt`, which ended
@@ -546,13 +548,17 @@ impl LockStore for EtcdStore {
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
-        // The place's lease, now without a key, ends at its TTL on its own.
-        self.txn(
-            "leave queue",
-            Txn::new().and_then([TxnOp::delete(self.place_key(key, session), None)]),
-        )
-        .await
-        .map(|_| ())
+        self.leave_place(key, session).await
+    }
+
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        self.abandon_grant(key, session, request, leave).await
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {

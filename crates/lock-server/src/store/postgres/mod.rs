@@ -27,8 +27,8 @@ use self::rows::{
 };
 use super::batch::{BatchOp, BatchResult};
 use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
+    RevokeNote, SessionOwner, SessionRecord, StoreError, WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -193,7 +193,8 @@ impl PostgresStore {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
-        let (mut tokens, mut leases, mut queues, mut delays) = (
+        let (mut tokens, mut leases, mut queues, mut delays, mut requests) = (
+            Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
@@ -224,9 +225,10 @@ impl PostgresStore {
             leases.push(int(spec.map_or(0, |s| s.lease_ms))?);
             queues.push(int(spec.map_or(0, |s| s.queue_ms))?);
             delays.push(int(spec.map_or(0, |s| s.lock_delay_ms))?);
+            requests.push(int(spec.map_or(0, |s| s.request.0))?);
         }
         let rows: Vec<BatchRow> =
-            sqlx::query_as("SELECT *, now() FROM lock_batch($1, $2, $3, $4, $5, $6, $7)")
+            sqlx::query_as("SELECT *, now() FROM lock_batch($1, $2, $3, $4, $5, $6, $7, $8)")
                 .bind(&kinds)
                 .bind(&keys)
                 .bind(&sessions)
@@ -234,6 +236,7 @@ impl PostgresStore {
                 .bind(&leases)
                 .bind(&queues)
                 .bind(&delays)
+                .bind(&requests)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(BatchFailed::of)?;
@@ -355,12 +358,13 @@ impl LockStore for PostgresStore {
     ) -> Result<AcquireOutcome, StoreError> {
         // now() is the transaction's start, the same instant the function decided by.
         let row: AcquireRow =
-            sqlx::query_as("SELECT *, now() FROM lock_acquire($1, $2, $3, $4, $5)")
+            sqlx::query_as("SELECT *, now() FROM lock_acquire($1, $2, $3, $4, $5, $6)")
                 .bind(key.as_str())
                 .bind(session.0)
                 .bind(to_i64(spec.lease_ms)?)
                 .bind(to_i64(spec.queue_ms)?)
                 .bind(to_i64(spec.lock_delay_ms)?)
+                .bind(to_i64(spec.request.0)?)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_err)?;
@@ -368,13 +372,30 @@ impl LockStore for PostgresStore {
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM lock_waiters WHERE lock_key = $1 AND session_id = $2")
+        sqlx::query("SELECT lock_leave($1, $2)")
             .bind(key.as_str())
             .bind(session.0)
             .execute(&self.pool)
             .await
             .map_err(map_err)?;
         Ok(())
+    }
+
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        sqlx::query_scalar("SELECT lock_abandon($1, $2, $3, $4)")
+            .bind(key.as_str())
+            .bind(session.0)
+            .bind(to_i64(request.0)?)
+            .bind(leave)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {

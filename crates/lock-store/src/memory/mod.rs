@@ -3,253 +3,22 @@
 //! [`StoreEnv`]: this process's monotonic clock and random ids by default
 //! ([`SystemEnv`]), virtual time and counted ids in the simulation (`lock-sim`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 
-use crate::decide::{
-    Decision, FreedView, HandOver, HeadView, HolderView, KeyView, decide, hand_over,
-};
+use crate::decide::{Decision, HolderView, KeyView, decide};
 use crate::env::{StoreEnv, SystemEnv};
+
+mod state;
+
 use crate::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
+    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
+    RevokeNote, SessionOwner, SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
 };
-
-#[derive(Debug)]
-struct Session {
-    opener: SessionOwner,
-    ttl_ms: u64,
-    expires: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Grant {
-    token: FencingToken,
-    session: SessionId,
-    lease_ms: u64,
-    expires: u64,
-    lock_delay_ms: u64,
-}
-
-impl Grant {
-    /// When this grant ended or ends: its lease's or its session's expiry, the earlier.
-    fn ends(&self, session: Option<&Session>) -> u64 {
-        session.map_or(self.expires, |s| s.expires.min(self.expires))
-    }
-}
-
-/// A lock-delay in force: no session but `exempt` is granted the key before `until`.
-#[derive(Debug, Clone, Copy)]
-struct Delay {
-    until: u64,
-    exempt: Option<SessionId>,
-}
-
-/// A place in a key's queue.
-#[derive(Debug, Clone)]
-struct Waiter {
-    session: SessionId,
-    seq: u64,
-    expires: u64,
-    /// The grant its parked acquire asked for, for a hand-over.
-    lease_ms: u64,
-    lock_delay_ms: u64,
-    /// When its waiter's last call touched it.
-    touched: u64,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    sessions: HashMap<SessionId, Session>,
-    locks: HashMap<LockKey, Grant>,
-    /// Last token per key; never removed, so tokens are never reused.
-    fences: HashMap<LockKey, FencingToken>,
-    /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
-    delays: HashMap<LockKey, Delay>,
-    /// Each key's queue, in arrival (`seq`) order.
-    queues: HashMap<LockKey, Vec<Waiter>>,
-    /// Each key's last revocation (one per key, as its fence).
-    revocations: HashMap<LockKey, Revocation>,
-    next_seq: u64,
-}
-
-impl State {
-    fn live_session(&self, id: SessionId, now: u64) -> Result<&Session, StoreError> {
-        match self.sessions.get(&id) {
-            None => Err(StoreError::SessionUnknown(id)),
-            Some(s) if s.expires <= now => Err(StoreError::SessionExpired(id)),
-            Some(s) => Ok(s),
-        }
-    }
-
-    fn live_grant(&self, key: &LockKey, now: u64) -> Option<&Grant> {
-        let grant = self.locks.get(key)?;
-        let session = self.sessions.get(&grant.session)?;
-        (grant.expires > now && session.expires > now).then_some(grant)
-    }
-
-    fn waiter_live(&self, waiter: &Waiter, now: u64) -> bool {
-        waiter.expires > now
-            && self
-                .sessions
-                .get(&waiter.session)
-                .is_some_and(|s| s.expires > now)
-    }
-
-    /// Nanoseconds of lock-delay left on free `key` for `session` (0: none).
-    fn delay_left(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
-        let mut until = 0;
-        // A grant that expired but is not yet reaped: its delay runs from its end.
-        if let Some(dead) = self.locks.get(key) {
-            if dead.session != session {
-                let ends = dead.ends(self.sessions.get(&dead.session));
-                until = after(ends, dead.lock_delay_ms);
-            }
-        }
-        if let Some(delay) = self.delays.get(key) {
-            if delay.exempt != Some(session) {
-                until = until.max(delay.until);
-            }
-        }
-        until.saturating_sub(now)
-    }
-
-    /// Puts `session` in `key`'s queue, or renews its place (with the grant it now asks for).
-    fn enqueue(&mut self, key: &LockKey, session: SessionId, spec: AcquireSpec, now: u64) {
-        let expires = after(now, spec.queue_ms);
-        let queue = self.queues.entry(key.clone()).or_default();
-        if let Some(place) = queue.iter_mut().find(|w| w.session == session) {
-            place.expires = place.expires.max(expires);
-            place.lease_ms = spec.lease_ms;
-            place.lock_delay_ms = spec.lock_delay_ms;
-            place.touched = now;
-            return;
-        }
-        self.next_seq += 1;
-        queue.push(Waiter {
-            session,
-            seq: self.next_seq,
-            expires,
-            lease_ms: spec.lease_ms,
-            lock_delay_ms: spec.lock_delay_ms,
-            touched: now,
-        });
-    }
-
-    /// Live waiters of other sessions ahead of `session` (all of them if it has no place).
-    fn ahead_of(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
-        let Some(queue) = self.queues.get(key) else {
-            return 0;
-        };
-        let mine = queue
-            .iter()
-            .find(|w| w.session == session)
-            .map_or(u64::MAX, |w| w.seq);
-        queue
-            .iter()
-            .filter(|w| w.session != session && w.seq < mine && self.waiter_live(w, now))
-            .count() as u64
-    }
-
-    fn live_waiters(&self, key: &LockKey, now: u64) -> u64 {
-        self.queues.get(key).map_or(0, |q| {
-            q.iter().filter(|w| self.waiter_live(w, now)).count() as u64
-        })
-    }
-
-    fn leave(&mut self, key: &LockKey, session: SessionId) {
-        if let Some(queue) = self.queues.get_mut(key) {
-            queue.retain(|w| w.session != session);
-            if queue.is_empty() {
-                self.queues.remove(key);
-            }
-        }
-    }
-
-    /// Grants `key` to `session` with the new `token` (an acquire's, or a hand-over's): the
-    /// key's lock-delay ends, its fence moves, the grant replaces any ended one. The grant's
-    /// expiry, and whether it replaced an ended grant.
-    fn grant(
-        &mut self,
-        key: &LockKey,
-        session: SessionId,
-        token: FencingToken,
-        lease_ms: u64,
-        lock_delay_ms: u64,
-        now: u64,
-    ) -> (u64, bool) {
-        let expires = after(now, lease_ms);
-        self.delays.remove(key);
-        self.fences.insert(key.clone(), token);
-        let grant = Grant {
-            token,
-            session,
-            lease_ms,
-            expires,
-            lock_delay_ms,
-        };
-        (expires, self.locks.insert(key.clone(), grant).is_some())
-    }
-
-    /// After `key` was freed or its head waiter left: the head is granted the key in this
-    /// same write when [`hand_over`] says so, else woken to ask; the wake-up to deliver.
-    fn hand_over(
-        &mut self,
-        key: &LockKey,
-        now: u64,
-        display: impl Fn(u64) -> DateTime<Utc>,
-    ) -> Option<Wake> {
-        let head = self
-            .queues
-            .get(key)?
-            .iter()
-            .find(|w| self.waiter_live(w, now))
-            .cloned();
-        let view = FreedView {
-            held: self.live_grant(key, now).is_some(),
-            ended_grant: self.locks.contains_key(key),
-            head: head.as_ref().map(|w| HeadView {
-                session: w.session,
-                lease_ms: Some(w.lease_ms),
-                delay_left_ms: self.delay_left(key, w.session, now).div_ceil(1_000_000),
-            }),
-            last_token: self.fences.get(key).map_or(0, |t| t.0),
-        };
-        match hand_over(&view) {
-            HandOver::Nobody => None,
-            HandOver::Wake(session) => Some(Wake::Head {
-                key: key.clone(),
-                session,
-            }),
-            HandOver::Grant {
-                session,
-                token,
-                lease_ms,
-            } => {
-                let head = head.expect("a hand-over is decided on a head waiter");
-                let (expires, _) =
-                    self.grant(key, session, token, lease_ms, head.lock_delay_ms, now);
-                self.leave(key, session);
-                Some(Wake::HandedOver {
-                    grant: LockGrant {
-                        lock_key: key.clone(),
-                        fencing_token: token,
-                        lease_ms,
-                        expires_at: display(expires),
-                        session_id: session,
-                        proof: None,
-                        waited_ms: 0,
-                    },
-                    place_age_ms: now.saturating_sub(head.touched) / 1_000_000,
-                })
-            }
-        }
-    }
-}
+use state::{Delay, Grant, Session, State, after};
 
 /// The in-memory lock store.
 #[derive(Debug)]
@@ -294,11 +63,6 @@ impl MemoryStore {
             .lock()
             .map_err(|_| StoreError::Internal("memory store mutex poisoned".into()))
     }
-}
-
-/// `now` plus `ms`, in nanoseconds.
-fn after(now: u64, ms: u64) -> u64 {
-    now.saturating_add(ms.saturating_mul(1_000_000))
 }
 
 #[async_trait]
@@ -432,14 +196,14 @@ impl LockStore for MemoryStore {
                     Grant {
                         lease_ms,
                         expires,
+                        request: spec.request,
                         ..current
                     },
                 );
                 (token, lease_ms, expires, false)
             }
             Decision::Grant { token } => {
-                let (expires, replaced) =
-                    state.grant(key, session, token, spec.lease_ms, spec.lock_delay_ms, now);
+                let (expires, replaced) = state.grant(key, session, token, spec, now);
                 (token, spec.lease_ms, expires, replaced)
             }
         };
@@ -468,6 +232,43 @@ impl LockStore for MemoryStore {
         };
         self.deliver(wake);
         Ok(())
+    }
+
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> Result<bool, StoreError> {
+        if request == RequestId::NONE {
+            return Ok(false);
+        }
+        let now = self.env.now_nanos();
+        let (released, wake) = {
+            let mut state = self.state()?;
+            let placed = state.queues.get(key).is_some_and(|q| {
+                q.iter()
+                    .any(|w| w.session == session && w.request == request)
+            });
+            if leave && placed {
+                state.leave(key, session);
+            }
+            let released = state
+                .locks
+                .get(key)
+                .is_some_and(|g| g.session == session && g.request == request);
+            if released {
+                state.locks.remove(key);
+            }
+            let changed = released || (leave && placed);
+            let wake = changed
+                .then(|| state.hand_over(key, now, |n| self.display(n)))
+                .flatten();
+            (released, wake)
+        };
+        self.deliver(wake);
+        Ok(released)
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {

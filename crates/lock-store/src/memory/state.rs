@@ -1,0 +1,271 @@
+//! The memory store's state: sessions, grants, fences, lock-delays and queues, and the
+//! decisions a write makes on them (grant, enqueue, leave, hand over). `MemoryStore` locks it
+//! and calls these; nothing else touches it.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+
+use crate::decide::{FreedView, HandOver, HeadView, hand_over};
+use crate::{AcquireSpec, RequestId, Revocation, SessionOwner, StoreError, Wake};
+
+#[derive(Debug)]
+pub(super) struct Session {
+    pub(super) opener: SessionOwner,
+    pub(super) ttl_ms: u64,
+    pub(super) expires: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Grant {
+    pub(super) token: FencingToken,
+    pub(super) session: SessionId,
+    pub(super) lease_ms: u64,
+    pub(super) expires: u64,
+    pub(super) lock_delay_ms: u64,
+    /// The request it was last granted to ([`LockStore::abandon`]).
+    pub(super) request: RequestId,
+}
+
+impl Grant {
+    /// When this grant ended or ends: its lease's or its session's expiry, the earlier.
+    pub(super) fn ends(&self, session: Option<&Session>) -> u64 {
+        session.map_or(self.expires, |s| s.expires.min(self.expires))
+    }
+}
+
+/// A lock-delay in force: no session but `exempt` is granted the key before `until`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delay {
+    pub(super) until: u64,
+    pub(super) exempt: Option<SessionId>,
+}
+
+/// A place in a key's queue.
+#[derive(Debug, Clone)]
+pub(super) struct Waiter {
+    pub(super) session: SessionId,
+    pub(super) seq: u64,
+    pub(super) expires: u64,
+    /// The grant its parked acquire asked for, for a hand-over.
+    pub(super) lease_ms: u64,
+    pub(super) lock_delay_ms: u64,
+    /// When its waiter's last call touched it.
+    pub(super) touched: u64,
+    /// The request whose call touched it last: a hand-over is granted to that request.
+    pub(super) request: RequestId,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) sessions: HashMap<SessionId, Session>,
+    pub(super) locks: HashMap<LockKey, Grant>,
+    /// Last token per key; never removed, so tokens are never reused.
+    pub(super) fences: HashMap<LockKey, FencingToken>,
+    /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
+    pub(super) delays: HashMap<LockKey, Delay>,
+    /// Each key's queue, in arrival (`seq`) order.
+    pub(super) queues: HashMap<LockKey, Vec<Waiter>>,
+    /// Each key's last revocation (one per key, as its fence).
+    pub(super) revocations: HashMap<LockKey, Revocation>,
+    pub(super) next_seq: u64,
+}
+
+impl State {
+    pub(super) fn live_session(&self, id: SessionId, now: u64) -> Result<&Session, StoreError> {
+        match self.sessions.get(&id) {
+            None => Err(StoreError::SessionUnknown(id)),
+            Some(s) if s.expires <= now => Err(StoreError::SessionExpired(id)),
+            Some(s) => Ok(s),
+        }
+    }
+
+    pub(super) fn live_grant(&self, key: &LockKey, now: u64) -> Option<&Grant> {
+        let grant = self.locks.get(key)?;
+        let session = self.sessions.get(&grant.session)?;
+        (grant.expires > now && session.expires > now).then_some(grant)
+    }
+
+    pub(super) fn waiter_live(&self, waiter: &Waiter, now: u64) -> bool {
+        waiter.expires > now
+            && self
+                .sessions
+                .get(&waiter.session)
+                .is_some_and(|s| s.expires > now)
+    }
+
+    /// Nanoseconds of lock-delay left on free `key` for `session` (0: none).
+    pub(super) fn delay_left(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
+        let mut until = 0;
+        // A grant that expired but is not yet reaped: its delay runs from its end.
+        if let Some(dead) = self.locks.get(key) {
+            if dead.session != session {
+                let ends = dead.ends(self.sessions.get(&dead.session));
+                until = after(ends, dead.lock_delay_ms);
+            }
+        }
+        if let Some(delay) = self.delays.get(key) {
+            if delay.exempt != Some(session) {
+                until = until.max(delay.until);
+            }
+        }
+        until.saturating_sub(now)
+    }
+
+    /// Puts `session` in `key`'s queue, or renews its place (with the grant it now asks for).
+    pub(super) fn enqueue(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        now: u64,
+    ) {
+        let expires = after(now, spec.queue_ms);
+        let queue = self.queues.entry(key.clone()).or_default();
+        if let Some(place) = queue.iter_mut().find(|w| w.session == session) {
+            place.expires = place.expires.max(expires);
+            place.lease_ms = spec.lease_ms;
+            place.lock_delay_ms = spec.lock_delay_ms;
+            place.touched = now;
+            place.request = spec.request;
+            return;
+        }
+        self.next_seq += 1;
+        queue.push(Waiter {
+            session,
+            seq: self.next_seq,
+            expires,
+            lease_ms: spec.lease_ms,
+            lock_delay_ms: spec.lock_delay_ms,
+            touched: now,
+            request: spec.request,
+        });
+    }
+
+    /// Live waiters of other sessions ahead of `session` (all of them if it has no place).
+    pub(super) fn ahead_of(&self, key: &LockKey, session: SessionId, now: u64) -> u64 {
+        let Some(queue) = self.queues.get(key) else {
+            return 0;
+        };
+        let mine = queue
+            .iter()
+            .find(|w| w.session == session)
+            .map_or(u64::MAX, |w| w.seq);
+        queue
+            .iter()
+            .filter(|w| w.session != session && w.seq < mine && self.waiter_live(w, now))
+            .count() as u64
+    }
+
+    pub(super) fn live_waiters(&self, key: &LockKey, now: u64) -> u64 {
+        self.queues.get(key).map_or(0, |q| {
+            q.iter().filter(|w| self.waiter_live(w, now)).count() as u64
+        })
+    }
+
+    pub(super) fn leave(&mut self, key: &LockKey, session: SessionId) {
+        if let Some(queue) = self.queues.get_mut(key) {
+            queue.retain(|w| w.session != session);
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
+        }
+    }
+
+    /// Grants `key` to `session` with the new `token` (an acquire's, or a hand-over's): the
+    /// key's lock-delay ends, its fence moves, the grant replaces any ended one. The grant's
+    /// expiry, and whether it replaced an ended grant.
+    pub(super) fn grant(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        spec: AcquireSpec,
+        now: u64,
+    ) -> (u64, bool) {
+        let AcquireSpec {
+            lease_ms,
+            lock_delay_ms,
+            request,
+            ..
+        } = spec;
+        let expires = after(now, lease_ms);
+        self.delays.remove(key);
+        self.fences.insert(key.clone(), token);
+        let grant = Grant {
+            token,
+            session,
+            lease_ms,
+            expires,
+            lock_delay_ms,
+            request,
+        };
+        (expires, self.locks.insert(key.clone(), grant).is_some())
+    }
+
+    /// After `key` was freed or its head waiter left: the head is granted the key in this
+    /// same write when [`hand_over`] says so, else woken to ask; the wake-up to deliver.
+    pub(super) fn hand_over(
+        &mut self,
+        key: &LockKey,
+        now: u64,
+        display: impl Fn(u64) -> DateTime<Utc>,
+    ) -> Option<Wake> {
+        let head = self
+            .queues
+            .get(key)?
+            .iter()
+            .find(|w| self.waiter_live(w, now))
+            .cloned();
+        let view = FreedView {
+            held: self.live_grant(key, now).is_some(),
+            ended_grant: self.locks.contains_key(key),
+            head: head.as_ref().map(|w| HeadView {
+                session: w.session,
+                lease_ms: Some(w.lease_ms),
+                delay_left_ms: self.delay_left(key, w.session, now).div_ceil(1_000_000),
+            }),
+            last_token: self.fences.get(key).map_or(0, |t| t.0),
+        };
+        match hand_over(&view) {
+            HandOver::Nobody => None,
+            HandOver::Wake(session) => Some(Wake::Head {
+                key: key.clone(),
+                session,
+            }),
+            HandOver::Grant {
+                session,
+                token,
+                lease_ms,
+            } => {
+                let head = head.expect("a hand-over is decided on a head waiter");
+                let spec = AcquireSpec {
+                    lease_ms,
+                    queue_ms: 0,
+                    lock_delay_ms: head.lock_delay_ms,
+                    request: head.request,
+                };
+                let (expires, _) = self.grant(key, session, token, spec, now);
+                self.leave(key, session);
+                Some(Wake::HandedOver {
+                    grant: LockGrant {
+                        lock_key: key.clone(),
+                        fencing_token: token,
+                        lease_ms,
+                        expires_at: display(expires),
+                        session_id: session,
+                        proof: None,
+                        waited_ms: 0,
+                    },
+                    place_age_ms: now.saturating_sub(head.touched) / 1_000_000,
+                })
+            }
+        }
+    }
+}
+
+/// `now` plus `ms`, in nanoseconds.
+pub(super) fn after(now: u64, ms: u64) -> u64 {
+    now.saturating_add(ms.saturating_mul(1_000_000))
+}
