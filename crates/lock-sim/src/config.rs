@@ -12,11 +12,13 @@ pub const SAFETY_MARGIN: f64 = 0.30;
 pub const DRIFT_BOUND: f64 = 0.25;
 
 /// Simulation-only switches, each breaking one mechanism the simulation models instead of
-/// running: the two mistakes a deployment can make (running the SDK with no safety margin, a
-/// resource that never calls the fence), and one rule each of the modelled resource, proxy and
-/// executor, so that every checker of theirs is seen to fire (I1, I5, I6, I7). A bug in the
-/// code the simulation runs (the SDK's core, the store, `check_fence`, the gatherer, the wait
-/// plan, the clock guard) is planted in that code instead (docs/simulation.md).
+/// running, so that every checker is seen to fire by name: the mistakes a deployment can make
+/// (running the SDK with no safety margin, a resource that never calls the fence, replicas
+/// over databases of their own), one rule each of the modelled resource, proxy and executor
+/// (I1, I5, I6, I7), and two of the modelled replica (it abandons nothing; it tells longer
+/// leases than granted). A bug in the code the simulation runs (the SDK's core, the store,
+/// `check_fence`, the gatherer, the wait plan, the clock guard) is planted in that code
+/// instead (docs/simulation.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Bugs {
     /// The SDK's safety margin is 0.
@@ -33,16 +35,28 @@ pub struct Bugs {
     pub ledger_on_reject: bool,
     /// The executor never posts a submitted payout's outcome.
     pub skip_post: bool,
+    /// A replica never gives back what the store made for a request that ended unanswered
+    /// (lock-server's `waiting::Exposure` abandons it).
+    pub keep_abandoned: bool,
+    /// Replicas that do not share one store (each pointed at a database of its own): each
+    /// draws tokens of its own.
+    pub split_store: bool,
+    /// A replica tells clients four times the leases and session TTLs the store granted (and
+    /// later expiries): a holder believes past the store's expiry while another is granted.
+    pub tell_longer_lease: bool,
 }
 
 /// The names `--bug` takes.
-pub const BUG_NAMES: [&str; 6] = [
+pub const BUG_NAMES: [&str; 9] = [
     "zero-margin",
     "ignore-fence",
     "rail-retry",
     "retry-ambiguous",
     "ledger-on-reject",
     "skip-post",
+    "keep-abandoned",
+    "split-store",
+    "tell-longer-lease",
 ];
 
 impl Bugs {
@@ -55,6 +69,9 @@ impl Bugs {
             "retry-ambiguous" => &mut self.retry_ambiguous,
             "ledger-on-reject" => &mut self.ledger_on_reject,
             "skip-post" => &mut self.skip_post,
+            "keep-abandoned" => &mut self.keep_abandoned,
+            "split-store" => &mut self.split_store,
+            "tell-longer-lease" => &mut self.tell_longer_lease,
             other => {
                 return Err(format!("unknown bug {other:?}: {}", BUG_NAMES.join(", ")));
             }

@@ -30,7 +30,8 @@ struct Cli {
     #[arg(long, default_value_t = DRIFT_BOUND)]
     drift: f64,
     /// Plant a bug: zero-margin, ignore-fence, rail-retry, retry-ambiguous, ledger-on-reject,
-    /// skip-post. The run then succeeds when a checker catches it.
+    /// skip-post, keep-abandoned, split-store, tell-longer-lease. The run then succeeds when a
+    /// checker catches it.
     #[arg(long)]
     bug: Vec<String>,
 }

@@ -17,9 +17,10 @@ use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
-    RevokeNote, StoreEnv, StoreError, Wake,
+    RequestId, RevokeNote, StoreEnv, StoreError, Wake,
 };
 
+use crate::config::Bugs;
 use crate::sched::Nanos;
 
 /// The store's environment on virtual time: the store host's wall clock (the true time, plus
@@ -122,12 +123,15 @@ pub enum LockCall {
     Open { owner: String, ttl_ms: u64 },
     /// Heartbeat a session: keep it alive.
     Heartbeat(SessionId),
-    /// Acquire a key, with the wait the SDK's loop asked for (`None`: a try).
+    /// Acquire a key, with the wait the SDK's loop asked for (`None`: a try). `request`: the
+    /// replica's name for the request ([`RequestId::NONE`] as the client sends it; the
+    /// replica that takes it names it, as lock-server's `waiting::Exposure` does).
     Acquire {
         key: LockKey,
         session: SessionId,
         lease_ms: u64,
         wait_ms: Option<u64>,
+        request: RequestId,
     },
     /// Renew a lease.
     Renew {
@@ -227,12 +231,16 @@ pub struct LockService {
     pub withheld: u64,
     /// Acquires refused because the key was in a lock-delay.
     pub delayed: u64,
+    /// Planted: replicas tell a grant's holder a longer lease (and a later expiry) than the
+    /// store granted.
+    tell_longer_lease: bool,
 }
 
 impl LockService {
     /// `replicas` replicas up, an empty store, leases up to `longest_lease_ms`, every grant
-    /// with a lock-delay of `lock_delay_ms`.
-    pub fn new(replicas: usize, longest_lease_ms: u64, lock_delay_ms: u64) -> Self {
+    /// with a lock-delay of `lock_delay_ms`; `bugs` may split the store per replica or make
+    /// replicas tell longer leases than granted.
+    pub fn new(replicas: usize, longest_lease_ms: u64, lock_delay_ms: u64, bugs: Bugs) -> Self {
         let env = Arc::new(SimEnv::default());
         let store = Arc::new(MemoryStore::with_env(env.clone()));
         let longest_lease = std::time::Duration::from_millis(longest_lease_ms);
@@ -243,8 +251,11 @@ impl LockService {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(wake);
         })));
-        let replica = |_| {
-            let replica = replica_over(&store, &env, longest_lease);
+        let replica = |r| {
+            // Planted: a replica pointed at a database of its own.
+            let own =
+                (bugs.split_store && r > 0).then(|| Arc::new(MemoryStore::with_env(env.clone())));
+            let replica = replica_over(own.as_ref().unwrap_or(&store), &env, longest_lease);
             // As lock-server's start: one reading before serving.
             let _ = now_or_never(replica.sample());
             replica
@@ -261,6 +272,7 @@ impl LockService {
             grants: Vec::new(),
             withheld: 0,
             delayed: 0,
+            tell_longer_lease: bugs.tell_longer_lease,
         }
     }
 
@@ -282,10 +294,11 @@ impl LockService {
         let owner = OwnerId::parse(owner.clone()).unwrap_or_else(|e| panic!("{e}"));
         let answer =
             now_or_never(self.replicas[replica].create_session(&owner, *ttl_ms)).map(|r| {
+                let (ttl_ms, expires) = self.told_ttl(r.ttl_ms, r.expires_at);
                 LockAnswer::Opened {
                     session: r.session_id,
-                    ttl_ms: r.ttl_ms,
-                    expires: self.env.true_time(store_nanos(r.expires_at)),
+                    ttl_ms,
+                    expires,
                 }
             });
         Some(answer.unwrap_or_else(refusal))
@@ -332,12 +345,14 @@ impl LockService {
                 key,
                 session,
                 lease_ms,
+                request,
                 ..
             } => BatchOp::Acquire {
                 key: key.clone(),
                 session: *session,
                 spec: AcquireSpec {
                     lock_delay_ms: self.lock_delay_ms,
+                    request: *request,
                     ..AcquireSpec::lease(*lease_ms)
                 },
             },
@@ -369,21 +384,24 @@ impl LockService {
         }
         match (call, result) {
             (_, Err(err)) => refusal(err),
-            (LockCall::Heartbeat(_), Ok(BatchAnswer::Heartbeat(r))) => LockAnswer::Extended {
-                ttl_ms: r.ttl_ms,
-                expires: self.env.true_time(store_nanos(r.expires_at)),
-            },
+            (LockCall::Heartbeat(_), Ok(BatchAnswer::Heartbeat(r))) => {
+                let (ttl_ms, expires) = self.told_ttl(r.ttl_ms, r.expires_at);
+                LockAnswer::Extended { ttl_ms, expires }
+            }
             (LockCall::Acquire { key, .. }, Ok(BatchAnswer::Acquire(outcome))) => {
                 self.answer_acquire(now, key, &outcome, 0)
             }
-            (LockCall::Renew { .. }, Ok(BatchAnswer::Renew(g))) => LockAnswer::Granted {
-                key: g.lock_key,
-                token: g.fencing_token,
-                lease_ms: g.lease_ms,
-                expires: self.env.true_time(store_nanos(g.expires_at)),
-                session: g.session_id,
-                waited_ms: 0,
-            },
+            (LockCall::Renew { .. }, Ok(BatchAnswer::Renew(g))) => {
+                let (lease_ms, expires) = self.told(&g);
+                LockAnswer::Granted {
+                    key: g.lock_key,
+                    token: g.fencing_token,
+                    lease_ms,
+                    expires,
+                    session: g.session_id,
+                    waited_ms: 0,
+                }
+            }
             (LockCall::Release { .. }, Ok(BatchAnswer::Release(_))) => LockAnswer::Released,
             (call, Ok(answer)) => panic!("the store answered {call:?} with {answer:?}"),
         }
@@ -405,16 +423,34 @@ impl LockService {
             AcquireOutcome::Granted { grant, .. } => {
                 self.grants
                     .push((now, key.clone(), grant.fencing_token, grant.session_id));
+                let (lease_ms, expires) = self.told(grant);
                 LockAnswer::Granted {
                     key: grant.lock_key.clone(),
                     token: grant.fencing_token,
-                    lease_ms: grant.lease_ms,
-                    expires: self.env.true_time(store_nanos(grant.expires_at)),
+                    lease_ms,
+                    expires,
                     session: grant.session_id,
                     waited_ms,
                 }
             }
             AcquireOutcome::Refused(_) => LockAnswer::Held,
+        }
+    }
+
+    /// The lease and expiry (true time) a replica tells the holder of `grant`.
+    fn told(&self, grant: &LockGrant) -> (u64, Nanos) {
+        self.told_ttl(grant.lease_ms, grant.expires_at)
+    }
+
+    /// A lease or session TTL and its expiry as a replica tells them: the store's, or,
+    /// planted, four times the TTL and an expiry three TTLs later (longer than any lock-delay,
+    /// which otherwise keeps the next holder out while the first still believes).
+    fn told_ttl(&self, ttl_ms: u64, expires_at: DateTime<Utc>) -> (u64, Nanos) {
+        let expires = self.env.true_time(store_nanos(expires_at));
+        if self.tell_longer_lease {
+            (4 * ttl_ms, expires + 3 * ttl_ms * 1_000_000)
+        } else {
+            (ttl_ms, expires)
         }
     }
 
@@ -485,6 +521,27 @@ impl LockService {
                 self.withheld += 1;
                 refusal(err)
             })
+    }
+
+    /// Request `request` of `session` ended without telling its client of a grant: the store
+    /// gives back a grant still recorded for it (and, with `leave`, its place).
+    pub fn abandon(
+        &mut self,
+        now: Nanos,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) -> bool {
+        self.env.set_now(now);
+        now_or_never(self.store.abandon(key, session, request, leave))
+            .unwrap_or_else(|e| panic!("memory store failed: {e}"))
+    }
+
+    /// The store's live grants at `now`: key, session, token, and the request each is for.
+    pub fn live_grants(&self, now: Nanos) -> Vec<(LockKey, SessionId, FencingToken, RequestId)> {
+        self.env.set_now(now);
+        self.store.live_grants()
     }
 
     /// A waiting acquire gave up: its queue place goes now.

@@ -77,7 +77,7 @@ impl SessionOwner {
 /// Names one acquire request to the store, so that a grant the store made for it can be taken
 /// back when the request ends without telling its client ([`LockStore::abandon`]).
 /// [`RequestId::NONE`] names no request: a grant made for it is never abandoned.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(pub u64);
 
 impl RequestId {
@@ -98,7 +98,8 @@ pub struct AcquireSpec {
     /// is granted the key for this long.
     pub lock_delay_ms: u64,
     /// The request asking: the grant (or the queue place, and a grant handed over to it)
-    /// records it until a later request of the session is granted the key.
+    /// records it. A re-grant to another request of the session records none: either may
+    /// have told its client, so neither may abandon it.
     pub request: RequestId,
 }
 
@@ -383,7 +384,7 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Request `request` of `session` ended without telling its client of a grant of `key`
     /// (its client went away, the store's answer was lost or withheld). A grant the store
-    /// made for that request, that no later request of the session was granted since, is
+    /// made for that request, that no other request of the session was granted since, is
     /// released (voluntarily: no lock-delay) and the key goes on to its next waiter; with
     /// `leave`, the request's own queue place goes too. Whether a grant was released.
     async fn abandon(

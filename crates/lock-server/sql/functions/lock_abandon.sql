@@ -1,7 +1,7 @@
 -- An acquire request ended without telling its client of a grant (its HTTP request was
 -- cancelled, the store's answer was lost or withheld): the grant made for it (by its own call
--- or handed over to its place) is released, unless a later request of the session was granted
--- the key since (lock_regrant wrote that request's id). The delete's trigger hands the key on
+-- or handed over to its place) is released, unless another request of the session was granted
+-- the key since (lock_regrant then recorded no request). The delete's trigger hands the key on
 -- to the next waiter. With p_leave the request's own queue place goes first. A voluntary end:
 -- no lock-delay. Request 0 names nobody and abandons nothing. Answers whether a grant went.
 CREATE OR REPLACE FUNCTION lock_abandon(p_key text, p_session uuid, p_request bigint,

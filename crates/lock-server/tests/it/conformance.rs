@@ -581,23 +581,36 @@ async fn an_abandoned_request_gives_back_only_its_own_grant(store: Arc<dyn LockS
         );
     }
     assert_eq!(held(&*store, &k, other).await, t0);
-    // The same session asks again as request 3: the grant is request 3's from now on.
-    let again = ask(&*store, &k, asker, asked_by(delayed(LONG_MS, LONG_MS), 3)).await;
+    // Request 1 asks again (its last try): still request 1's.
+    let again = ask(&*store, &k, asker, asked_by(delayed(LONG_MS, LONG_MS), 1)).await;
     assert_eq!(
         granted_token(&again),
         Some(t0),
         "a re-grant keeps the token"
     );
-    assert!(!store.abandon(&k, asker, RequestId(1), false).await.unwrap());
-    assert_eq!(
-        held(&*store, &k, other).await,
-        t0,
-        "request 3 was told of it"
-    );
-    assert!(store.abandon(&k, asker, RequestId(3), false).await.unwrap());
+    assert!(store.abandon(&k, asker, RequestId(1), false).await.unwrap());
     // Given back, not revoked: no lock-delay, the key is free at once.
     let next = ask(&*store, &k, other, AcquireSpec::lease(LONG_MS)).await;
-    assert!(granted_token(&next) > Some(t0), "{next:?}");
+    let t1 = granted_token(&next).expect("free at once");
+    assert!(t1 > t0, "{next:?}");
+    assert!(store.release(&k, other, t1).await.unwrap());
+    // Granted to request 4, then re-granted to request 5 of the same session (a retry, or
+    // an older request whose call landed late): either may have told the client, so neither
+    // takes it back.
+    let t2 =
+        granted_token(&ask(&*store, &k, asker, asked_by(AcquireSpec::lease(LONG_MS), 4)).await)
+            .expect("free");
+    let again = ask(&*store, &k, asker, asked_by(AcquireSpec::lease(LONG_MS), 5)).await;
+    assert_eq!(granted_token(&again), Some(t2));
+    for request in [4, 5] {
+        assert!(
+            !store
+                .abandon(&k, asker, RequestId(request), false)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(held(&*store, &k, other).await, t2, "the asker keeps it");
 }
 
 /// A grant handed over to the place of a request that has ended goes on to the next waiter

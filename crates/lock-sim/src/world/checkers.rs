@@ -1,10 +1,14 @@
 //! The checkers, after every event and at the end: the invariants of
 //! `docs/contracts/C1-domain.md` (at most once at the rail, fences only rise, tokens unique
 //! and rising per key, conservative expiry, ambiguity is terminal, the ledger balances,
-//! nothing is lost), an accepted superseded write, and mutual exclusion of the clients'
-//! beliefs in true time.
+//! nothing is lost), an accepted superseded write, mutual exclusion of the clients' beliefs
+//! in true time, a reported loss that stays final, and no orphan grant.
 
 use super::*;
+
+/// How long a grant may outlive the abandon of the request it was made for: the abandon is one
+/// store write, so anything past a few milliseconds means it did not happen.
+const ORPHAN_BOUND: Nanos = 50 * MS;
 
 impl World {
     /// Tokens unique and rising per key, on the grant just made: above the key's previous token,
@@ -117,6 +121,50 @@ impl World {
             );
             let c = *c;
             self.violate("a reported loss stays final", &[Node::Client(c)], detail);
+        }
+    }
+
+    /// No orphan grant: a grant the store made for a request before its replica abandoned it
+    /// (the request ended without telling its client) is gone within [`ORPHAN_BOUND`] of the
+    /// abandon, not left to its lease. (A grant handed over later to the place an abandon
+    /// kept for the client's retry is that retry's to take over, or the client's to settle.)
+    /// Abandons older than the longest lease are dropped: no grant made before them is live.
+    pub(super) fn check_orphans(&mut self) {
+        if self.abandoned.is_empty() {
+            return;
+        }
+        let now = self.q.now();
+        let longest = self.cfg.lease_ms.max(self.cfg.ttl_ms) * MS;
+        self.abandoned
+            .retain(|_, at| now.saturating_sub(*at) <= longest + ORPHAN_BOUND);
+        let orphan =
+            self.service
+                .live_grants(now)
+                .into_iter()
+                .find_map(|(key, session, token, _)| {
+                    let request = *self.made_for.get(&(key.clone(), token))?;
+                    let abandoned = self.abandoned.get(&request)?;
+                    // A grant never answered (withheld) has no record: made at the abandon.
+                    let granted = self
+                        .service
+                        .grants
+                        .iter()
+                        .rev()
+                        .find(|(_, k, t, _)| *k == key && *t == token)
+                        .map_or(0, |(at, ..)| *at);
+                    (granted <= *abandoned && now.saturating_sub(*abandoned) > ORPHAN_BOUND)
+                        .then_some((key, session, token, request))
+                });
+        if let Some((key, session, token, request)) = orphan {
+            let detail = format!(
+                "{key} token {} of session {} is still held {:.3} ms after request #{} that it \
+                 was made for was abandoned",
+                token.0,
+                session.tag(),
+                now.saturating_sub(self.abandoned[&request]) as f64 / MS as f64,
+                request.0
+            );
+            self.violate("no orphan grant", &[], detail);
         }
     }
 

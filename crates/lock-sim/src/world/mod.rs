@@ -11,7 +11,7 @@ mod network;
 mod protocol;
 mod services;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
 use lock_store::batch::Gatherer;
 use lock_store::wait_plan::{WaitPlan, WaitStep};
-use lock_store::{AcquireOutcome, AcquireSpec, Wake};
+use lock_store::{AcquireOutcome, AcquireSpec, RequestId, Wake};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
@@ -75,6 +75,8 @@ enum Body {
         grant: String,
     },
     WriteReply(Answer),
+    /// The client gave up on its request of this number (its connection closed).
+    Cancel(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +115,9 @@ enum Event {
     Write(usize, u64, Write),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
+    /// A parked acquire that left its queue place at its deadline makes its last try: a
+    /// separate store call, after the leave's, with whatever happened between.
+    LastTry(u64),
     /// A hand-over's notice reaches a replica late: whatever request of that session parks
     /// for that key then (maybe a later one than the place it was made for) is handed it.
     HandOverArrives(LockGrant, u64, Nanos),
@@ -133,8 +138,13 @@ enum Pending {
     },
     Heartbeat(Sent),
     Renew(Renewal),
-    /// An attempt of the job of this id.
-    Acquire(u64, Attempt),
+    /// An attempt of the job of this id, sent to this replica.
+    Acquire(u64, Attempt, usize),
+    /// The try that settles an acquire given up on an unanswered attempt (C2 §2.4): a grant
+    /// it is answered is released at once.
+    Settle(LockKey),
+    /// That release.
+    SettleRelease(LockKey, FencingToken),
     Release {
         key: LockKey,
         token: FencingToken,
@@ -228,6 +238,11 @@ struct Parked {
     /// A grant handed over to it, with its place's age and its expiry in true time as the
     /// store judged it then, not yet answered.
     handed: Option<(LockGrant, u64, Nanos)>,
+    /// The replica's name for the request (its grants and place record it).
+    request: RequestId,
+    /// Left its place at the deadline, its last try to come: the refusal that ended the
+    /// wait and its `waited_ms`, answered if that try is refused too.
+    leaving: Option<(AcquireOutcome, u64)>,
 }
 
 /// The outcome of one run.
@@ -278,6 +293,20 @@ pub struct World {
     /// Per replica: the batches in flight (by number, their writes), each committed at its
     /// `Flush`.
     flushing: Vec<BTreeMap<u64, Vec<LockCall>>>,
+    /// Acquires whose client gave up while their store call was in flight (by client and
+    /// request number): abandoned when that call answers, never answered.
+    cancelled: BTreeSet<(Node, u64)>,
+    /// Requests a replica abandoned (ended without telling their client of a grant), and
+    /// when: the orphan check's witness.
+    abandoned: BTreeMap<RequestId, Nanos>,
+    /// The request each grant was made for, by key and token, as the simulation saw it made
+    /// (not as the store records it): `NONE` once another request of its session was granted
+    /// it too. The orphan check's other witness.
+    made_for: BTreeMap<(LockKey, FencingToken), RequestId>,
+    /// The request whose store call last touched each queue place (a hand-over to the place
+    /// is made for it).
+    /// (Looked up only, never iterated: a hash map keeps the run deterministic.)
+    place_of: HashMap<(LockKey, SessionId), RequestId>,
     events: u64,
 }
 
@@ -337,6 +366,7 @@ impl World {
                 cfg.replicas,
                 cfg.lease_ms.max(cfg.ttl_ms),
                 cfg.lock_delay_ms,
+                cfg.bugs,
             ),
             bank,
             rng,
@@ -357,6 +387,10 @@ impl World {
             parks: 0,
             gathered: (0..cfg.replicas).map(|_| Gatherer::default()).collect(),
             flushing: vec![BTreeMap::new(); cfg.replicas],
+            cancelled: BTreeSet::new(),
+            abandoned: BTreeMap::new(),
+            made_for: BTreeMap::new(),
+            place_of: HashMap::new(),
             events: 0,
             cfg,
         };
@@ -417,6 +451,7 @@ impl World {
             self.deliver_wakes();
             self.check_exclusion();
             self.check_losses_final();
+            self.check_orphans();
             if now >= fault_until && self.bank.all_terminal() {
                 break;
             }
@@ -501,6 +536,7 @@ impl World {
                 }
             }
             Event::WaitRetry(id) => self.wait_call(id),
+            Event::LastTry(id) => self.last_try(id),
             Event::HandOverArrives(grant, place_age_ms, expires) => {
                 self.hand_over_arrives(grant, place_age_ms, expires);
             }

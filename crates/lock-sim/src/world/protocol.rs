@@ -68,8 +68,10 @@ impl World {
             session: session.id,
             lease_ms,
             wait_ms: attempt.wait_ms(),
+            request: RequestId::NONE,
         };
-        let pending = Pending::Acquire(job.id, attempt);
+        let replica = client.endpoint % self.cfg.replicas;
+        let pending = Pending::Acquire(job.id, attempt, replica);
         // A new acquire may be granted the same token again (the store's same-session
         // re-grant): from here the SDK may rightly hold it anew.
         self.reported_lost.remove(&(c, job.key.clone()));
@@ -85,6 +87,7 @@ impl World {
         };
         let after = job.acquiring.failed(now_local, verdict, &mut self.rng);
         let id = job.id;
+        let unanswered = job.acquiring.ended_unanswered().then(|| job.key.clone());
         if after.rotate {
             self.rotate(c);
         }
@@ -102,8 +105,47 @@ impl World {
             Next::Fail => {
                 self.clients[c].job = None;
                 self.schedule_step(c, 50 * MS);
+                if let Some(key) = unanswered {
+                    self.send_settle(c, key);
+                }
             }
         }
+    }
+
+    /// The acquire gave up on an attempt whose answer never came: one try, as the SDK's
+    /// `acquire` settles it (C2 §2.4); a grant it is answered is released.
+    fn send_settle(&mut self, c: usize, key: LockKey) {
+        let Some(session) = &self.clients[c].session else {
+            return;
+        };
+        let call = LockCall::Acquire {
+            key: key.clone(),
+            session: session.id,
+            lease_ms: self.cfg.lease_ms,
+            wait_ms: None,
+            request: RequestId::NONE,
+        };
+        self.coverage
+            .hit("an acquire given up unanswered sent its settling try");
+        self.lock_request(c, Pending::Settle(key), call);
+    }
+
+    /// The settling try was answered `token`: released at once unless the session holds the
+    /// key otherwise (the SDK's core decides).
+    fn settled(&mut self, c: usize, key: LockKey, token: FencingToken) {
+        let Some(s) = &mut self.clients[c].session else {
+            return;
+        };
+        if !s.core.settling(&key, token) {
+            return;
+        }
+        self.coverage.hit("a settling try's grant released");
+        let call = LockCall::Release {
+            key: key.clone(),
+            session: s.id,
+            token,
+        };
+        self.lock_request(c, Pending::SettleRelease(key, token), call);
     }
 
     pub(super) fn schedule_step(&mut self, c: usize, after: Nanos) {
@@ -187,7 +229,15 @@ impl World {
             Pending::Heartbeat(_) | Pending::Renew(_) => {
                 self.session_call_failed(c, &pending, None);
             }
-            Pending::Acquire(job, _) => {
+            Pending::Acquire(job, _, replica) => {
+                // Its connection closes: the replica learns the request is gone.
+                self.coverage.hit("an acquire timed out and was cancelled");
+                self.send(
+                    Node::Client(c),
+                    Node::Replica(replica),
+                    req,
+                    Body::Cancel(req),
+                );
                 // An attempt of a job the worker has left (its session was lost) is over.
                 if self.job_is(c, job) {
                     self.acquire_failed(c, RetryVerdict::NextTick);
@@ -197,6 +247,7 @@ impl World {
             // that sent it goes on.
             Pending::Release { then_retry, .. } => self.after_release(c, then_retry),
             Pending::Write(_) => self.end_job(c),
+            Pending::Settle(_) | Pending::SettleRelease(..) => {}
         }
         self.settle(c);
     }
@@ -246,7 +297,7 @@ impl World {
                 Pending::Heartbeat(_) | Pending::Renew(_) => {
                     self.session_call_failed(c, &pending, Some(code));
                 }
-                Pending::Acquire(job, _) if !self.job_is(c, *job) => {}
+                Pending::Acquire(job, ..) if !self.job_is(c, *job) => {}
                 Pending::Acquire(..) => {
                     if let Some(reason) = acquire::session_loss(code) {
                         // The SDK answers the acquire with the loss; the executor replaces
@@ -269,7 +320,7 @@ impl World {
                 }
                 // The release failed: the lease expires on its own.
                 Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
-                Pending::Write(_) => {}
+                Pending::Write(_) | Pending::Settle(_) | Pending::SettleRelease(..) => {}
             }
             return;
         }
@@ -343,7 +394,7 @@ impl World {
                     waited_ms,
                     ..
                 },
-                Pending::Acquire(job, attempt),
+                Pending::Acquire(job, attempt, _),
             ) => {
                 if !self.job_is(c, job) {
                     return;
@@ -380,6 +431,14 @@ impl World {
                 job.token = Some(token);
                 job.phase = Phase::Claiming;
                 self.write_after_think(c, Write::Claim);
+            }
+            (LockAnswer::Granted { token, .. }, Pending::Settle(key)) => {
+                self.settled(c, key, token);
+            }
+            (LockAnswer::Released, Pending::SettleRelease(key, token)) => {
+                if let Some(s) = &mut self.clients[c].session {
+                    s.core.release_answered(&key, token);
+                }
             }
             (
                 LockAnswer::Released,

@@ -14,7 +14,29 @@ impl World {
     /// the replica's group commit (as lock-server's `Batched` store gathers it) and is
     /// answered when its batch commits.
     pub(super) fn at_replica(&mut self, r: usize, from: Node, req: u64, body: Body) {
-        let Body::Lock(call) = body else { return };
+        let call = match body {
+            Body::Lock(call) => call,
+            Body::Cancel(cancelled) => return self.cancel(r, from, cancelled),
+            _ => return,
+        };
+        // The replica names each acquire request (lock-server's `waiting::Exposure`): its
+        // grant and its queue place record the name.
+        let call = match call {
+            LockCall::Acquire {
+                key,
+                session,
+                lease_ms,
+                wait_ms,
+                ..
+            } => LockCall::Acquire {
+                key,
+                session,
+                lease_ms,
+                wait_ms,
+                request: RequestId(req),
+            },
+            other => other,
+        };
         if let LockCall::Open { .. } = call {
             let answer = self.service.handle(self.q.now(), r, &call);
             return self.answered(r, from, req, &call, answer);
@@ -88,15 +110,24 @@ impl World {
             });
             return;
         };
-        if let LockAnswer::Granted {
-            key,
-            token,
-            session,
-            ..
-        } = &answer
+        self.check_grant_of(&answer, call);
+        if let (LockAnswer::Granted { key, token, .. }, LockCall::Acquire { .. }) = (&answer, call)
         {
-            if matches!(call, LockCall::Acquire { .. }) {
-                self.check_grant(key, *token, *session);
+            self.made(key, *token, RequestId(req));
+        }
+        if let LockCall::Acquire { key, session, .. } = call {
+            if self.cancelled.remove(&(from, req)) {
+                // Its client went away while the call was in flight: nothing is answered,
+                // and a grant it made is given back (after the call, as `Exposure` waits).
+                self.coverage
+                    .hit("an acquire cancelled with its store call in flight");
+                self.abandon_request(key, *session, RequestId(req), false);
+                return;
+            }
+            if answer == LockAnswer::NotLeader {
+                // A store refusal, or a grant the clock guard withheld: what the store made
+                // for the request is given back.
+                self.abandon_request(key, *session, RequestId(req), false);
             }
         }
         // A refused acquire that may wait is parked on the replica, as `waiting::acquire_waiting`
@@ -108,6 +139,7 @@ impl World {
                 session,
                 lease_ms,
                 wait_ms: Some(wait_ms),
+                request,
             },
         ) = (&answer, call)
         {
@@ -125,6 +157,8 @@ impl World {
                     plan: WaitPlan::new(now, *wait_ms),
                     last_called: now,
                     handed: None,
+                    request: *request,
+                    leaving: None,
                 },
             );
             return self.wait_call(id);
@@ -133,102 +167,267 @@ impl World {
     }
 
     /// A parked acquire asks the store again (its queue place renewed), then answers or naps as
-    /// its plan says.
+    /// its plan says. At its deadline it leaves its place; its last try is a store call of its
+    /// own ([`Event::LastTry`]), as in `waiting::acquire_waiting`.
     pub(super) fn wait_call(&mut self, id: u64) {
+        if self.answer_hand_over(id) {
+            return;
+        }
         let now = self.q.now();
         let Some(p) = self.parked.get_mut(&id) else {
             return;
         };
-        // A grant handed over since the last call answers without another (as
-        // `waiting::acquire_waiting` answers it, with the plan's credit for the wait).
-        if let Some((grant, place_age_ms, expires)) = p.handed.take() {
-            let (r, from, req, last_called, plan) =
-                (p.replica, p.from, p.req, p.last_called, p.plan);
-            let answer = match self.service.admit_hand_over(now, r, &grant) {
-                Ok(ran_at_most) => plan
-                    .handed_over(last_called, place_age_ms, now, ran_at_most)
-                    .map(|waited_ms| {
-                        self.coverage
-                            .hit("a parked acquire answered by a hand-over");
-                        self.service.answer_handed(&grant, expires, waited_ms)
-                    }),
-                Err(withheld) => {
-                    self.coverage.hit("a hand-over withheld by the clock guard");
-                    Some(withheld)
-                }
-            };
-            if let Some(answer) = answer {
-                self.parked.remove(&id);
-                self.log(&[from, Node::Replica(r)], || {
-                    format!("r{r} answers parked #{req} with its hand-over: {answer:?}")
-                });
-                self.send(Node::Replica(r), from, req, Body::LockReply(answer));
-                return;
-            }
-            // A grant that may predate the request: the call below answers afresh.
-            self.coverage
-                .hit("a hand-over older than its request asked again");
-        }
-        let Some(p) = self.parked.get_mut(&id) else {
-            return;
-        };
         p.last_called = now;
-        let (r, from, req, key, session) = (p.replica, p.from, p.req, p.key.clone(), p.session);
+        let (key, session, request, plan) = (p.key.clone(), p.session, p.request, p.plan);
         let spec = AcquireSpec {
-            queue_ms: p.plan.queue_ms(now),
+            queue_ms: plan.queue_ms(now),
+            request,
             // The replica gives every grant its default lock-delay (the SDK names none).
             ..AcquireSpec::lease(p.lease_ms)
         };
-        let plan = p.plan;
-        let answer = match self.service.acquire_queued(now, r, &key, session, spec) {
-            // The replica crashed with the request parked: nothing answers.
-            None => {
-                self.parked.remove(&id);
-                return;
-            }
+        self.place_of.insert((key.clone(), session), request);
+        let answer = match self.parked_call(id, spec) {
+            None => return,
             Some(Err(refusal)) => refusal,
             Some(Ok(outcome)) => match plan.after(now, &outcome) {
                 WaitStep::Nap(nap) => {
-                    self.q.after(
-                        u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX).max(1),
-                        Event::WaitRetry(id),
-                    );
+                    let nap = u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX);
+                    self.q.after(nap.max(1), Event::WaitRetry(id));
                     return;
                 }
-                WaitStep::Answer { waited_ms, leave } => {
-                    if leave {
-                        self.coverage
-                            .hit("a waiting acquire gave up at its deadline");
-                        self.service.leave_queue(now, &key, session);
-                        // A hand-over may have raced the leave: one last try, without a place.
-                        let try_spec = AcquireSpec {
-                            queue_ms: 0,
-                            ..spec
-                        };
-                        match self.service.acquire_queued(now, r, &key, session, try_spec) {
-                            Some(Ok(last @ AcquireOutcome::Granted { .. })) => {
-                                self.coverage
-                                    .hit("a waiting acquire granted by its last try");
-                                let waited_ms = plan.granted_by_call_at(now);
-                                self.service.answer_acquire(now, &key, &last, waited_ms)
-                            }
-                            _ => self.service.answer_acquire(now, &key, &outcome, waited_ms),
-                        }
-                    } else {
-                        self.coverage.hit("a parked acquire granted");
-                        self.service.answer_acquire(now, &key, &outcome, waited_ms)
+                WaitStep::Answer {
+                    waited_ms,
+                    leave: true,
+                } => {
+                    self.coverage
+                        .hit("a waiting acquire gave up at its deadline");
+                    self.service.leave_queue(now, &key, session);
+                    if let Some(p) = self.parked.get_mut(&id) {
+                        p.leaving = Some((outcome, waited_ms));
                     }
+                    let call = self.store_call_nanos();
+                    self.q.after(call, Event::LastTry(id));
+                    return;
+                }
+                WaitStep::Answer {
+                    waited_ms,
+                    leave: false,
+                } => {
+                    self.coverage.hit("a parked acquire granted");
+                    self.service.answer_acquire(now, &key, &outcome, waited_ms)
                 }
             },
         };
-        self.parked.remove(&id);
-        if let LockAnswer::Granted { token, .. } = &answer {
-            self.check_grant(&key, *token, session);
+        self.answer_parked(id, answer);
+    }
+
+    /// How long a replica's next store call takes to start: a round trip, or in the fault
+    /// window sometimes a slow one, long enough for a release, a hand-over or a cancel to
+    /// come between a leave and the last try.
+    fn store_call_nanos(&mut self) -> Nanos {
+        if self.in_fault_window() && self.rng.f64() < SLOW_COMMIT_SHARE {
+            self.rng.u64(10 * MS..=SLOW_COMMIT_MAX_MS * MS)
+        } else {
+            self.rng.u64(MS / 2..=5 * MS)
         }
+    }
+
+    /// A parked acquire's last try, after its leave: a grant, or the refusal that ended the
+    /// wait.
+    pub(super) fn last_try(&mut self, id: u64) {
+        let now = self.q.now();
+        let Some(p) = self.parked.get(&id) else {
+            return;
+        };
+        let Some((outcome, waited_ms)) = p.leaving.clone() else {
+            return;
+        };
+        let (key, plan) = (p.key.clone(), p.plan);
+        let spec = AcquireSpec {
+            request: p.request,
+            ..AcquireSpec::lease(p.lease_ms)
+        };
+        self.coverage
+            .hit("a waiting acquire's last try after its leave");
+        let answer = match self.parked_call(id, spec) {
+            None => return,
+            Some(Err(refusal)) => refusal,
+            Some(Ok(last @ AcquireOutcome::Granted { .. })) => {
+                self.coverage
+                    .hit("a waiting acquire granted by its last try");
+                let waited_ms = plan.granted_by_call_at(now);
+                self.service.answer_acquire(now, &key, &last, waited_ms)
+            }
+            Some(Ok(AcquireOutcome::Refused(_))) => {
+                self.service.answer_acquire(now, &key, &outcome, waited_ms)
+            }
+        };
+        self.answer_parked(id, answer);
+    }
+
+    /// Parked request `id`'s store call as `spec`: `None` when its replica is down (the
+    /// request vanishes); a store refusal or a grant the clock guard withheld ends it exposed,
+    /// abandoned (its place kept for the client's retry).
+    fn parked_call(
+        &mut self,
+        id: u64,
+        spec: AcquireSpec,
+    ) -> Option<Result<AcquireOutcome, LockAnswer>> {
+        let now = self.q.now();
+        let p = self.parked.get(&id)?;
+        let (r, key, session) = (p.replica, p.key.clone(), p.session);
+        let Some(result) = self.service.acquire_queued(now, r, &key, session, spec) else {
+            self.parked.remove(&id);
+            return None;
+        };
+        if result.is_err() {
+            self.abandon_request(&key, session, spec.request, false);
+        }
+        Some(result)
+    }
+
+    /// Answers parked request `id` with `answer` (a grant checked first), and unparks it.
+    fn answer_parked(&mut self, id: u64, answer: LockAnswer) {
+        let Some(p) = self.parked.remove(&id) else {
+            return;
+        };
+        if let LockAnswer::Granted { token, .. } = &answer {
+            self.check_grant(&p.key, *token, p.session);
+            self.made(&p.key, *token, p.request);
+        }
+        let (r, from, req) = (p.replica, p.from, p.req);
         self.log(&[from, Node::Replica(r)], || {
             format!("r{r} answers parked #{req}: {answer:?}")
         });
         self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+    }
+
+    /// A grant handed over since the last call answers without another (as
+    /// `waiting::acquire_waiting` answers it, with the plan's credit for the wait); whether
+    /// the request was answered. A grant that may predate the request is asked again.
+    fn answer_hand_over(&mut self, id: u64) -> bool {
+        let now = self.q.now();
+        let Some(p) = self.parked.get_mut(&id) else {
+            return false;
+        };
+        let Some((grant, place_age_ms, expires)) = p.handed.take() else {
+            return false;
+        };
+        let (r, from, req, last_called, plan) = (p.replica, p.from, p.req, p.last_called, p.plan);
+        let (key, session, request) = (p.key.clone(), p.session, p.request);
+        let answer = match self.service.admit_hand_over(now, r, &grant) {
+            Ok(ran_at_most) => plan
+                .handed_over(last_called, place_age_ms, now, ran_at_most)
+                .map(|waited_ms| {
+                    self.coverage
+                        .hit("a parked acquire answered by a hand-over");
+                    self.service.answer_handed(&grant, expires, waited_ms)
+                }),
+            Err(withheld) => {
+                self.coverage.hit("a hand-over withheld by the clock guard");
+                self.abandon_request(&key, session, request, false);
+                Some(withheld)
+            }
+        };
+        let Some(answer) = answer else {
+            // A grant that may predate the request: the next call answers afresh.
+            self.coverage
+                .hit("a hand-over older than its request asked again");
+            return false;
+        };
+        self.parked.remove(&id);
+        self.log(&[from, Node::Replica(r)], || {
+            format!("r{r} answers parked #{req} with its hand-over: {answer:?}")
+        });
+        self.send(Node::Replica(r), from, req, Body::LockReply(answer));
+        true
+    }
+
+    /// Client `from` gave up on its request `req` to replica `r` (its connection closed): a
+    /// parked request ends and is abandoned; one whose store call is in flight is abandoned
+    /// when the call answers; an answered one is gone already.
+    fn cancel(&mut self, r: usize, from: Node, req: u64) {
+        if !self.service.up[r] {
+            return;
+        }
+        let parked = self
+            .parked
+            .iter()
+            .find(|(_, p)| p.replica == r && p.from == from && p.req == req)
+            .map(|(id, _)| *id);
+        let Some(p) = parked.and_then(|id| self.parked.remove(&id)) else {
+            self.cancelled.insert((from, req));
+            return;
+        };
+        self.coverage
+            .hit("a parked acquire cancelled by its client");
+        self.log(&[from, Node::Replica(r)], || {
+            format!("r{r}: parked #{req} cancelled by its client")
+        });
+        self.abandon_request(&p.key, p.session, p.request, p.leaving.is_none());
+    }
+
+    /// `request` ended at a replica without telling its client of a grant: the store gives
+    /// back what it made for it (`LockStore::abandon`, as `waiting::Exposure` does), and the
+    /// orphan check holds it to that. A store that takes no writes now cannot: the grant is
+    /// then the client's to settle, or its lease's.
+    fn abandon_request(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        request: RequestId,
+        leave: bool,
+    ) {
+        if request == RequestId::NONE || self.service.not_leader {
+            return;
+        }
+        let now = self.q.now();
+        self.abandoned.insert(request, now);
+        // A grant no answer carried (the clock guard withheld it) was made for this request.
+        for (k, s, token, _) in self.service.live_grants(now) {
+            if k == *key && s == session && !self.made_for.contains_key(&(k.clone(), token)) {
+                self.made_for.insert((k, token), request);
+            }
+        }
+        if self.cfg.bugs.keep_abandoned {
+            return;
+        }
+        let released = self.service.abandon(now, key, session, request, leave);
+        self.log(&[], || {
+            format!(
+                "request #{} of {} on {key} abandoned (leave {leave}): grant released {released}",
+                request.0,
+                session.tag()
+            )
+        });
+        if released {
+            self.coverage.hit("an abandoned request's grant given back");
+        }
+    }
+
+    /// Grant `token` of `key` was made (or made again) for `request`: the orphan check's
+    /// record. Made again for another request of its session, it is no single request's.
+    fn made(&mut self, key: &LockKey, token: FencingToken, request: RequestId) {
+        let made = self.made_for.entry((key.clone(), token)).or_insert(request);
+        if *made != request {
+            *made = RequestId::NONE;
+        }
+    }
+
+    /// The grant an acquire was answered, checked (tokens unique and rising per key).
+    fn check_grant_of(&mut self, answer: &LockAnswer, call: &LockCall) {
+        if let (
+            LockAnswer::Granted {
+                key,
+                token,
+                session,
+                ..
+            },
+            LockCall::Acquire { .. },
+        ) = (answer, call)
+        {
+            self.check_grant(key, *token, *session);
+        }
     }
 
     /// Delivers the store's wake-ups to the parked requests they name, on every replica; the
@@ -236,10 +435,18 @@ impl World {
     pub(super) fn deliver_wakes(&mut self) {
         for wake in self.service.take_wakes() {
             if let Wake::HandedOver { grant, .. } = &wake {
-                // Made now, in the store: a grant like any other for the token checks.
+                // Made now, in the store: a grant like any other for the token checks, made
+                // for the request that last touched the place.
                 self.coverage
                     .hit("a freed key handed over to its head waiter");
                 let now = self.q.now();
+                let place = (grant.lock_key.clone(), grant.session_id);
+                let request = self.place_of.get(&place).copied();
+                self.made(
+                    &grant.lock_key,
+                    grant.fencing_token,
+                    request.unwrap_or_default(),
+                );
                 self.service.grants.push((
                     now,
                     grant.lock_key.clone(),
@@ -251,6 +458,7 @@ impl World {
             let woken: Vec<u64> = self
                 .parked
                 .iter()
+                .filter(|(_, p)| p.leaving.is_none())
                 .filter(|(_, p)| match &wake {
                     Wake::Head { key, session } => p.key == *key && p.session == *session,
                     Wake::HandedOver { grant, .. } => {
@@ -305,10 +513,9 @@ impl World {
         place_age_ms: u64,
         expires: Nanos,
     ) {
-        let found = self
-            .parked
-            .iter_mut()
-            .find(|(_, p)| p.key == grant.lock_key && p.session == grant.session_id);
+        let found = self.parked.iter_mut().find(|(_, p)| {
+            p.key == grant.lock_key && p.session == grant.session_id && p.leaving.is_none()
+        });
         let Some((id, p)) = found else {
             self.coverage
                 .hit("a late hand-over notice found its request gone");

@@ -1,6 +1,6 @@
 //! The simulation's own evidence: runs replay byte for byte, the checkers catch each planted
 //! mistake within 100 seeds by the invariant it breaks (every `--bug` switch; I1, I2, I4, I5,
-//! I6 and I7 each fire by name), drift beyond the bound the margin covers breaks I4, and at the bound
+//! I6, I7, mutual exclusion and the orphan check each fire by name), drift beyond the bound the margin covers breaks I4, and at the bound
 //! every invariant holds.
 #![allow(clippy::unwrap_used)]
 
@@ -47,6 +47,14 @@ fn each_planted_mistake_is_caught_within_100_seeds_by_the_invariant_it_breaks() 
             "skip-post",
             &["I7 every payout terminal once faults heal"][..],
         ),
+        // A replica that leaves what the store made for an abandoned request: the grant
+        // outlives its request, unknown to everyone, until its lease ends.
+        ("keep-abandoned", &["no orphan grant"][..]),
+        // Replicas over databases of their own: the same token drawn twice for one key.
+        ("split-store", &["I3 tokens unique per key"][..]),
+        // A replica telling a longer lease than the store granted: its holder believes past
+        // the store's expiry while the next holder is granted.
+        ("tell-longer-lease", &["mutual exclusion"][..]),
     ];
     let named: Vec<&str> = planted.iter().map(|(name, _)| *name).collect();
     assert_eq!(named, BUG_NAMES, "every switch is shown caught");

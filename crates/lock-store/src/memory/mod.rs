@@ -49,6 +49,23 @@ impl MemoryStore {
         }
     }
 
+    /// The live grants the store holds now: key, session, token and the request each was
+    /// last granted to (what the simulation's orphan check reads; no other caller needs it).
+    pub fn live_grants(&self) -> Vec<(LockKey, SessionId, FencingToken, RequestId)> {
+        let now = self.env.now_nanos();
+        let Ok(state) = self.state() else {
+            return Vec::new();
+        };
+        state
+            .locks
+            .keys()
+            .filter_map(|key| {
+                let grant = state.live_grant(key, now)?;
+                Some((key.clone(), grant.session, grant.token, grant.request))
+            })
+            .collect()
+    }
+
     /// Delivers `wakes` (after the state's lock is released).
     fn deliver(&self, wakes: impl IntoIterator<Item = Wake>) {
         self.wakes.deliver(wakes);
@@ -196,7 +213,12 @@ impl LockStore for MemoryStore {
                     Grant {
                         lease_ms,
                         expires,
-                        request: spec.request,
+                        // Another request's re-grant: either may have told its client.
+                        request: if current.request == spec.request {
+                            spec.request
+                        } else {
+                            RequestId::NONE
+                        },
                         ..current
                     },
                 );

@@ -49,8 +49,9 @@ impl EtcdStore {
     }
 
     /// Same session again: the same token; the lease only grows (so the client's deadline
-    /// never lies after the server's expiry), and the grant is `spec.request`'s from now on.
-    /// The session's queue place, if it has one, goes.
+    /// never lies after the server's expiry). Re-granted to another request than the one it
+    /// records, the grant records none (either may have told its client: neither abandons
+    /// it). The session's queue place, if it has one, goes.
     pub(super) async fn regrant(
         &self,
         key: &LockKey,
@@ -60,11 +61,16 @@ impl EtcdStore {
     ) -> Result<Option<LockGrant>, StoreError> {
         let old = current.value;
         let grows = spec.lease_ms > old.lease_ms;
+        let request = if old.request == spec.request.0 {
+            old.request
+        } else {
+            RequestId::NONE.0
+        };
         if !grows {
             if !self.keep_alive(old.lease).await? {
                 return Ok(None);
             }
-            if old.request == spec.request.0 {
+            if old.request == request {
                 if place.is_some() {
                     self.leave_place(key, old.session).await?;
                 }
@@ -72,7 +78,7 @@ impl EtcdStore {
             }
         }
         // A longer lease than the grant has moves the grant onto a new, longer lease; another
-        // request's re-grant rewrites the record with its id.
+        // request's re-grant rewrites the record without a request.
         let lease = if grows {
             self.grant_lease(spec.lease_ms).await?
         } else {
@@ -81,7 +87,7 @@ impl EtcdStore {
         let grown = GrantValue {
             lease,
             lease_ms: spec.lease_ms.max(old.lease_ms),
-            request: spec.request.0,
+            request,
             ..old.clone()
         };
         let committed = self
