@@ -9,7 +9,7 @@
 //! (PostgreSQL only), and etcd's own lock API (whenever an `etcd` binary is installed; on
 //! the same etcd with `--backend etcd`). The table counts granted locks per second, refusals
 //! separately, acquires that gave up, the acquire wait (p50, p99, max) and fairness (most
-//! grants of one client over fewest); load generators in `bench_sides`. Last, the
+//! grants of one client over fewest); load generators in `bench_load`. Last, the
 //! lock-server's resident memory with many open sessions each holding a lock.
 
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use test_support::etcd::EtcdCluster;
 use test_support::pg::{DURABLE_SETTINGS, ThrowawayCluster, with_database};
 
-use crate::bench_sides::{self, SideFigures, open_session};
+use crate::bench_load::{self, SideFigures, open_session};
 use crate::stack::{LockStoreAt, spawn_lock_server_at};
 
 /// Options of `harness bench locks`.
@@ -322,14 +322,12 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         for hot in [false, true] {
             let keys = if hot { "hot" } else { "distinct" };
             let etcd = match &stores.etcd {
-                Some(etcd) => {
-                    Some(bench_sides::etcd_lock_side(etcd, clients, duration, hot).await?)
-                }
+                Some(etcd) => Some(bench_load::etcd_lock_side(etcd, clients, duration, hot).await?),
                 None => None,
             };
             let etcd_rate = etcd.as_ref().map(|f| f.granted_per_s);
             let cpu_before = cpu_micros(server.process.pid())?;
-            let sdk = bench_sides::sdk_side(&sdk_config, clients, duration, hot).await?;
+            let sdk = bench_load::sdk_side(&sdk_config, clients, duration, hot).await?;
             let cpu_sdk = cpu_micros(server.process.pid())? - cpu_before;
             println!(
                 "{}",
@@ -339,7 +337,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 let mut config = sdk_config.clone();
                 config.endpoints = vec![alone.url.clone()];
                 let cpu_before = cpu_micros(alone.process.pid())?;
-                let sdk = bench_sides::sdk_side(&config, clients, duration, hot).await?;
+                let sdk = bench_load::sdk_side(&config, clients, duration, hot).await?;
                 let cpu = cpu_micros(alone.process.pid())? - cpu_before;
                 println!(
                     "{}",
@@ -358,7 +356,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 config.endpoints = vec![over_tls.url.clone()];
                 config.tls = files.client();
                 let cpu_before = cpu_micros(over_tls.process.pid())?;
-                let sdk = bench_sides::sdk_side(&config, clients, duration, hot).await?;
+                let sdk = bench_load::sdk_side(&config, clients, duration, hot).await?;
                 let cpu = cpu_micros(over_tls.process.pid())? - cpu_before;
                 println!(
                     "{}",
@@ -366,7 +364,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 );
             }
             let cpu_before = cpu_micros(server.process.pid())?;
-            let raw = bench_sides::http_side(&http, &base, clients, duration, hot).await?;
+            let raw = bench_load::http_side(&http, &base, clients, duration, hot).await?;
             let cpu_raw = cpu_micros(server.process.pid())? - cpu_before;
             println!(
                 "{}",
@@ -374,7 +372,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             );
             if let (Some((db_url, pgbench)), Some(db)) = (&stores.pgbench, db.as_mut()) {
                 db.execute("DELETE FROM locks").await?;
-                let sql = bench_sides::pgbench_side(
+                let sql = bench_load::pgbench_side(
                     pgbench,
                     db_url,
                     db,
@@ -477,8 +475,8 @@ async fn memory_side(
         after as f64 / 1024.0,
         started.elapsed().as_secs_f64()
     );
-    let waiters = crate::bench_sides::PARKED_WAITERS;
-    let parked = crate::bench_sides::park_waiters(http, base, "mem.waited", waiters).await?;
+    let waiters = crate::bench_load::PARKED_WAITERS;
+    let parked = crate::bench_load::park_waiters(http, base, "mem.waited", waiters).await?;
     let with_waiters = rss_kib(server)?;
     for result in parked.join_all().await {
         result?;

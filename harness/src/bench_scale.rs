@@ -14,7 +14,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use test_support::poll_until;
 
 use crate::bench::{BenchBackend, Stores};
-use crate::bench_sides::{self, SideFigures};
+use crate::bench_load::{self, SideFigures};
 use crate::stack::{LockStoreAt, spawn_lock_server_at};
 
 /// Options of `harness bench scale`.
@@ -86,7 +86,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let held_kib = crate::bench::rss_kib(&server.process)?;
 
     let duration = Duration::from_secs(options.seconds);
-    let load = bench_sides::http_side(&http, &base, options.clients, duration, false).await?;
+    let load = bench_load::http_side(&http, &base, options.clients, duration, false).await?;
     let loaded_kib = crate::bench::rss_kib(&server.process)?;
 
     let expiring = options.keys / EXPIRE_DIVISOR;
@@ -101,7 +101,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let reap_started = Instant::now();
     let passes_before = reaper_passes(&http, &base).await?;
     let (under_reap, reaped) = tokio::join!(
-        bench_sides::http_side(&http, &base, options.clients, duration, false),
+        bench_load::http_side(&http, &base, options.clients, duration, false),
         async {
             let url = db_url.clone();
             poll_until(

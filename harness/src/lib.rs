@@ -1,7 +1,7 @@
 //! The harness: end-to-end suites, fault experiments, the demo and benchmarks.
 //!
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
-//! - [`bench`], [`bench_sides`], [`bench_scale`]: benchmarks (`harness bench locks`: granted
+//! - [`bench`], [`bench_load`], [`bench_scale`]: benchmarks (`harness bench locks`: granted
 //!   locks through the SDK, raw HTTP, pgbench and etcd's lock API; `harness bench pipeline`;
 //!   `harness bench scale`: a million held keys).
 //! - [`demo`]: the whole stack, payouts, a frozen executor and a report (`harness demo`).
@@ -14,8 +14,8 @@
 
 pub mod audit;
 pub mod bench;
+pub mod bench_load;
 pub mod bench_scale;
-pub mod bench_sides;
 pub mod chaos;
 pub mod compose;
 pub mod demo;

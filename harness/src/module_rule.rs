@@ -1,10 +1,10 @@
 //! The workspace module rule (`ct5-modules` in `docs/contracts/C5-config-build-and-naming.md`),
 //! checked on `cargo metadata` output so it holds where cargo-deny is not installed:
-//! - among workspace crates, `payout-executor` depends on `lock-api`, `lock-client`,
-//!   `process-kit` and `tls-kit` only (directly or through them; not `service-kit`, the HTTP
-//!   kit), and `lockctl` on `lock-api`, `lock-client` and `tls-kit` only (the SDK is its
-//!   only door to the lock surface);
-//! - `lock-client` never depends on `lock-server`;
+//! - among workspace crates, `payout-executor` and `lockctl` depend on `lock-api` and
+//!   `lock-client` only: the SDK is their only door (what the executor needs of process and
+//!   TLS plumbing comes through `lock-client`'s `service` feature), and nothing they reach
+//!   through it is a service, the HTTP kit, the store or the harness;
+//! - `lock-client` never depends on `lock-server` or the HTTP kit;
 //! - `fence-kit` never depends on `lock-server`, `lock-store` or `lock-client`: a resource
 //!   owner adopts it without the lock service's code;
 //! - `lock-sim` never depends on `lock-server`: it runs `lock-store` (the contract, the memory
@@ -14,11 +14,22 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-/// The crates `payout-executor` may reach among workspace crates: the SDK, and the process
-/// kit (flags, logs, recorder, shutdown), never the HTTP kit.
-pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client", "process-kit", "tls-kit"];
-/// The crates `lockctl` may reach among workspace crates (the same: a client of the SDK).
-pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client", "tls-kit"];
+/// The workspace crates `payout-executor` depends on (any kind of dependency): the SDK only.
+pub const EXECUTOR_ALLOWED: &[&str] = &["lock-api", "lock-client"];
+/// The workspace crates `lockctl` depends on: the same, a client of the SDK.
+pub const LOCKCTL_ALLOWED: &[&str] = &["lock-api", "lock-client"];
+/// What the SDK's clients never reach, directly or through what they depend on: the
+/// services, the HTTP kit, the store, the payment surface and the harness.
+pub const CLIENTS_NEVER_REACH: &[&str] = &[
+    "lock-server",
+    "lock-store",
+    "service-kit",
+    "payment-api",
+    "payment-resource",
+    "rail-proxy",
+    "rail-stub",
+    "harness",
+];
 
 /// Every breach of the rule in `metadata` (the JSON of `cargo metadata --format-version 1`),
 /// as human-readable lines. Empty means the rule holds.
@@ -74,16 +85,23 @@ pub fn violations(metadata: &Value) -> Vec<String> {
         ("payout-executor", EXECUTOR_ALLOWED),
         ("lockctl", LOCKCTL_ALLOWED),
     ] {
+        for dep in all_edges.get(client).into_iter().flatten() {
+            if !allowed.contains(&dep.as_str()) {
+                found.push(format!("{client} depends on {dep}; allowed: {allowed:?}"));
+            }
+        }
         for reached in reachable(client) {
-            if !allowed.contains(&reached.as_str()) {
+            let direct = all_edges.get(client).is_some_and(|d| d.contains(&reached));
+            if CLIENTS_NEVER_REACH.contains(&reached.as_str()) && !direct {
                 found.push(format!(
-                    "{client} depends on {reached}; allowed: {allowed:?}"
+                    "{client} depends on {reached} (through its dependencies)"
                 ));
             }
         }
     }
     for (crate_name, never) in [
         ("lock-client", "lock-server"),
+        ("lock-client", "service-kit"),
         ("lock-sim", "lock-server"),
         ("fence-kit", "lock-server"),
         ("fence-kit", "lock-store"),

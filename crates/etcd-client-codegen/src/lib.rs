@@ -1,5 +1,5 @@
-//! Generates `crates/etcd-client`'s gRPC code (`src/rpc/generated/`) from etcd's `.proto`
-//! files (`crates/etcd-client/proto/`) without a system `protoc`.
+//! Generates `vendor/etcd-client`'s gRPC code (`src/rpc/generated/`) from etcd's `.proto`
+//! files (`vendor/etcd-client/proto/`) without a system `protoc`.
 //!
 //! `protox` (a protobuf compiler in Rust) compiles the `.proto` files to a descriptor set; the
 //! services the client does not carry are removed from it together with every message and enum
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use prost_types::{DescriptorProto, FileDescriptorProto, FileDescriptorSet};
 
-/// The `.proto` files compiled (their imports come along), under `crates/etcd-client/proto/`.
+/// The `.proto` files compiled (their imports come along), under `vendor/etcd-client/proto/`.
 pub const PROTOS: &[&str] = &[
     "etcd/api/etcdserverpb/rpc.proto",
     "etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
@@ -37,9 +37,9 @@ const FILE_MESSAGE_TYPE: i32 = 4;
 const FILE_ENUM_TYPE: i32 = 5;
 const FILE_SERVICE: i32 = 6;
 
-/// `crates/etcd-client`, beside this crate.
+/// `vendor/etcd-client`, the fork whose code this crate generates.
 pub fn client_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etcd-client")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../vendor/etcd-client")
 }
 
 /// Where the generated files are checked in.

@@ -1,4 +1,4 @@
-//! The checked-in gRPC code of `crates/etcd-client` is exactly what its `.proto` files generate.
+//! The checked-in gRPC code of `vendor/etcd-client` is exactly what its `.proto` files generate.
 
 #![allow(clippy::unwrap_used)]
 
@@ -37,7 +37,7 @@ fn checked_in_code_matches_a_fresh_generation() {
     std::fs::remove_dir_all(&out).ok();
     assert!(
         drift.is_empty(),
-        "crates/etcd-client/src/rpc/generated/ drifted from its .proto files in {drift:?}: run \
+        "vendor/etcd-client/src/rpc/generated/ drifted from its .proto files in {drift:?}: run \
          UPDATE_GENERATED=1 cargo test -p etcd-client-codegen and commit the result"
     );
 }

@@ -45,6 +45,8 @@ mod config;
 pub mod core;
 mod heartbeat;
 pub mod metrics;
+#[cfg(feature = "service")]
+pub mod service;
 mod session;
 pub mod testing;
 mod transport;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-pub use process_kit::LogFormat;
+pub use lock_client::service::LogFormat;
 
 /// Where the test-only fault point stops the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,7 +59,7 @@ pub struct Config {
     pub bind: SocketAddr,
     /// The metrics port: HTTPS (`TLS_CERT_FILE`, `TLS_KEY_FILE`) or plain HTTP said so.
     #[command(flatten)]
-    pub tls: process_kit::ServeTls,
+    pub tls: lock_client::service::ServeTls,
     /// Owner id of this worker's lock session.
     #[arg(long, env = "EXECUTOR_ID", default_value = "payout-executor")]
     pub executor_id: String,

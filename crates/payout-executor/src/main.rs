@@ -9,8 +9,8 @@ use payout_executor::{Config, Executor, telemetry};
 
 #[tokio::main]
 async fn main() {
-    let config: Config = process_kit::parse_or_exit("payout-executor");
-    process_kit::logging::init(config.log_format);
+    let config: Config = lock_client::service::parse_or_exit("payout-executor");
+    lock_client::service::logging::init(config.log_format);
     if let Err(err) = run(config).await {
         eprintln!("payout-executor: {err:#}");
         std::process::exit(1);
@@ -18,9 +18,9 @@ async fn main() {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let metrics = process_kit::recorder::install();
+    let metrics = lock_client::service::recorder::install();
     let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
-    let tls = tls_kit::ServerTls::chosen(
+    let tls = lock_client::service::ServerTls::chosen(
         config.tls.cert.as_deref(),
         config.tls.key.as_deref(),
         None,
@@ -39,7 +39,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     });
     // A signal stops new attempts; the payouts in flight finish, then the loop returns. The
     // handlers are installed here, before the loop starts.
-    let signalled = process_kit::shutdown::signal();
+    let signalled = lock_client::service::shutdown::signal();
     tokio::spawn(async move {
         signalled.await;
         tracing::info!(

@@ -1,6 +1,6 @@
 //! The executor's small HTTP surface: `/metrics`, `/health/live`, `/health/ready`, served on
 //! HTTPS (`TLS_CERT_FILE`, `TLS_KEY_FILE`, read again on SIGHUP) or, only when
-//! `UNSAFE_PLAINTEXT_HTTP` says so, plain HTTP: the services' rule (`tls_kit::ServerTls::chosen`).
+//! `UNSAFE_PLAINTEXT_HTTP` says so, plain HTTP: the services' rule (`lock_client::service::ServerTls::chosen`).
 //! Logs, the recorder and flag parsing are the process kit's (`process-kit`).
 
 use std::future::Future;
@@ -11,8 +11,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
+use lock_client::service::{JsonParseErrors, ServerTls, TlsStream};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tls_kit::{JsonParseErrors, ServerTls, TlsStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 
