@@ -100,6 +100,14 @@ pub fn check_fence<S: Lifecycle>(
     if state.is_terminal() {
         return Err(FenceRefusal::Terminal(state));
     }
+    // A write let through is never a superseded holder's: never below the fence, and at the
+    // fence only with the grant that set it.
+    debug_assert!(
+        presented.token > fence.token || (presented.token == fence.token && presented.set(&fence)),
+        "a write with token {} let through a fence at {}",
+        presented.token,
+        fence.token
+    );
     Ok(())
 }
 

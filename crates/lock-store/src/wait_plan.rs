@@ -68,6 +68,12 @@ impl WaitPlan {
     /// store's hint, the recheck bound or the deadline, whichever comes first.
     pub fn after(&self, called_nanos: u64, outcome: &AcquireOutcome) -> WaitStep {
         let waited_ms = self.granted_by_call_at(called_nanos);
+        // A grant began after the call that made it: the wait credited ends at that call.
+        debug_assert!(
+            waited_ms.saturating_mul(1_000_000) <= called_nanos.saturating_sub(self.started_nanos),
+            "{waited_ms} ms credited for a call made {} ns into the wait",
+            called_nanos.saturating_sub(self.started_nanos)
+        );
         let remaining = self.remaining(called_nanos);
         let refusal = match outcome {
             AcquireOutcome::Refused(refusal) if !remaining.is_zero() => refusal,
@@ -118,7 +124,14 @@ impl WaitPlan {
         let claimed_ms = self
             .granted_by_call_at(last_called_nanos)
             .saturating_add(place_age_ms);
-        Some(claimed_ms.min(provable_ms))
+        let waited_ms = claimed_ms.min(provable_ms);
+        // Never more than the wait the replica can prove began before the grant did.
+        debug_assert!(
+            waited_ms.saturating_mul(1_000_000)
+                <= began_after_nanos.saturating_sub(self.started_nanos),
+            "a hand-over credited {waited_ms} ms, more than the grant can have waited"
+        );
+        Some(waited_ms)
     }
 
     /// The `waited_ms` of a grant answered by a store call made at `called_nanos`: the time

@@ -128,7 +128,17 @@ pub fn grant_basis_nanos(
 ) -> u64 {
     let measured = received_nanos.wrapping_sub(send_nanos);
     let credit = super::usable_nanos(safety_margin, waited_ms);
-    send_nanos.wrapping_add(credit.min(measured))
+    let basis = send_nanos.wrapping_add(credit.min(measured));
+    // The basis lies between the send and the answer, and credits no more of the server's
+    // wait than what is left of it after the margin.
+    let credited = basis.wrapping_sub(send_nanos);
+    debug_assert!(
+        credited <= measured
+            && credited as f64 <= waited_ms as f64 * 1e6 * (1.0 - safety_margin) + 1.0,
+        "a grant's basis {credited} ns after its send: past the answer ({measured} ns) or more \
+         than {waited_ms} ms less the margin {safety_margin}"
+    );
+    basis
 }
 
 /// What comes after a failed attempt.

@@ -15,9 +15,19 @@ pub const MIN_HEARTBEAT_PERIOD_MS: u64 = 10;
 /// The usable part of a lease in nanoseconds: `lease × (1 − margin)`, the margin rounded up
 /// so a deadline errs early.
 pub fn usable_nanos(safety_margin: f64, lease_ms: u64) -> u64 {
+    debug_assert!(
+        (0.0..1.0).contains(&safety_margin),
+        "a safety margin lies in [0, 1): {safety_margin}"
+    );
     let lease_nanos = lease_ms.saturating_mul(1_000_000);
     let margin_nanos = (lease_nanos as f64 * safety_margin).ceil() as u64;
-    lease_nanos.saturating_sub(margin_nanos)
+    let usable = lease_nanos.saturating_sub(margin_nanos);
+    // The usable part is the lease less at least the whole margin (to the nanosecond).
+    debug_assert!(
+        usable as f64 <= lease_nanos as f64 * (1.0 - safety_margin) + 1.0,
+        "usable {usable} ns of a {lease_ms} ms lease keeps less than the margin {safety_margin}"
+    );
+    usable
 }
 
 /// The longest a supervisor may give a process between telling it to stop (at the grant's

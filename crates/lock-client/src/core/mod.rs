@@ -191,7 +191,13 @@ impl SessionCore {
     /// The deadline of a lease of `lease_ms` for a request sent at `send_nanos`: send time
     /// plus the usable lease, never the response time or the server's `expires_at`.
     pub fn deadline_after(&self, send_nanos: u64, lease_ms: u64) -> u64 {
-        send_nanos.wrapping_add(usable_nanos(self.safety_margin, lease_ms))
+        let deadline = send_nanos.wrapping_add(usable_nanos(self.safety_margin, lease_ms));
+        // Never past send + lease: the server keeps the lease at least that long.
+        debug_assert!(
+            deadline.wrapping_sub(send_nanos) <= lease_ms.saturating_mul(1_000_000),
+            "a deadline past its send plus the {lease_ms} ms lease"
+        );
+        deadline
     }
 
     /// The session's conservative deadline.
@@ -212,9 +218,20 @@ impl SessionCore {
     /// A successful heartbeat planned as `sent`: the session lives `ttl × (1 − margin)` past
     /// its send. A lost session stays lost.
     pub fn heartbeat_ok(&mut self, sent: Sent, ttl_ms: u64) {
+        #[cfg(debug_assertions)]
+        let grants_before: Vec<u64> = self.grants.values().map(|g| g.deadline_nanos).collect();
         if self.lost.is_none() && !self.closed {
             self.session_deadline_nanos = self.deadline_after(sent.nanos, ttl_ms);
         }
+        // A heartbeat extends the session, never a grant: only a renewal does.
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            self.grants
+                .values()
+                .map(|g| g.deadline_nanos)
+                .eq(grants_before),
+            "a heartbeat moved a grant's deadline"
+        );
     }
 
     /// A successful renew of `renewal`: the grant's new deadline (its send plus the usable
@@ -228,6 +245,8 @@ impl SessionCore {
             .grants
             .get_mut(&renewal.key)
             .filter(|g| g.token == renewal.token && g.lost.is_none())?;
+        // A loss is final: only a live grant takes a renewal's deadline.
+        debug_assert!(grant.lost.is_none(), "a renewal revived a lost grant");
         grant.lease_ms = lease_ms;
         grant.deadline_nanos = deadline;
         Some(deadline)
@@ -306,6 +325,11 @@ impl SessionCore {
         let threshold =
             u64::try_from((period * RENEW_BELOW_PERIODS).as_nanos()).unwrap_or(u64::MAX);
         let sent = Sent { nanos: now_nanos };
+        // Every request is stamped when it is planned: its deadline counts from then.
+        debug_assert_eq!(
+            sent.nanos, now_nanos,
+            "a request stamped after it was planned"
+        );
         let renew = self
             .grants
             .iter()
@@ -393,6 +417,12 @@ impl SessionCore {
                 deadline_nanos: grant.deadline_nanos,
             });
         }
+        // Never a re-grant of a token whose release this session has not seen answered.
+        debug_assert_ne!(
+            self.releasing.get(key),
+            Some(&token),
+            "{key}: believed a re-grant of token {token} with its release in flight"
+        );
         let deadline_nanos = self.deadline_after(send_nanos, lease_ms);
         self.grants.insert(
             key.clone(),

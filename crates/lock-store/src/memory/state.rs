@@ -190,6 +190,11 @@ impl State {
             request,
             ..
         } = spec;
+        // Tokens only rise per key: the new one is above every token the key was granted.
+        debug_assert!(
+            self.fences.get(key).is_none_or(|last| token > *last),
+            "{key}: token {token} granted at or below the key's last token"
+        );
         let expires = after(now, lease_ms);
         self.delays.remove(key);
         self.fences.insert(key.clone(), token);
