@@ -255,7 +255,7 @@ async fn prometheus_scrapes_every_service_and_has_the_payout_metrics() {
         .map(|g| g["rules"].as_array().map_or(0, Vec::len))
         .sum();
     assert_eq!(loaded, ALERT_RULES, "alert rules loaded: {rules}");
-    // Exported from start (issue 14): present in Prometheus before any payout exists.
+    // Exported from start: present in Prometheus before any payout exists.
     for (query, series) in [
         ("payout_execute_seconds_count", 18), // nine outcomes on each of two executors
         ("lock_session_lost_total", 2),

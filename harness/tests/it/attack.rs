@@ -1,4 +1,4 @@
-//! The attack suite (issue 11): one test per finding of an attacker on the same network,
+//! The attack suite (SECURITY.md's threat model): one test per finding of an attacker on the same network,
 //! against the real binaries on a real PostgreSQL. Each test names its finding (A1-A9).
 
 use std::time::{Duration, Instant};

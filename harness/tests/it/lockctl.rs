@@ -1,4 +1,4 @@
-//! `lockctl` (issue 14) as its users run it: the real binary against a real lock-server
+//! `lockctl` as its users run it: the real binary against a real lock-server
 //! process on a real PostgreSQL. Two `run`s on one key never overlap and their tokens rise; a
 //! frozen `run` (SIGSTOP past its TTL, then SIGCONT) has its CMD stopped once the SDK
 //! declares the loss and exits 70; the exit codes; `--json` output; inspect and revoke.

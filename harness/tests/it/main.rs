@@ -1,14 +1,13 @@
 //! Harness tests: one binary, one module per concern.
 #![allow(clippy::unwrap_used)]
 
-mod architecture_map;
 mod attack;
 mod callers;
 mod executor_config;
 mod fence_check;
+mod house_rules;
 mod lockctl;
 mod metrics_hygiene;
-mod module_rule;
 mod rotation;
 mod scenarios;
 mod sdk;

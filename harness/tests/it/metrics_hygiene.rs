@@ -1,4 +1,4 @@
-//! What an operator's Prometheus sees before anything happened (issue 14, item 7): every
+//! What an operator's Prometheus sees before anything happened: every
 //! series C4 pins is on its service's `/metrics` from start, with HELP text, and
 //! `promtool check metrics` has nothing to say about any service's page.
 

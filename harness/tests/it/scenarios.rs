@@ -193,7 +193,7 @@ async fn in_flight_snapshot(stack: &Stack) -> (usize, usize) {
     (in_flight, page.len())
 }
 
-/// S1 with `EXECUTOR_CONCURRENCY=4` (issue 13 item 5): a slow rail keeps submits in flight;
+/// S1 with `EXECUTOR_CONCURRENCY=4`: a slow rail keeps submits in flight;
 /// snapshots of the payouts taken until all are terminal show several claimed by the one
 /// executor at once, never more than four; every payout settles once, in one session, with
 /// one heartbeat thread.
@@ -300,7 +300,7 @@ async fn s2_two_executors_share_the_work_without_paying_twice() {
     .await;
     assert_eq!(a + b, total, "every payout settled by exactly one executor");
     assert!(a > 0.0 && b > 0.0, "both did work: {a} and {b}");
-    // T-047 criterion 5, the executors meet: at least one attempt ended `contended` (the
+    // The executors meet: at least one attempt ended `contended` (the
     // executor's own outcome), after waits that really waited: the SDK's wait histogram for
     // those acquires averages most of the 2 s budget, not a refused try.
     let (mut contended, mut waited_secs) = (0.0, 0.0);
@@ -516,7 +516,7 @@ async fn scans(stack: &Stack) -> f64 {
         .unwrap()
 }
 
-/// T-047 criteria 7 and 8: a worker frozen between the rail's answer and P3 loses its lock;
+/// A worker frozen between the rail's answer and P3 loses its lock;
 /// on waking it writes nothing (no P3, no ledger row, no rail call), `session_lost` is logged
 /// once with its fields, the listener counted it, and the next holder posts the recorded
 /// outcome (crash recovery).
@@ -651,7 +651,7 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
     .await;
 }
 
-/// T-047 criterion 9, the shutdown half: SIGTERM to a working executor stops it taking
+/// The shutdown: SIGTERM to a working executor stops it taking
 /// payouts; it finishes the one in hand (none is left CLAIMED or SUBMITTED), releases its
 /// locks, closes its session (L3 at the lock-server) and exits 0 within [`SHUTDOWN_BOUND`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! The SDK against a real lock-server process on a real PostgreSQL (seed T-040 criterion 6,
-//! T-041 contention): hold a lock for 3× its TTL, then freeze the heartbeat and see the loss
+//! The SDK against a real lock-server process on a real PostgreSQL (loss before expiry,
+//! contention): hold a lock for 3× its TTL, then freeze the heartbeat and see the loss
 //! within ttl × (1 − margin) + one period, before the server expires the grant.
 
 use std::time::{Duration, Instant};
@@ -168,7 +168,7 @@ async fn waiters(url: &str, key: &str) -> Option<u64> {
     inspect(url, key).await?["waiters"].as_u64()
 }
 
-/// Issue 13: the SDK waits in the server (a queue place per waiting acquire, visible in L7)
+/// The SDK waits in the server (a queue place per waiting acquire, visible in L7)
 /// and waiters are granted in the order they started, not by who polls luckiest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_acquires_wait_in_the_server_and_are_granted_in_arrival_order() {

@@ -1,4 +1,5 @@
-//! T-041: the budget on the fake clock, contention between two sessions, reentrancy.
+//! The acquire loop: the budget on the fake clock, contention between two sessions,
+//! reentrancy, and settling an attempt whose answer never came.
 
 use std::time::Duration;
 

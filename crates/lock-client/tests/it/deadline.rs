@@ -1,4 +1,4 @@
-//! Seed T-040 criteria 2 and 3: the deadline is `send + lease × (1 − margin)` from the granted
+//! Deadlines: the deadline is `send + lease × (1 − margin)` from the granted
 //! lease, measured from before the request left, whatever the response leg costs.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 13, item 4: sessions of many processes spread over the replicas (each client starts
+//! Sessions of many processes spread over the replicas (each client starts
 //! at a random endpoint) instead of all loading the first, and failover still moves a session
 //! to the next endpoint.
 

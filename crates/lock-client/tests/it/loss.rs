@@ -1,4 +1,4 @@
-//! Seed T-040 criteria 4 and 5 and the listener rules: loss by local deadline with the
+//! Losses and their listeners: loss by local deadline with the
 //! heartbeat stalled, survival across one NOT_LEADER tick, listeners once per handle in
 //! registration order, panics contained, late registration, background release, threads.
 

@@ -9,5 +9,4 @@ mod endpoints;
 mod headroom;
 mod loss;
 mod one_shot;
-mod source_rules;
 mod support;

@@ -1,4 +1,4 @@
-//! Issue 14 (lockctl): the one-shot calls for a session this process does not track —
+//! lockctl's one-shot calls for a session this process does not track —
 //! `detach`, `acquire_as`, `release_as`, `close_session` — and L7/L8 (`inspect`, `revoke`).
 
 use std::time::Duration;

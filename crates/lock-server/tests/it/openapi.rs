@@ -1,4 +1,4 @@
-//! The OpenAPI document (issue 14): the checked-in `docs/openapi/lock-server.json` is what
+//! The OpenAPI document: the checked-in `docs/openapi/lock-server.json` is what
 //! the code generates, `/openapi.json` serves it, and every L1-L8 operation documents exactly
 //! the statuses C3's tables and its common-answers paragraph give.
 //!

@@ -1,4 +1,4 @@
-//! The OpenAPI document (issue 14): the checked-in `docs/openapi/payment-resource.json` is
+//! The OpenAPI document: the checked-in `docs/openapi/payment-resource.json` is
 //! what the code generates, `/openapi.json` serves it, and every operation documents exactly
 //! the statuses of its row in C3's ct3-payment table and the section's common answers.
 //!

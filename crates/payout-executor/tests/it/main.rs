@@ -1,8 +1,7 @@
-//! payout-executor's tests: one binary. Source rules (T-047 criteria 2-4 and the guard rule),
-//! the loss listener on the SDK's real heartbeat path, and the loop's bounded concurrency
-//! (`EXECUTOR_CONCURRENCY`).
+//! payout-executor's tests: one binary. The loss listener on the SDK's real heartbeat path and
+//! the loop's bounded concurrency (`EXECUTOR_CONCURRENCY`); its source rules are among the
+//! house rules (`harness/tests/it/house_rules.rs`).
 #![allow(clippy::unwrap_used)]
 
 mod concurrency;
 mod loss;
-mod source_rules;
