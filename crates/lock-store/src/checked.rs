@@ -278,7 +278,7 @@ impl LockStore for ClockCheckedStore {
             )
         {
             // Withheld: the session never learns it holds the key, so no second belief
-            // arises; the grant lapses at its lease.
+            // arises; the request that asked gives the grant back (`LockStore::abandon`).
             return Err(self.withheld());
         }
         Ok(outcome)
