@@ -338,15 +338,7 @@ impl LockClientSession {
         let mut acquiring = AcquireLoop::new(policy, shared.config.request_timeout, started);
         loop {
             let attempt = acquiring.attempt(shared.clock.now_nanos());
-            let call = Call::Acquire(
-                key.clone(),
-                AcquireRequest {
-                    session_id: shared.id,
-                    ttl_ms: Some(ttl_ms),
-                    wait_ms: attempt.wait_ms(),
-                    lock_delay_ms: None,
-                },
-            );
+            let call = self.acquire_call(key, ttl_ms, attempt.wait_ms());
             let failure = match self.transport.send(&shared.endpoint(), call).await {
                 Ok(Reply::Grant(grant)) => match self.register(key, &grant, attempt).await? {
                     Some(handle) => {
@@ -399,15 +391,7 @@ impl LockClientSession {
     /// it is released at once. Best effort: a try that fails leaves the grant to the
     /// server's own abandon, at worst to its lease.
     async fn settle(&self, key: &LockKey, ttl_ms: u64) {
-        let call = Call::Acquire(
-            key.clone(),
-            AcquireRequest {
-                session_id: self.shared.id,
-                ttl_ms: Some(ttl_ms),
-                wait_ms: None,
-                lock_delay_ms: None,
-            },
-        );
+        let call = self.acquire_call(key, ttl_ms, None);
         let Ok(Reply::Grant(grant)) = self.transport.send(&self.shared.endpoint(), call).await
         else {
             return;
@@ -421,6 +405,20 @@ impl LockClientSession {
         metrics::counter!(m::ACQUIRES_SETTLED_TOTAL, "backend" => self.shared.backend.as_str())
             .increment(1);
         self.send_release(key, token).await;
+    }
+
+    /// This session's L4 for `key`: a lease of `ttl_ms`, waiting `wait_ms` in the server
+    /// (`None`: a try).
+    fn acquire_call(&self, key: &LockKey, ttl_ms: u64, wait_ms: Option<u64>) -> Call {
+        Call::Acquire(
+            key.clone(),
+            AcquireRequest {
+                session_id: self.shared.id,
+                ttl_ms: Some(ttl_ms),
+                wait_ms,
+                lock_delay_ms: None,
+            },
+        )
     }
 
     fn observe(&self, started: u64, outcome: &'static str) {

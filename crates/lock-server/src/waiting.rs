@@ -275,27 +275,23 @@ impl Exposure {
     }
 
     /// A grant was handed over to the request's place: the place is gone, the grant exposed.
-    pub fn handed_over(&mut self) {
+    fn handed_over(&mut self) {
         self.grant = true;
         self.place = false;
     }
 
-    /// The request's place left the queue.
-    pub fn left(&mut self) {
+    /// The request no longer answers for a queue place: it left the queue, the store removed
+    /// it with a grant, or it is kept on purpose for the client's retry on another replica
+    /// (draining, a store error) and is not abandoned with the request.
+    fn place_not_ours(&mut self) {
         self.place = false;
     }
 
     /// Leaves the key's queue.
     async fn leave_queue(&mut self) -> Result<(), StoreError> {
         self.store.leave_queue(&self.key, self.session).await?;
-        self.left();
+        self.place_not_ours();
         Ok(())
-    }
-
-    /// The place is kept on purpose for the client's retry on another replica (draining, a
-    /// store error): it is not abandoned with the request.
-    pub fn keep_place(&mut self) {
-        self.place = false;
     }
 
     /// The client is being told of the grant: nothing is left to abandon.
@@ -352,17 +348,14 @@ pub enum Waited {
     Refused(WaitRefused),
 }
 
-/// An acquire with a wait: asks the store, parks in `waiters` until woken, asks again, until
-/// granted or `wait_ms` has passed (then one last try), or until `draining` turns true.
-/// `spec.queue_ms` is set here; `exposure` follows what the store may hold for the request.
-#[allow(clippy::too_many_arguments)]
+/// An acquire with a wait for `exposure`'s key and session: asks the store, parks in
+/// `waiters` until woken, asks again, until granted or `wait_ms` has passed (then one last
+/// try), or until `draining` turns true. `spec.queue_ms` is set here; `exposure` follows what
+/// the store may hold for the request.
 pub async fn acquire_waiting(
-    store: Arc<dyn LockStore>,
     waiters: &Arc<Waiters>,
     mut draining: tokio::sync::watch::Receiver<bool>,
     exposure: &mut Exposure,
-    key: &LockKey,
-    session: SessionId,
     spec: AcquireSpec,
     wait_ms: u64,
 ) -> Result<Waited, StoreError> {
@@ -377,7 +370,7 @@ pub async fn acquire_waiting(
         return Ok(Waited::AtOnce(tried));
     }
     // Parked before the first queued store call, so a wake-up racing it leaves a permit.
-    let ticket = match waiters.join(key, session) {
+    let ticket = match waiters.join(&exposure.key, exposure.session) {
         Ok(ticket) => ticket,
         Err(refused) => return Ok(Waited::Refused(refused)),
     };
@@ -394,7 +387,7 @@ pub async fn acquire_waiting(
             Ok(outcome) => outcome,
             Err(err) => {
                 // The client retries (503) and keeps its place; it lapses otherwise.
-                exposure.keep_place();
+                exposure.place_not_ours();
                 return Err(err);
             }
         };
@@ -404,7 +397,7 @@ pub async fn acquire_waiting(
                 leave: false,
             } => {
                 // A grant: the store removed the place with it.
-                exposure.left();
+                exposure.place_not_ours();
                 return Ok(Waited::Answer(outcome, waited_ms));
             }
             WaitStep::Answer {
@@ -423,13 +416,14 @@ pub async fn acquire_waiting(
             () = ticket.woken() => {}
             () = tokio::time::sleep(nap) => {}
             _ = draining.wait_for(|draining| *draining) => {
-                exposure.keep_place();
+                exposure.place_not_ours();
                 return Ok(Waited::Draining);
             }
         }
         if let Some((grant, place_age_ms)) = ticket.take_handed() {
             exposure.handed_over();
-            let ran_at_most = store
+            let ran_at_most = exposure
+                .store
                 .admit_hand_over(&grant)?
                 .map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
             let now = nanos(Instant::now());

@@ -539,7 +539,7 @@ impl LockService {
     }
 
     /// The store's live grants at `now`: key, session, token, and the request each is for.
-    pub fn live_grants(&self, now: Nanos) -> Vec<(LockKey, SessionId, FencingToken, RequestId)> {
+    pub fn live_grants(&self, now: Nanos) -> Vec<(LockKey, SessionId, FencingToken)> {
         self.env.set_now(now);
         self.store.live_grants()
     }

@@ -224,12 +224,9 @@ pub async fn acquire(
         (exposure.acquire(spec).await.map_err(api_error)?, 0)
     } else {
         let waited = waiting::acquire_waiting(
-            state.store_arc(),
             state.waiters(),
             state.draining(),
             &mut exposure,
-            &key,
-            req.session_id,
             spec,
             wait_ms,
         )

@@ -137,24 +137,24 @@ impl World {
         let longest = self.cfg.lease_ms.max(self.cfg.ttl_ms) * MS;
         self.abandoned
             .retain(|_, at| now.saturating_sub(*at) <= longest + ORPHAN_BOUND);
-        let orphan =
-            self.service
-                .live_grants(now)
-                .into_iter()
-                .find_map(|(key, session, token, _)| {
-                    let request = *self.made_for.get(&(key.clone(), token))?;
-                    let abandoned = self.abandoned.get(&request)?;
-                    // A grant never answered (withheld) has no record: made at the abandon.
-                    let granted = self
-                        .service
-                        .grants
-                        .iter()
-                        .rev()
-                        .find(|(_, k, t, _)| *k == key && *t == token)
-                        .map_or(0, |(at, ..)| *at);
-                    (granted <= *abandoned && now.saturating_sub(*abandoned) > ORPHAN_BOUND)
-                        .then_some((key, session, token, request))
-                });
+        let orphan = self
+            .service
+            .live_grants(now)
+            .into_iter()
+            .find_map(|(key, session, token)| {
+                let request = *self.made_for.get(&(key.clone(), token))?;
+                let abandoned = self.abandoned.get(&request)?;
+                // A grant never answered (withheld) has no record: made at the abandon.
+                let granted = self
+                    .service
+                    .grants
+                    .iter()
+                    .rev()
+                    .find(|(_, k, t, _)| *k == key && *t == token)
+                    .map_or(0, |(at, ..)| *at);
+                (granted <= *abandoned && now.saturating_sub(*abandoned) > ORPHAN_BOUND)
+                    .then_some((key, session, token, request))
+            });
         if let Some((key, session, token, request)) = orphan {
             let detail = format!(
                 "{key} token {} of session {} is still held {:.3} ms after request #{} that it \

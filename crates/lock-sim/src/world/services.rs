@@ -384,7 +384,7 @@ impl World {
         let now = self.q.now();
         self.abandoned.insert(request, now);
         // A grant no answer carried (the clock guard withheld it) was made for this request.
-        for (k, s, token, _) in self.service.live_grants(now) {
+        for (k, s, token) in self.service.live_grants(now) {
             if k == *key && s == session && !self.made_for.contains_key(&(k.clone(), token)) {
                 self.made_for.insert((k, token), request);
             }

@@ -49,9 +49,9 @@ impl MemoryStore {
         }
     }
 
-    /// The live grants the store holds now: key, session, token and the request each was
-    /// last granted to (what the simulation's orphan check reads; no other caller needs it).
-    pub fn live_grants(&self) -> Vec<(LockKey, SessionId, FencingToken, RequestId)> {
+    /// The live grants the store holds now: key, session and token (what the simulation's
+    /// orphan check reads; no other caller needs it).
+    pub fn live_grants(&self) -> Vec<(LockKey, SessionId, FencingToken)> {
         let now = self.env.now_nanos();
         let Ok(state) = self.state() else {
             return Vec::new();
@@ -61,7 +61,7 @@ impl MemoryStore {
             .keys()
             .filter_map(|key| {
                 let grant = state.live_grant(key, now)?;
-                Some((key.clone(), grant.session, grant.token, grant.request))
+                Some((key.clone(), grant.session, grant.token))
             })
             .collect()
     }
