@@ -1,6 +1,7 @@
 //! The harness: end-to-end suites, fault experiments, the demo and benchmarks.
 //!
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
+//! - [`imports`]: the import graph of a crate's modules and its circles (a house rule).
 //! - [`bench`], [`bench_load`], [`bench_scale`]: benchmarks (`harness bench locks`: granted
 //!   locks through the SDK, raw HTTP, pgbench and etcd's lock API; `harness bench pipeline`;
 //!   `harness bench scale`: a million held keys).
@@ -20,6 +21,7 @@ pub mod chaos;
 pub mod compose;
 pub mod demo;
 pub mod history;
+pub mod imports;
 pub mod metrics;
 pub mod module_rule;
 pub mod stack;

@@ -1,5 +1,6 @@
-//! SDK configuration (`LockClientConfig`) and the acquire policy (`AcquirePolicy`), with the
-//! keys and environment spellings of `docs/contracts/C5-config-build-and-naming.md`.
+//! SDK configuration (`LockClientConfig`), with the keys and environment spellings of
+//! `docs/contracts/C5-config-build-and-naming.md`. The acquire policy (`AcquirePolicy`) lives
+//! with the loop that follows it (`core::acquire`) and is re-exported here.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ pub const DEFAULT_SAFETY_MARGIN: f64 = 0.30;
 /// Default per-request timeout.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2_000;
 pub use crate::core::HEARTBEAT_DIVISOR;
+pub use crate::core::acquire::AcquirePolicy;
 
 /// A configuration value that cannot be used; the message names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -219,46 +221,6 @@ impl LockClientConfig {
         }
         let basis_ms = shortest_lease_ms.map_or(session_ttl_ms, |l| l.min(session_ttl_ms));
         crate::core::heartbeat_period(self.safety_margin, basis_ms)
-    }
-}
-
-/// How `acquire` waits under contention: full-jitter exponential backoff within a budget.
-/// The defaults are assumptions recorded in the task ledger (`tasks/README.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AcquirePolicy {
-    /// Total time `acquire` may spend, measured on the SDK's `Clock`.
-    pub budget: Duration,
-    /// Backoff base: attempt `n` sleeps uniformly in `[0, min(cap, base · 2^n)]`.
-    pub base: Duration,
-    /// Backoff cap.
-    pub cap: Duration,
-    /// Most attempts, whatever the budget says.
-    pub max_attempts: u32,
-}
-
-impl AcquirePolicy {
-    /// Try once; never wait.
-    pub const TRY_ONCE: Self = Self {
-        budget: Duration::ZERO,
-        base: Duration::ZERO,
-        cap: Duration::ZERO,
-        max_attempts: 1,
-    };
-
-    /// The defaults (assumptions in the task ledger): budget 2 s, base 25 ms, cap 500 ms, at
-    /// most 32 attempts.
-    pub const DEFAULT: Self = Self {
-        budget: Duration::from_secs(2),
-        base: Duration::from_millis(25),
-        cap: Duration::from_millis(500),
-        max_attempts: 32,
-    };
-}
-
-impl Default for AcquirePolicy {
-    /// [`AcquirePolicy::DEFAULT`].
-    fn default() -> Self {
-        Self::DEFAULT
     }
 }
 

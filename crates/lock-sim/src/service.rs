@@ -148,6 +148,30 @@ pub enum LockCall {
 }
 
 impl LockCall {
+    /// Whether `answer` can be this call's own: an answer of its kind about its key and
+    /// token, or a refusal.
+    pub fn answered_by(&self, answer: &LockAnswer) -> bool {
+        match (self, answer) {
+            (Self::Open { .. }, LockAnswer::Opened { .. })
+            | (Self::Heartbeat(_), LockAnswer::Extended { .. })
+            | (Self::Release { .. }, LockAnswer::Released)
+            | (_, LockAnswer::Held | LockAnswer::NotLeader)
+            | (_, LockAnswer::SessionUnknown | LockAnswer::SessionExpired | LockAnswer::LockLost) => {
+                true
+            }
+            (Self::Acquire { key, .. }, LockAnswer::Granted { key: granted, .. }) => granted == key,
+            (
+                Self::Renew { key, token, .. },
+                LockAnswer::Granted {
+                    key: granted,
+                    token: renewed,
+                    ..
+                },
+            ) => granted == key && renewed == token,
+            _ => false,
+        }
+    }
+
     /// The key a call is about, if any.
     pub fn key(&self) -> Option<&LockKey> {
         match self {

@@ -95,6 +95,29 @@ pub enum BatchAnswer {
 pub type BatchResult = Result<BatchAnswer, StoreError>;
 
 impl BatchOp {
+    /// Whether `result` can be this write's own: a failure, or an answer of its kind about
+    /// its key, session and token. What a store's answers are checked against before each
+    /// goes to the caller in its write's position.
+    pub fn answered_by(&self, result: &BatchResult) -> bool {
+        let Ok(answer) = result else { return true };
+        match (self, answer) {
+            (Self::Heartbeat { session }, BatchAnswer::Heartbeat(record)) => {
+                record.session_id == *session
+            }
+            (Self::Acquire { key, session, .. }, BatchAnswer::Acquire(outcome)) => match outcome {
+                AcquireOutcome::Granted { grant, .. } => {
+                    grant.lock_key == *key && grant.session_id == *session
+                }
+                _ => true,
+            },
+            (Self::Renew { key, token, .. }, BatchAnswer::Renew(grant)) => {
+                grant.lock_key == *key && grant.fencing_token == *token
+            }
+            (Self::Release { .. }, BatchAnswer::Release(_)) => true,
+            _ => false,
+        }
+    }
+
     /// Applies this write alone, through the store's single-write call.
     pub async fn apply_alone(&self, store: &(impl LockStore + ?Sized)) -> BatchResult {
         Ok(match self {
@@ -126,8 +149,8 @@ pub fn mismatched(answer: &BatchAnswer) -> StoreError {
 #[derive(Debug)]
 pub struct Gatherer<C, O = BatchOp> {
     waiting: VecDeque<(C, O)>,
-    /// The callers of each batch in flight, in the order its writes were taken.
-    in_flight: std::collections::BTreeMap<BatchId, Vec<C>>,
+    /// Each batch in flight: its callers with their writes, in the order they were taken.
+    in_flight: std::collections::BTreeMap<BatchId, Vec<(C, O)>>,
     next_id: BatchId,
 }
 
@@ -162,7 +185,7 @@ impl<C> Miscounted<C> {
     }
 }
 
-impl<C, O> Gatherer<C, O> {
+impl<C, O: Clone> Gatherer<C, O> {
     /// A write arrives from `caller`.
     pub fn push(&mut self, caller: C, op: O) {
         self.waiting.push_back((caller, op));
@@ -188,14 +211,18 @@ impl<C, O> Gatherer<C, O> {
             return None;
         }
         let n = self.waiting.len().min(BATCH_WRITES_MAX);
-        let (callers, ops) = self.waiting.drain(..n).unzip();
+        let writes: Vec<(C, O)> = self.waiting.drain(..n).collect();
+        let ops: Vec<O> = writes.iter().map(|(_, op)| op.clone()).collect();
+        debug_assert!(!ops.is_empty() && ops.len() <= BATCH_WRITES_MAX);
         self.next_id += 1;
-        self.in_flight.insert(self.next_id, callers);
+        self.in_flight.insert(self.next_id, writes);
+        debug_assert!(self.in_flight.len() <= BATCHES_IN_FLIGHT_MAX);
         Some((self.next_id, ops))
     }
 
     /// Batch `id` came back: each caller with its own result, the i-th result to the i-th
-    /// write taken.
+    /// write taken. `answers(op, result)` says whether a result can be the write's own: each
+    /// routed pair is asserted with it (debug builds), where an answer meets its caller.
     ///
     /// # Panics
     /// When batch `id` is not in flight: the shell completed a batch it never took, or twice.
@@ -203,8 +230,9 @@ impl<C, O> Gatherer<C, O> {
         &mut self,
         id: BatchId,
         results: Vec<R>,
+        answers: impl Fn(&O, &R) -> bool,
     ) -> Result<Vec<(C, R)>, Miscounted<C>> {
-        let callers = self
+        let writes = self
             .in_flight
             .remove(&id)
             .expect("a batch completes once, after it was taken");
@@ -212,13 +240,26 @@ impl<C, O> Gatherer<C, O> {
             self.in_flight.len() < BATCHES_IN_FLIGHT_MAX,
             "a slot is free once a batch completes"
         );
-        if results.len() != callers.len() {
+        if results.len() != writes.len() {
             return Err(Miscounted {
-                callers,
+                callers: writes.into_iter().map(|(caller, _)| caller).collect(),
                 results: results.len(),
             });
         }
-        Ok(callers.into_iter().zip(results).collect())
+        let taken = writes.len();
+        let answered: Vec<(C, R)> = writes
+            .into_iter()
+            .zip(results)
+            .map(|((caller, op), result)| {
+                debug_assert!(
+                    answers(&op, &result),
+                    "a batch answer routed to another write"
+                );
+                (caller, result)
+            })
+            .collect();
+        debug_assert_eq!(answered.len(), taken, "one answer per write taken");
+        Ok(answered)
     }
 
     /// Forgets every write, in flight or waiting (the process that held them is gone).
@@ -244,6 +285,26 @@ mod tests {
         )))
     }
 
+    /// Whether `result` is about `op`'s own session (every test answer is a refusal naming it).
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    fn own(op: &BatchOp, result: &BatchResult) -> bool {
+        matches!(
+            (op, result),
+            (BatchOp::Heartbeat { session }, Err(StoreError::SessionUnknown(s))) if s == session
+        )
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a batch answer routed to another write")]
+    fn answers_out_of_their_writes_order_stop_at_the_routing() {
+        let mut g = Gatherer::default();
+        g.push(1, op(1));
+        g.push(2, op(2));
+        let (id, _) = g.take().unwrap();
+        let _ = g.complete(id, vec![answer(2), answer(1)], own);
+    }
+
     #[test]
     fn a_gone_callers_waiting_write_is_never_sent() {
         let mut g = Gatherer::default();
@@ -256,7 +317,7 @@ mod tests {
             g.push(n, op(n));
         }
         g.retain_waiting(|caller| caller % 2 == 0);
-        let answered = g.complete(slots[0], vec![answer(0)]).unwrap();
+        let answered = g.complete(slots[0], vec![answer(0)], own).unwrap();
         assert_eq!(answered, vec![(0, answer(0))], "in flight: untouched");
         let (_, ops) = g.take().expect("a slot freed");
         assert_eq!(ops, vec![op(10), op(12)], "only the callers still waiting");
@@ -276,7 +337,10 @@ mod tests {
         g.push(11, op(11));
         assert_eq!(g.take(), None, "every slot busy: writes wait");
         let (id, n) = slots.remove(0);
-        assert_eq!(g.complete(id, vec![answer(n)]), Ok(vec![(n, answer(n))]));
+        assert_eq!(
+            g.complete(id, vec![answer(n)], own),
+            Ok(vec![(n, answer(n))])
+        );
         let (next, ops) = g.take().expect("a slot freed");
         assert_eq!(
             ops,
@@ -284,7 +348,7 @@ mod tests {
             "gathered while the slots were busy"
         );
         assert_eq!(
-            g.complete(next, vec![answer(10), answer(11)]),
+            g.complete(next, vec![answer(10), answer(11)], own),
             Ok(vec![(10, answer(10)), (11, answer(11))]),
             "each caller gets the answer at its own position"
         );
@@ -300,14 +364,41 @@ mod tests {
         }
         let (id, first) = g.take().unwrap();
         assert_eq!(first.len(), BATCH_WRITES_MAX);
-        let results: Vec<BatchResult> = first
-            .iter()
-            .map(|_| Ok(BatchAnswer::Release(true)))
-            .collect();
-        let routed = g.complete(id, results).unwrap();
+        let results: Vec<BatchResult> = (0..first.len() as u128).map(answer).collect();
+        let routed = g.complete(id, results, own).unwrap();
         assert_eq!(routed.first().map(|r| r.0), Some(0));
         assert_eq!(routed.last().map(|r| r.0), Some(BATCH_WRITES_MAX - 1));
         assert_eq!(g.take().map(|(_, b)| b.len()), Some(3));
+    }
+
+    #[test]
+    fn an_answer_is_checked_against_its_own_write() {
+        let session = SessionId::random();
+        let renew = |key: &str, token: u64| BatchOp::Renew {
+            key: LockKey::parse(key).unwrap(),
+            session,
+            token: FencingToken(token),
+        };
+        let renewed = |key: &str, token: u64| -> BatchResult {
+            Ok(BatchAnswer::Renew(LockGrant {
+                lock_key: LockKey::parse(key).unwrap(),
+                fencing_token: FencingToken(token),
+                lease_ms: 1_000,
+                expires_at: chrono::DateTime::UNIX_EPOCH,
+                session_id: session,
+                proof: None,
+                waited_ms: 0,
+            }))
+        };
+        let (a, b) = (renew("a", 1), renew("b", 2));
+        assert!(a.answered_by(&renewed("a", 1)) && b.answered_by(&renewed("b", 2)));
+        // Swapped in the batch: each answer is the other write's.
+        assert!(!a.answered_by(&renewed("b", 2)) && !b.answered_by(&renewed("a", 1)));
+        assert!(
+            !a.answered_by(&Ok(BatchAnswer::Release(true))),
+            "another kind"
+        );
+        assert!(a.answered_by(&Err(StoreError::Unavailable("down".into()))));
     }
 
     #[test]
@@ -316,7 +407,7 @@ mod tests {
         g.push("a", op(1));
         g.push("b", op(2));
         let (id, _) = g.take().unwrap();
-        let miscounted = g.complete(id, vec![answer(1)]).unwrap_err();
+        let miscounted = g.complete(id, vec![answer(1)], own).unwrap_err();
         assert_eq!(miscounted.callers, vec!["a", "b"]);
         assert!(matches!(miscounted.error(), StoreError::Internal(_)));
         assert_eq!(g.take(), None, "nothing is left in flight or waiting");

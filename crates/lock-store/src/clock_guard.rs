@@ -211,7 +211,30 @@ impl ClockGuard {
         self.judge(reading, None)
     }
 
+    /// Judges `reading` (with its own bound, `candidate`, when a call brackets it), asserting
+    /// what every verdict promises: a step or a backward step holds grants from the instant it
+    /// is seen, and short of a forward step the bound never loosens (a loose bound would let a
+    /// grant be answered that the store's clock has already ended).
     fn judge(&mut self, reading: ClockReading, candidate: Option<Bound>) -> Verdict {
+        let bound_before = self.bound;
+        let at = reading.received_nanos;
+        let verdict = self.judge_reading(reading, candidate);
+        debug_assert!(
+            matches!(verdict, Verdict::Agrees)
+                || self.hold_nanos == 0
+                || self.held_for(at).is_some(),
+            "{verdict:?} at {at} holds no grant"
+        );
+        if let (Some(before), Some(after)) = (bound_before, self.bound) {
+            debug_assert!(
+                matches!(verdict, Verdict::Stepped { .. }) || after.at(at) <= before.at(at) + 1,
+                "{verdict:?} loosened the bound from {before:?} to {after:?}"
+            );
+        }
+        verdict
+    }
+
+    fn judge_reading(&mut self, reading: ClockReading, candidate: Option<Bound>) -> Verdict {
         let (ahead, at_start) = match self.bound {
             None => (reading.store_nanos - reading.wall_nanos, true),
             Some(bound) => (

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use payment_api::Payout;
 
 use super::nemesis::continue_stopped_until;
+use super::options::{ChaosOptions, ChaosReport, LIVENESS_BOUND};
 use super::setup::Campaign;
-use super::{ChaosOptions, ChaosReport, LIVENESS_BOUND};
 use crate::history::{Fault, History, RailTransfer, WriteOp};
 use crate::stack::Stack;
 

@@ -15,8 +15,8 @@ use payment_api::{Fault as RailFault, FaultKind};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use super::options::{ChaosOptions, FaultChoice};
 use super::setup::Campaign;
-use super::{ChaosOptions, FaultChoice};
 use crate::history::Fault;
 use crate::stack::{Stack, pid_stopped};
 
@@ -203,13 +203,17 @@ impl<'a> Nemesis<'a> {
                 let frozen =
                     tokio::task::spawn_blocking(move || last_self_stop(&log.read())).await?;
                 let fence_then = match frozen {
-                    Some(id) => api.fence(id).await,
+                    Some(id) => api.fence(id, TAKEOVER_POLL * 5).await,
                     None => None,
                 };
                 tokio::time::sleep(pause.min(longest)).await;
                 if let (Some(id), Some(then)) = (frozen, fence_then) {
                     while began.elapsed() < longest {
-                        if api.fence(id).await.is_some_and(|now| now > then) {
+                        if api
+                            .fence(id, TAKEOVER_POLL * 5)
+                            .await
+                            .is_some_and(|now| now > then)
+                        {
                             break;
                         }
                         tokio::time::sleep(TAKEOVER_POLL).await;
@@ -403,41 +407,6 @@ fn last_self_stop(log: &str) -> Option<i64> {
     (line["step"] != "Claim")
         .then(|| line["payout_id"].as_i64())
         .flatten()
-}
-
-/// Reads payouts without the stack's lock (a restart may hold it while an executor waits to
-/// be continued).
-#[derive(Debug, Clone)]
-pub(super) struct PayoutsApi {
-    http: reqwest::Client,
-    url: String,
-    reader: String,
-}
-
-impl PayoutsApi {
-    pub(super) fn new(stack: &Stack) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            url: stack.payment_url.clone(),
-            reader: stack.secrets.reader.clone(),
-        }
-    }
-
-    /// The payout's fence, if it can be read now.
-    async fn fence(&self, id: i64) -> Option<i64> {
-        let payout: payment_api::Payout = self
-            .http
-            .get(format!("{}/v1/payouts/{id}", self.url))
-            .bearer_auth(&self.reader)
-            .timeout(TAKEOVER_POLL * 5)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        Some(payout.fence)
-    }
 }
 
 /// Continues every executor that stops itself from now on (the drain after the nemesis),

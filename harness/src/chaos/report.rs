@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::Utc;
 use payment_api::{Payout, PayoutState};
 
-use super::ChaosReport;
 use super::checks::Found;
+use super::options::ChaosReport;
 use crate::timeline;
 
 /// Draws the pictures into `logs` and counts what the run did.

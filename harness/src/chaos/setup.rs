@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use std::time::Duration;
+
 use nix::unistd::Pid;
 use payment_api::{Fault as RailFault, FaultKind};
 use test_support::ThrowawayCluster;
 use tokio::sync::Mutex;
 
-use super::nemesis::PayoutsApi;
-use super::{ChaosOptions, FaultChoice};
+use super::options::{ChaosOptions, FaultChoice};
 use crate::stack::{LogSource, Stack, StackOptions};
 
 /// The lease and session TTL of the campaign's executors: short, so pauses outlive it often.
@@ -202,4 +203,39 @@ fn faults_on(options: &ChaosOptions, compose: bool) -> Vec<FaultChoice> {
             }
         })
         .collect()
+}
+
+/// Reads payouts without the stack's lock (a restart may hold it while an executor waits to
+/// be continued).
+#[derive(Debug, Clone)]
+pub(super) struct PayoutsApi {
+    http: reqwest::Client,
+    url: String,
+    reader: String,
+}
+
+impl PayoutsApi {
+    pub(super) fn new(stack: &Stack) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: stack.payment_url.clone(),
+            reader: stack.secrets.reader.clone(),
+        }
+    }
+
+    /// The payout's fence, if it can be read now.
+    pub(super) async fn fence(&self, id: i64, timeout: Duration) -> Option<i64> {
+        let payout: payment_api::Payout = self
+            .http
+            .get(format!("{}/v1/payouts/{id}", self.url))
+            .bearer_auth(&self.reader)
+            .timeout(timeout)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        Some(payout.fence)
+    }
 }

@@ -1,6 +1,12 @@
 //! Executors: started, stopped and given payouts to work on.
 
-use super::*;
+use anyhow::Context;
+use payment_api::{CreatePayout, Payout};
+use test_support::{ServiceProcess, free_port, wait_until_ok_with};
+
+use super::process::{Proc, READY_DEADLINE};
+use super::{Executor, Stack, tls};
+use crate::compose::{self, Container, etcd_selected};
 
 impl Stack {
     /// Starts an executor named `name` with `extra_env`, and waits until it serves health.

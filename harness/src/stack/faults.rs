@@ -1,7 +1,15 @@
 //! Faults a test or the campaign injects into a running stack: kills and restarts with
 //! supervision, partitions of an executor.
 
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use test_support::ServiceProcess;
+
+use super::process::Proc;
+use super::{RESTART_ATTEMPTS, RESTART_READY_DEADLINE, Stack};
 
 impl Stack {
     /// Restarts replica `index` (after it was killed) on its port, as a new incarnation with

@@ -1,6 +1,13 @@
 //! lock-server processes on their own, and where their store lives (PostgreSQL or etcd).
 
-use super::*;
+use std::path::Path;
+
+use anyhow::Context;
+use lock_client::LockClientConfig;
+use test_support::{ServiceProcess, cargo_bin, free_port};
+
+use super::process::{Proc, READY_DEADLINE};
+use super::tls::{self, HTTP_TIMEOUT, TlsFiles};
 
 /// A running lock-server process.
 #[derive(Debug)]

@@ -15,34 +15,23 @@ mod process;
 mod queries;
 mod rotation;
 mod secrets;
+mod start;
 mod tls;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use lock_api::FenceSigner;
-use lock_client::LockClientConfig;
-use nix::sys::signal::Signal;
-use nix::unistd::Pid;
-use payment_api::{CreatePayout, Fault, LedgerSummary, Payout, Received, Submission};
-use reqwest::StatusCode;
-use test_support::{ServiceProcess, cargo_bin, cargo_bins, free_port, wait_until_ok_with};
 
-use crate::audit::{Audit, DeclaredLoss, declared_losses};
-use crate::compose::{self, Container, etcd_selected};
-use crate::metrics::Metrics;
+use crate::compose;
 
 pub use lock_server::{
     LockServer, LockStoreAt, lock_client_config, lock_http, spawn_lock_server_at, start_lock_server,
 };
-use lock_server::{lock_client_config_with, spawn_lock_server};
-pub use process::{LogSource, Proc, pid_stopped};
+pub use process::{LogSource, Proc, READY_DEADLINE, pid_stopped};
 pub use secrets::Secrets;
 pub use tls::TlsFiles;
 
-/// How long a service may take to become ready.
-pub const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// The trusted-keys file of local resources, in the log directory.
 const TRUSTED_KEYS_FILE: &str = "fence-public-keys";
 /// The lock-servers' named credentials (`LOCK_CREDENTIALS_FILE`) in a local stack's log
@@ -55,8 +44,6 @@ const PAYMENT_CREDENTIALS_FILE: &str = "payment-credentials";
 const RESTART_ATTEMPTS: u32 = 20;
 /// How long one restarted process may take to answer ready.
 const RESTART_READY_DEADLINE: Duration = Duration::from_secs(10);
-/// Budget of one harness call to a service: a stopped process must not hang a test.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines of each log printed when a test fails.
 const LOG_TAIL_LINES: usize = 30;
 /// The binaries a stack runs.
@@ -197,276 +184,6 @@ impl Stack {
         server_url: &str,
     ) -> anyhow::Result<Self> {
         Self::start_local(options, keep_logs_in, Some(server_url)).await
-    }
-
-    async fn start_local(
-        options: StackOptions,
-        keep_logs_in: Option<PathBuf>,
-        server_url: Option<&str>,
-    ) -> anyhow::Result<Self> {
-        let bins = tokio::task::spawn_blocking(|| cargo_bins(&BINARIES))
-            .await?
-            .map_err(anyhow::Error::msg)?;
-        let (log_dir, logs) = match keep_logs_in {
-            Some(dir) => {
-                std::fs::create_dir_all(&dir)?;
-                (dir, None)
-            }
-            None => {
-                let logs = tempfile::Builder::new().prefix("stack-logs-").tempdir()?;
-                (logs.path().to_path_buf(), Some(logs))
-            }
-        };
-        let (lockdb, paydb) = match server_url {
-            Some(url) => (
-                test_support::fresh_database_on(url).await,
-                test_support::fresh_database_on(url).await,
-            ),
-            None => (
-                test_support::fresh_database().await,
-                test_support::fresh_database().await,
-            ),
-        };
-        let secrets = Secrets::local();
-        // Without TLS, the services talk over loopback in plain HTTP, said so explicitly.
-        let tls = options.tls.then(|| TlsFiles::make(&log_dir)).transpose()?;
-        let signer = secrets.signer()?;
-        let public_keys = signer.verifier_entry();
-        let lock_store = if etcd_selected()? {
-            LockStoreAt::Etcd {
-                endpoints: test_support::etcd::endpoints(),
-                prefix: test_support::etcd::fresh_prefix(),
-            }
-        } else {
-            LockStoreAt::Postgres(lockdb.url.clone())
-        };
-        let mut lock_env = vec![
-            ("LOCK_TTL_MIN", "50ms".to_owned()),
-            ("LOCK_REAPER_INTERVAL", "200ms".to_owned()),
-            // Test stores are throwaway (PostgreSQL with fsync off).
-            ("LOCK_UNSAFE_ALLOW_NON_DURABLE_STORE", "true".to_owned()),
-        ];
-        lock_env.extend(tls::server_env(tls.as_ref()));
-        lock_env.extend(secrets.lock_server_env());
-        let lock_credentials = log_dir.join(LOCK_CREDENTIALS_FILE);
-        let payment_credentials = log_dir.join(PAYMENT_CREDENTIALS_FILE);
-        for file in [&lock_credentials, &payment_credentials] {
-            std::fs::write(file, "")?;
-        }
-        lock_env.push((
-            "LOCK_CREDENTIALS_FILE",
-            lock_credentials.display().to_string(),
-        ));
-        let payment_credentials = (
-            "PAYMENT_CREDENTIALS_FILE",
-            payment_credentials.display().to_string(),
-        );
-        let mut lock_servers = Vec::new();
-        for name in ["lock-server-1", "lock-server-2"] {
-            lock_servers.push(
-                spawn_lock_server(
-                    &bins[0],
-                    name,
-                    &lock_store,
-                    &lock_env,
-                    &log_dir,
-                    tls.as_ref(),
-                )
-                .await?,
-            );
-        }
-        // Local resources read their trusted keys from a file they reload on SIGHUP (a key
-        // rotation under live traffic); containers get them inline from `.env`.
-        let keys_file = log_dir.join(TRUSTED_KEYS_FILE);
-        std::fs::write(&keys_file, format!("{public_keys}\n"))?;
-        let trusted_keys = ("FENCE_PUBLIC_KEYS_FILE", keys_file.display().to_string());
-        let (pay_port, proxy_port, rail_port) = (free_port(), free_port(), free_port());
-        let scheme = tls::scheme(tls.as_ref());
-        let payment_url = format!("{scheme}://127.0.0.1:{pay_port}");
-        let proxy_url = format!("{scheme}://127.0.0.1:{proxy_port}");
-        let rail_url = format!("{scheme}://127.0.0.1:{rail_port}");
-        // (name, binary, env): every service but the executors, in start order.
-        let specs = [
-            (
-                "payment-resource",
-                &bins[1],
-                vec![
-                    ("DATABASE_URL", paydb.url.clone()),
-                    ("PAYMENT_BIND", format!("127.0.0.1:{pay_port}")),
-                    ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
-                    ("PAYMENT_CREATOR_TOKEN", secrets.creator.clone()),
-                    ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
-                    ("PAYMENT_ADMIN_TOKEN", secrets.payment_admin.clone()),
-                    ("PAYMENT_READER_TOKEN", secrets.reader.clone()),
-                    trusted_keys.clone(),
-                    payment_credentials.clone(),
-                    ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
-                    // Short, so tests see a stuck payout counted.
-                    ("PAYMENT_STUCK_AFTER", "2s".to_owned()),
-                ],
-            ),
-            (
-                "rail-stub",
-                &bins[3],
-                vec![
-                    ("RAIL_STUB_BIND", format!("127.0.0.1:{rail_port}")),
-                    ("RAIL_PROXY_CREDENTIAL", secrets.rail.clone()),
-                    ("RAIL_STUB_ADMIN_TOKEN", secrets.rail_admin.clone()),
-                ],
-            ),
-            (
-                "rail-proxy",
-                &bins[2],
-                vec![
-                    ("RAIL_PROXY_BIND", format!("127.0.0.1:{proxy_port}")),
-                    ("PAYMENT_URL", payment_url.clone()),
-                    ("RAIL_URL", rail_url.clone()),
-                    ("RAIL_PROXY_CREDENTIAL", secrets.rail.clone()),
-                    ("PAYMENT_PROXY_TOKEN", secrets.proxy.clone()),
-                    ("PAYOUT_EXECUTOR_TOKEN", secrets.executor.clone()),
-                    trusted_keys.clone(),
-                    payment_credentials,
-                    ("RAIL_HOP_TIMEOUT", options.rail_timeout.to_owned()),
-                    ("RAIL_HOP_BUDGET", options.hop_budget.to_owned()),
-                ],
-            ),
-        ];
-        let urls = [payment_url.clone(), rail_url.clone(), proxy_url.clone()];
-        let service_specs: Vec<ServiceSpec> = specs
-            .into_iter()
-            .zip(urls)
-            .map(|((name, binary, mut env), url)| {
-                env.extend(tls::server_env(tls.as_ref()));
-                if name == "rail-proxy" {
-                    env.extend(tls::client_env(tls.as_ref()));
-                }
-                ServiceSpec {
-                    name,
-                    binary: binary.clone(),
-                    env,
-                    url,
-                }
-            })
-            .collect();
-        let services: Vec<Proc> = service_specs
-            .iter()
-            .map(|s| {
-                Proc::Local(ServiceProcess::spawn(
-                    s.name,
-                    &s.binary,
-                    &[],
-                    &s.env,
-                    &log_dir,
-                ))
-            })
-            .collect();
-        let http = tls::http_client(tls.as_ref())?;
-        for url in [&payment_url, &rail_url, &proxy_url] {
-            test_support::wait_until_ok_with(
-                &http,
-                &format!("{url} to become ready"),
-                &format!("{url}/health/ready"),
-                READY_DEADLINE,
-            )
-            .await;
-        }
-        Ok(Self {
-            log_dir,
-            _logs: logs,
-            bins,
-            options,
-            lock_servers,
-            payment_url,
-            proxy_url,
-            rail_url,
-            paydb_url: Some(paydb.url.clone()),
-            lockdb_url: matches!(lock_store, LockStoreAt::Postgres(_)).then(|| lockdb.url.clone()),
-            secrets,
-            signer,
-            services,
-            service_specs,
-            lock_spec: Some((lock_store, lock_env.clone())),
-            retired: Vec::new(),
-            incarnations: 0,
-            last_payout: std::sync::atomic::AtomicI64::new(0),
-            compose: false,
-            executors: Vec::new(),
-            http,
-            plain_http: tls::http_client(None)?,
-            tls,
-        })
-    }
-
-    /// Compose mode: the infrastructure from compose.yaml, from a clean state.
-    async fn start_compose(options: StackOptions) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            !options.tls,
-            "compose runs on TLS always: StackOptions::tls is for local processes"
-        );
-        let env = compose::env_file()?;
-        let secrets = Secrets::from_env_file(&env)?;
-        let signer = secrets.signer()?;
-        tokio::task::spawn_blocking(compose::up).await??;
-        let tls = Some(TlsFiles::of_compose(compose::exported_ca())?);
-        let http = tls::http_client(tls.as_ref())?;
-        let local = |port: u16| format!("https://127.0.0.1:{port}");
-        let (payment_url, proxy_url, rail_url) = (local(8082), local(8083), local(8085));
-        let mut lock_servers = Vec::new();
-        for (service, port) in [("lock-server-1", 8081), ("lock-server-2", 8091)] {
-            let url = local(port);
-            wait_until_ok_with(
-                &http,
-                &format!("{service} to become ready"),
-                &format!("{url}/health/ready"),
-                READY_DEADLINE * 3,
-            )
-            .await;
-            lock_servers.push(LockServer {
-                process: Proc::Container(Container::of_service(service)?),
-                url,
-            });
-        }
-        let mut services = Vec::new();
-        for (service, url) in [
-            ("payment-resource", &payment_url),
-            ("rail-proxy", &proxy_url),
-            ("rail-stub", &rail_url),
-        ] {
-            wait_until_ok_with(
-                &http,
-                &format!("{service} to become ready"),
-                &format!("{url}/health/ready"),
-                READY_DEADLINE * 3,
-            )
-            .await;
-            services.push(Proc::Container(Container::of_service(service)?));
-        }
-        let logs = tempfile::Builder::new().prefix("stack-logs-").tempdir()?;
-        Ok(Self {
-            log_dir: logs.path().to_path_buf(),
-            _logs: Some(logs),
-            bins: Vec::new(),
-            options,
-            lock_servers,
-            payment_url,
-            proxy_url,
-            rail_url,
-            paydb_url: None,
-            lockdb_url: None,
-            secrets,
-            signer,
-            services,
-            service_specs: Vec::new(),
-            lock_spec: None,
-            retired: Vec::new(),
-            incarnations: 0,
-            last_payout: std::sync::atomic::AtomicI64::new(0),
-            compose: true,
-            executors: Vec::new(),
-            http,
-            plain_http: tls::http_client(None)?,
-            tls,
-        })
     }
 }
 

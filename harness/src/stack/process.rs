@@ -1,7 +1,18 @@
 //! A service process as the stack holds it (a local child or a compose container), its
 //! signals and its log.
 
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use test_support::ServiceProcess;
+
+use crate::compose::{self, Container};
+
+/// How long a service may take to become ready.
+pub const READY_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`: SIGSTOP).
 pub fn pid_stopped(pid: Pid) -> bool {

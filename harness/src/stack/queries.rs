@@ -1,7 +1,18 @@
 //! What a test asks of a running stack: logs, payouts, submissions, the rail, proofs, fenced
 //! writes, the lock holder, the audit trail, metrics, the ledger.
 
-use super::*;
+use std::time::Duration;
+
+use anyhow::bail;
+use lock_client::LockClientConfig;
+use payment_api::{Fault, LedgerSummary, Payout, Received, Submission};
+use reqwest::StatusCode;
+
+use super::Stack;
+use super::lock_server::lock_client_config_with;
+use super::process::Proc;
+use crate::audit::{Audit, DeclaredLoss, declared_losses};
+use crate::metrics::Metrics;
 
 impl Stack {
     /// The logs of every lock-server incarnation.

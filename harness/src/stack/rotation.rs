@@ -4,7 +4,14 @@
 //! never stops; the resources retire the old key), and the named credentials every service
 //! accepts (files rewritten, then SIGHUP). Local processes only.
 
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+
+use super::process::Proc;
+use super::{LOCK_CREDENTIALS_FILE, PAYMENT_CREDENTIALS_FILE, Stack, TRUSTED_KEYS_FILE};
 
 /// How long a replica may take to drain and exit after SIGTERM.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(15);

@@ -1,7 +1,8 @@
 //! The credentials and signing key a stack's services share: generated for a local stack,
 //! read from the compose `.env` for compose.
 
-use super::*;
+use anyhow::Context;
+use lock_api::FenceSigner;
 
 /// The secrets of a stack's roles: each service gets only those of its own roles.
 #[derive(Debug, Clone)]

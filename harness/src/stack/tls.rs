@@ -2,7 +2,11 @@
 //! all listen on 127.0.0.1), clients that trust only that CA. Compose: the CA compose.yaml's
 //! tls-init made and exported to the host; the services' certificates stay in its volume.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Budget of one harness call to a service: a stopped process must not hang a test.
+pub(super) const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The PEM files of a stack on TLS.
 #[derive(Debug, Clone)]

@@ -6,7 +6,8 @@
 //! | the module rule (`modules`; C5 `ct5-modules`, also `deny.toml`) | the executor and lockctl reach the lock service through the SDK only, so nothing bypasses its safety logic; the simulation and the fence kit stay free of the service's I/O |
 //! | the map is true and short (`map`) | a newcomer reads `docs/ARCHITECTURE.md` first; a map that names missing files or grows into a manual misleads |
 //! | one job per source file, at most 700 lines (`map`) | a file past that holds more than one room |
-//! | no import circles among a crate's modules, through `crate::` and `super::` paths (`map`) | a circle is one room split over files; not yet resolved: `self::` paths and a parent's use of its child |
+//! | no import circles among a crate's modules, through `crate::`, `super::`, `self::` paths and a parent's use of its child (`map`; resolver and fixtures in `harness::imports`) | a circle is one room split over files |
+//! | no `use super::*` outside tests (`map`) | a glob of the parent lets every file touch every field: a room then is not one file, and its imports say nothing |
 //! | no history in sources, tests, manifests, SQL function files and the migrations generated from them (`map`) | code says why; which issue asked is for the changelog and git (migrations before the first generated one are frozen by sqlx's checksums) |
 //! | the SDK sleeps no thread and reads no wall clock; only `clock.rs` reads time (`sdk_sources`) | a deadline counts on the monotonic clock it was planned on, never on a clock that steps |
 //! | the executor speaks the lock surface only through the SDK, passes tokens explicitly, and no held-check is a boolean (`executor_sources`; C2) | one door to the lock surface; a token in a thread-local follows the wrong task; a boolean check races its own answer |
@@ -244,127 +245,61 @@ mod map {
         assert_eq!(named_path("LockStore::acquire", None), None);
     }
 
-    /// A crate's modules (by path, `""` for the root) and the modules each one's non-test code
-    /// names through `crate::` or `super::`.
-    fn module_edges(
-        src: &Path,
-    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
-        let files = rust_files(src);
-        let module_of = |path: &Path| -> String {
-            let rel = path
-                .strip_prefix(src)
-                .expect("under src")
-                .with_extension("");
-            let mut parts: Vec<String> = rel
-                .iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect();
-            if parts
-                .last()
-                .is_some_and(|p| ["mod", "lib", "main"].contains(&p.as_str()))
-            {
-                parts.pop();
-            }
-            parts.join("::")
-        };
-        let modules: std::collections::BTreeSet<String> =
-            files.iter().map(|f| module_of(f)).collect();
-        let mut edges = std::collections::BTreeMap::new();
-        for file in &files {
-            let this = module_of(file);
-            let text = std::fs::read_to_string(file).expect("a source file");
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            let mut named = std::collections::BTreeSet::new();
-            let mut note = |path: Vec<&str>| {
-                // The longest prefix of the path that is a module of the crate.
-                if let Some(module) = (1..=path.len())
-                    .rev()
-                    .map(|k| path[..k].join("::"))
-                    .find(|m| modules.contains(m))
-                {
-                    named.insert(module);
-                }
-            };
-            for (i, _) in code.match_indices("crate::") {
-                let rest = &code[i + "crate::".len()..];
-                let path: Vec<&str> = rest
-                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                    .next()
-                    .unwrap_or_default()
-                    .split("::")
-                    .filter(|p| p.starts_with(|c: char| c.is_ascii_lowercase()))
-                    .collect();
-                note(path);
-            }
-            if code.contains("super::") && !this.is_empty() {
-                let is_mod_file = file.file_stem().is_some_and(|s| s == "mod");
-                let mut parent: Vec<&str> = this.split("::").collect();
-                parent.pop();
-                if !is_mod_file || !parent.is_empty() {
-                    named.insert(parent.join("::"));
-                }
-            }
-            named.remove(&this);
-            // The crate root declares every module; an edge to it is no circle worth a name.
-            named.remove("");
-            edges.insert(this, named);
-        }
-        edges
+    /// The glob imports of a parent in `text`'s non-test code.
+    fn parent_globs(text: &str) -> usize {
+        // Test code starts at the first `#[cfg(...)]` that names `test`.
+        text.lines()
+            .take_while(|line| !(line.starts_with("#[cfg(") && line.contains("test")))
+            .filter(|line| line.trim_start().starts_with("use super::*"))
+            .count()
     }
 
-    /// The circles among `edges`: each a set of two or more modules that reach each other.
-    fn circles(
-        edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
-    ) -> Vec<Vec<String>> {
-        let reach = |from: &str| {
-            let mut seen = std::collections::BTreeSet::new();
-            let mut todo = vec![from.to_owned()];
-            while let Some(next) = todo.pop() {
-                for dep in edges.get(&next).into_iter().flatten() {
-                    if seen.insert(dep.clone()) {
-                        todo.push(dep.clone());
-                    }
+    #[test]
+    fn no_file_imports_its_parent_whole_outside_tests() {
+        let mut found = Vec::new();
+        for dir in crate_dirs() {
+            for path in rust_files(&root().join(&dir).join("src")) {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                // A file of tests (`mod tests;` under `#[cfg(test)]`) imports what it tests.
+                let tests_file = path.file_stem().is_some_and(|s| s == "tests");
+                if !tests_file && parent_globs(&text) > 0 {
+                    found.push(path.display().to_string());
                 }
             }
-            seen
-        };
-        let mut found: Vec<Vec<String>> = Vec::new();
-        for module in edges.keys() {
-            let reached = reach(module);
-            if !reached.contains(module) {
-                continue;
-            }
-            let mut circle: Vec<String> = reached
-                .into_iter()
-                .filter(|other| reach(other).contains(module))
-                .collect();
-            circle.sort();
-            if !found.contains(&circle) {
-                found.push(circle);
-            }
         }
-        found
+        assert!(found.is_empty(), "`use super::*` outside tests: {found:#?}");
+        // The check bites, and spares tests.
+        assert_eq!(parent_globs("use super::*;\nimpl Stack {}"), 1);
+        assert_eq!(
+            parent_globs("fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}"),
+            0
+        );
+        assert_eq!(
+            parent_globs("#[cfg(all(test, feature = \"x\"))]\nmod tests {\n    use super::*;\n}"),
+            0
+        );
     }
 
     #[test]
     fn no_two_modules_of_a_crate_import_each_other() {
         let mut found = Vec::new();
         for dir in crate_dirs() {
-            for circle in circles(&module_edges(&root().join(&dir).join("src"))) {
-                found.push(format!("{dir}: {}", circle.join(" -> ")));
+            let graph = harness::imports::graph(&root().join(&dir).join("src"));
+            for circle in harness::imports::circles(&graph) {
+                found.push(format!("{dir}: {}", circle.join(" <-> ")));
             }
         }
         assert!(found.is_empty(), "import circles: {found:#?}");
-        // The check bites: two modules naming each other are a circle.
+        // The check bites: a child that reaches up to a parent that re-exports it.
         let planted = std::collections::BTreeMap::from([
-            ("stack".to_owned(), ["compose".to_owned()].into()),
-            ("compose".to_owned(), ["stack".to_owned()].into()),
-            ("audit".to_owned(), std::collections::BTreeSet::new()),
+            (
+                "store".to_owned(),
+                "mod etcd;\npub use etcd::EtcdStore;".to_owned(),
+            ),
+            ("store::etcd".to_owned(), "use super::*;".to_owned()),
         ]);
-        assert_eq!(
-            circles(&planted),
-            vec![vec!["compose".to_owned(), "stack".to_owned()]]
-        );
+        let graph = harness::imports::graph_of(&planted);
+        assert_eq!(harness::imports::circles(&graph).len(), 1);
     }
 }
 

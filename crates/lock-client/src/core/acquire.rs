@@ -10,7 +10,6 @@ use std::time::Duration;
 use lock_api::{ErrorCode, LossReason, RetryVerdict};
 
 use crate::backoff;
-use crate::config::AcquirePolicy;
 
 /// What a waiting acquire leaves of the request timeout for the server's last store call and the
 /// answer's way back.
@@ -254,6 +253,46 @@ impl AcquireLoop {
             Next::Retry(jitter.min(Duration::from_nanos(self.remaining_nanos(now_nanos))))
         });
         AfterFailure { rotate, next }
+    }
+}
+
+/// How `acquire` waits under contention: full-jitter exponential backoff within a budget.
+/// The defaults are assumptions recorded in the task ledger (`tasks/README.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquirePolicy {
+    /// Total time `acquire` may spend, measured on the SDK's `Clock`.
+    pub budget: Duration,
+    /// Backoff base: attempt `n` sleeps uniformly in `[0, min(cap, base · 2^n)]`.
+    pub base: Duration,
+    /// Backoff cap.
+    pub cap: Duration,
+    /// Most attempts, whatever the budget says.
+    pub max_attempts: u32,
+}
+
+impl AcquirePolicy {
+    /// Try once; never wait.
+    pub const TRY_ONCE: Self = Self {
+        budget: Duration::ZERO,
+        base: Duration::ZERO,
+        cap: Duration::ZERO,
+        max_attempts: 1,
+    };
+
+    /// The defaults (assumptions in the task ledger): budget 2 s, base 25 ms, cap 500 ms, at
+    /// most 32 attempts.
+    pub const DEFAULT: Self = Self {
+        budget: Duration::from_secs(2),
+        base: Duration::from_millis(25),
+        cap: Duration::from_millis(500),
+        max_attempts: 32,
+    };
+}
+
+impl Default for AcquirePolicy {
+    /// [`AcquirePolicy::DEFAULT`].
+    fn default() -> Self {
+        Self::DEFAULT
     }
 }
 

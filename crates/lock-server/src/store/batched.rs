@@ -19,8 +19,8 @@ use futures_util::stream::FuturesUnordered;
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
-use super::{
+use lock_store::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
+use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
     SessionOwner, SessionRecord, StoreError, WakeSink,
 };
@@ -139,7 +139,8 @@ async fn run(
                 None => open = false,
             },
             Some((id, results)) = flushing.next(), if !flushing.is_empty() => {
-                let answered = gatherer.complete(id, results).unwrap_or_else(|miscounted| {
+                let answered = gatherer.complete(id, results, BatchOp::answered_by);
+                let answered = answered.unwrap_or_else(|miscounted| {
                     let err = miscounted.error();
                     let fail = |reply| (reply, Err(err.clone()));
                     miscounted.callers.into_iter().map(fail).collect()

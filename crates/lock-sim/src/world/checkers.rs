@@ -4,7 +4,15 @@
 //! nothing is lost), an accepted superseded write, mutual exclusion of the clients' beliefs
 //! in true time, a reported loss that stays final, and no orphan grant.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use lock_api::{FencingToken, LockKey, SessionId};
+use payment_api::PayoutState;
+
+use super::World;
+use super::links::Node;
+use crate::check::Violation;
+use crate::sched::{MS, Nanos};
 
 /// How long a grant may outlive the abandon of the request it was made for: the abandon is one
 /// store write, so anything past a few milliseconds means it did not happen.
@@ -81,7 +89,7 @@ impl World {
                 continue;
             };
             let Some(token) = job.token else { continue };
-            if self.revoked.contains(&(job.key.clone(), token)) {
+            if self.witness.is_revoked(&job.key, token) {
                 continue;
             }
             if s.core
@@ -106,7 +114,7 @@ impl World {
     /// hand-over notice), until the client asks for the key anew.
     pub(super) fn check_losses_final(&mut self) {
         let now = self.q.now();
-        let revived = self.reported_lost.iter().find(|((c, key), token)| {
+        let revived = self.witness.reported_lost().find(|((c, key), token)| {
             let client = &self.clients[*c];
             client.session.as_ref().is_some_and(|s| {
                 s.core
@@ -130,20 +138,21 @@ impl World {
     /// kept for the client's retry is that retry's to take over, or the client's to settle.)
     /// Abandons older than the longest lease are dropped: no grant made before them is live.
     pub(super) fn check_orphans(&mut self) {
-        if self.abandoned.is_empty() {
-            return;
-        }
         let now = self.q.now();
         let longest = self.cfg.lease_ms.max(self.cfg.ttl_ms) * MS;
-        self.abandoned
-            .retain(|_, at| now.saturating_sub(*at) <= longest + ORPHAN_BOUND);
+        if !self
+            .witness
+            .keep_abandons_within(now, longest + ORPHAN_BOUND)
+        {
+            return;
+        }
         let orphan = self
             .service
             .live_grants(now)
             .into_iter()
             .find_map(|(key, session, token)| {
-                let request = *self.made_for.get(&(key.clone(), token))?;
-                let abandoned = self.abandoned.get(&request)?;
+                let request = self.witness.made_for(&key, token)?;
+                let abandoned = self.witness.abandoned_at(request)?;
                 // A grant never answered (withheld) has no record: made at the abandon.
                 let granted = self
                     .service
@@ -152,16 +161,16 @@ impl World {
                     .rev()
                     .find(|(_, k, t, _)| *k == key && *t == token)
                     .map_or(0, |(at, ..)| *at);
-                (granted <= *abandoned && now.saturating_sub(*abandoned) > ORPHAN_BOUND)
-                    .then_some((key, session, token, request))
+                (granted <= abandoned && now.saturating_sub(abandoned) > ORPHAN_BOUND)
+                    .then_some((key, session, token, request, abandoned))
             });
-        if let Some((key, session, token, request)) = orphan {
+        if let Some((key, session, token, request, abandoned)) = orphan {
             let detail = format!(
                 "{key} token {} of session {} is still held {:.3} ms after request #{} that it \
                  was made for was abandoned",
                 token.0,
                 session.tag(),
-                now.saturating_sub(self.abandoned[&request]) as f64 / MS as f64,
+                now.saturating_sub(abandoned) as f64 / MS as f64,
                 request.0
             );
             self.violate("no orphan grant", &[], detail);

@@ -6,24 +6,23 @@
 //! file holds the run's state and its event loop.
 
 mod checkers;
+mod links;
 mod nemesis;
 mod network;
 mod protocol;
 mod services;
+mod witness;
+mod writes;
+
+use links::Network;
+pub use links::Node;
+use witness::Witness;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use lock_api::{
-    ErrorCode, FencingToken, GrantId, LockGrant, LockKey, LossReason, RetryVerdict, SessionId,
-};
-use lock_client::AcquirePolicy;
-use lock_client::core::{
-    AcquireLoop, Attempt, Next, Renewal, Sent, SessionCore, TickGrid, Unhold, acquire,
-    heartbeat_period,
-};
-use payment_api::PayoutState;
+use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+use lock_client::core::{AcquireLoop, Attempt, Renewal, Sent, SessionCore, TickGrid};
 
 use crate::bank::{Answer, Bank, RailFault, Write};
 use crate::check::{Coverage, Violation};
@@ -31,8 +30,8 @@ use crate::config::Config;
 use crate::sched::{MS, Nanos, Queue};
 use crate::service::{LockAnswer, LockCall, LockService};
 use lock_store::batch::Gatherer;
-use lock_store::wait_plan::{WaitPlan, WaitStep};
-use lock_store::{AcquireOutcome, AcquireSpec, RequestId, Wake};
+use lock_store::wait_plan::WaitPlan;
+use lock_store::{AcquireOutcome, RequestId};
 
 /// How many recent events a failure report keeps.
 const RECENT_EVENTS: usize = 400;
@@ -41,27 +40,6 @@ const RECENT_EVENTS: usize = 400;
 const CLOCK_SAMPLE_NANOS: Nanos = lock_store::CLOCK_SAMPLE_INTERVAL.as_nanos() as Nanos;
 /// Events of the involved parties a failure report prints.
 const REPORT_EVENTS: usize = 25;
-
-/// A party on the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Node {
-    /// A worker.
-    Client(usize),
-    /// A lock-server replica.
-    Replica(usize),
-    /// The fenced resource and the rail.
-    Bank,
-}
-
-impl std::fmt::Display for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Client(i) => write!(f, "c{i}"),
-            Self::Replica(i) => write!(f, "r{i}"),
-            Self::Bank => write!(f, "bank"),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Body {
@@ -267,23 +245,14 @@ pub struct World {
     clients: Vec<Client>,
     service: LockService,
     bank: Bank,
-    partitions: Vec<(Node, Node)>,
+    network: Network,
+    /// The checkers' own records.
+    witness: Witness,
     next_req: u64,
     coverage: Coverage,
     violation: Option<Violation>,
     recent: VecDeque<(Nanos, Vec<Node>, String)>,
     trace: Option<String>,
-    last_sent_on_link: BTreeMap<(Node, Node), Nanos>,
-    /// The checker's own record of the highest token the resource accepted per payout.
-    accepted_max: Vec<i64>,
-    /// Payouts that were ever `RAIL_AMBIGUOUS` (I5's witness, not the model's state).
-    ambiguous: Vec<bool>,
-    /// Grants each client's SDK reported lost, by client and key, until that client asks
-    /// for the key again (a loss is final: no answer may revive it).
-    reported_lost: BTreeMap<(usize, LockKey), FencingToken>,
-    /// Grants an operator revoked: their holders may believe they hold until their next
-    /// renewal (revocation ends exclusion of beliefs by design; the fence still protects).
-    revoked: BTreeSet<(LockKey, FencingToken)>,
     /// Acquires parked on a replica, by id.
     parked: BTreeMap<u64, Parked>,
     /// Numbers parked requests.
@@ -296,13 +265,6 @@ pub struct World {
     /// Acquires whose client gave up while their store call was in flight (by client and
     /// request number): abandoned when that call answers, never answered.
     cancelled: BTreeSet<(Node, u64)>,
-    /// Requests a replica abandoned (ended without telling their client of a grant), and
-    /// when: the orphan check's witness.
-    abandoned: BTreeMap<RequestId, Nanos>,
-    /// The request each grant was made for, by key and token, as the simulation saw it made
-    /// (not as the store records it): `NONE` once another request of its session was granted
-    /// it too. The orphan check's other witness.
-    made_for: BTreeMap<(LockKey, FencingToken), RequestId>,
     /// The request whose store call last touched each queue place (a hand-over to the place
     /// is made for it).
     /// (Looked up only, never iterated: a hash map keeps the run deterministic.)
@@ -372,24 +334,18 @@ impl World {
             rng,
             q: Queue::new(),
             clients,
-            partitions: Vec::new(),
+            network: Network::default(),
+            witness: Witness::new(cfg.payouts),
             next_req: 0,
             coverage,
             violation: None,
             recent: VecDeque::new(),
             trace: trace.then(String::new),
-            last_sent_on_link: BTreeMap::new(),
-            accepted_max: vec![0; cfg.payouts],
-            ambiguous: vec![false; cfg.payouts],
-            reported_lost: BTreeMap::new(),
-            revoked: BTreeSet::new(),
             parked: BTreeMap::new(),
             parks: 0,
             gathered: (0..cfg.replicas).map(|_| Gatherer::default()).collect(),
             flushing: vec![BTreeMap::new(); cfg.replicas],
             cancelled: BTreeSet::new(),
-            abandoned: BTreeMap::new(),
-            made_for: BTreeMap::new(),
             place_of: HashMap::new(),
             events: 0,
             cfg,
@@ -507,12 +463,9 @@ impl World {
                 sent,
                 body,
             } => {
-                let link = (from, to);
-                let last = self.last_sent_on_link.get(&link).copied().unwrap_or(0);
-                if sent < last {
+                if self.network.arrived((from, to), sent) {
                     self.coverage.hit("fault: messages reordered");
                 }
-                self.last_sent_on_link.insert(link, sent.max(last));
                 match to {
                     Node::Replica(r) => self.at_replica(r, from, req, body),
                     Node::Bank => self.at_bank(from, req, body),

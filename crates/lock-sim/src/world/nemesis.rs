@@ -1,7 +1,9 @@
 //! The nemesis: what faults a seed schedules (partitions, pauses, replica crashes,
 //! `NOT_LEADER` windows, revocations, steps of the store's clock) and what each one does.
 
-use super::*;
+use super::links::Node;
+use super::{Event, Fault, World, key_of};
+use crate::sched::MS;
 
 impl World {
     pub(super) fn schedule_nemesis(&mut self) {
@@ -72,13 +74,9 @@ impl World {
             Fault::NotLeaderOff => self.service.not_leader = false,
             Fault::Partition(a, b) => {
                 self.coverage.hit("fault: partition");
-                self.partitions.push((a, b));
+                self.network.cut(a, b);
             }
-            Fault::Heal(a, b) => {
-                if let Some(i) = self.partitions.iter().position(|p| *p == (a, b)) {
-                    self.partitions.remove(i);
-                }
-            }
+            Fault::Heal(a, b) => self.network.heal(a, b),
             Fault::StoreClockStep(by) => {
                 self.coverage.hit(if by > 0 {
                     "fault: store clock stepped forward"
@@ -91,7 +89,7 @@ impl World {
                 let key = key_of(payout);
                 if let Some(token) = self.service.revoke(self.q.now(), &key) {
                     self.coverage.hit("fault: a grant revoked");
-                    self.revoked.insert((key, token));
+                    self.witness.revoke(key, token);
                 }
             }
         }

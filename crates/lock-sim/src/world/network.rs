@@ -1,22 +1,19 @@
 //! The network between the parties: per-message delay, and during the fault window loss,
 //! duplication, delay spikes (which reorder) and partitions; requests with their timeouts.
 
-use super::*;
+use super::links::Node;
+use super::{Body, Event, Pending, World};
+use crate::sched::MS;
+use crate::service::LockCall;
 
 impl World {
     pub(super) fn in_fault_window(&self) -> bool {
         self.q.now() < self.cfg.fault_until_ms * MS
     }
 
-    pub(super) fn partitioned(&self, a: Node, b: Node) -> bool {
-        self.partitions
-            .iter()
-            .any(|(x, y)| (*x == a && *y == b) || (*x == b && *y == a))
-    }
-
     pub(super) fn send(&mut self, from: Node, to: Node, req: u64, body: Body) {
         let faulty = self.in_fault_window();
-        if self.partitioned(from, to) {
+        if self.network.partitioned(from, to) {
             self.coverage.hit("fault: message lost to a partition");
             return;
         }

@@ -3,7 +3,21 @@
 //! point between every guard and its write. It sends what the core plans and hands back what
 //! came of it; every decision the SDK makes is the core's.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lock_api::{ErrorCode, FencingToken, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_client::AcquirePolicy;
+use lock_client::core::{
+    AcquireLoop, Attempt, Next, SessionCore, TickGrid, Unhold, acquire, heartbeat_period,
+};
+use lock_store::RequestId;
+
+use super::links::Node;
+use super::{Body, Event, Job, Pending, Phase, Session, World, key_of};
+use crate::bank::Write;
+use crate::sched::{MS, Nanos};
+use crate::service::{LockAnswer, LockCall};
 
 impl World {
     pub(super) fn now_local(&self, c: usize) -> u64 {
@@ -74,7 +88,7 @@ impl World {
         let pending = Pending::Acquire(job.id, attempt, replica);
         // A new acquire may be granted the same token again (the store's same-session
         // re-grant): from here the SDK may rightly hold it anew.
-        self.reported_lost.remove(&(c, job.key.clone()));
+        self.witness.asks_again(c, &job.key);
         self.lock_request(c, pending, call);
     }
 
@@ -282,46 +296,10 @@ impl World {
         }
     }
 
+    /// A lock-server's answer to client `c`'s `pending` call, handed to the SDK's core.
     pub(super) fn lock_reply(&mut self, c: usize, pending: Pending, answer: LockAnswer) {
-        let now_local = self.now_local(c);
         if let Some(code) = Self::code_of(&answer) {
-            if code == ErrorCode::NotLeader {
-                self.coverage.hit("a NOT_LEADER answer retried");
-            }
-            match &pending {
-                Pending::Open { .. } => {
-                    self.clients[c].opening = false;
-                    self.rotate(c);
-                    self.schedule_step(c, 50 * MS);
-                }
-                Pending::Heartbeat(_) | Pending::Renew(_) => {
-                    self.session_call_failed(c, &pending, Some(code));
-                }
-                Pending::Acquire(job, ..) if !self.job_is(c, *job) => {}
-                Pending::Acquire(..) => {
-                    if let Some(reason) = acquire::session_loss(code) {
-                        // The SDK answers the acquire with the loss; the executor replaces
-                        // the session.
-                        if let Some(s) = &mut self.clients[c].session {
-                            s.core.lose_session(reason);
-                        }
-                        self.clients[c].job = None;
-                    } else {
-                        if code == ErrorCode::LockHeld {
-                            self.coverage.hit("an acquire found the lock held");
-                        }
-                        let verdict = if code == ErrorCode::LockHeld {
-                            RetryVerdict::Backoff
-                        } else {
-                            RetryVerdict::NextTick
-                        };
-                        self.acquire_failed(c, verdict);
-                    }
-                }
-                // The release failed: the lease expires on its own.
-                Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
-                Pending::Write(_) | Pending::Settle(_) | Pending::SettleRelease(..) => {}
-            }
+            self.lock_refused(c, &pending, code);
             return;
         }
         if self.clients[c].rotated {
@@ -336,25 +314,7 @@ impl World {
                     expires,
                 },
                 Pending::Open { send_local },
-            ) => {
-                let margin = self.cfg.margin();
-                let core = SessionCore::new(margin, ttl_ms, send_local);
-                let period = heartbeat_period(margin, ttl_ms);
-                let client = &mut self.clients[c];
-                client.opening = false;
-                client.generation += 1;
-                client.session = Some(Session {
-                    id: session,
-                    core,
-                    grid: TickGrid::new(now_local, period),
-                    ttl_ms,
-                    store_expiry: expires,
-                    grant_expiry: BTreeMap::new(),
-                });
-                self.check_session_deadline(c);
-                self.schedule_tick(c);
-                self.schedule_step(c, MS);
-            }
+            ) => self.opened(c, session, ttl_ms, expires, send_local),
             (LockAnswer::Extended { ttl_ms, expires }, Pending::Heartbeat(sent)) => {
                 let Some(s) = &mut self.clients[c].session else {
                     return;
@@ -396,41 +356,8 @@ impl World {
                 },
                 Pending::Acquire(job, attempt, _),
             ) => {
-                if !self.job_is(c, job) {
-                    return;
-                }
-                let Some(s) = &mut self.clients[c].session else {
-                    return;
-                };
-                if s.core
-                    .granted(&key, token, lease_ms, attempt, now_local, waited_ms)
-                    .is_err()
-                {
-                    // A re-grant of our own unanswered release's token: release it again and,
-                    // once that returns, the loop goes on as after contention (the SDK awaits
-                    // the release the same way).
-                    self.coverage.hit("a stale re-grant refused");
-                    let call = LockCall::Release {
-                        key: key.clone(),
-                        session: s.id,
-                        token,
-                    };
-                    let pending = Pending::Release {
-                        key,
-                        token,
-                        then_retry: Some(job),
-                    };
-                    self.lock_request(c, pending, call);
-                    return;
-                }
-                s.grant_expiry.insert((key.clone(), token), expires);
-                self.check_grant_deadlines(c);
-                let Some(job) = &mut self.clients[c].job else {
-                    return;
-                };
-                job.token = Some(token);
-                job.phase = Phase::Claiming;
-                self.write_after_think(c, Write::Claim);
+                let grant = (key, token, lease_ms, expires, waited_ms);
+                self.acquired(c, job, attempt, grant);
             }
             (LockAnswer::Granted { token, .. }, Pending::Settle(key)) => {
                 self.settled(c, key, token);
@@ -464,6 +391,122 @@ impl World {
             }
         }
     }
+    /// An error answer to client `c`'s `pending` call, as the SDK takes it.
+    fn lock_refused(&mut self, c: usize, pending: &Pending, code: ErrorCode) {
+        if code == ErrorCode::NotLeader {
+            self.coverage.hit("a NOT_LEADER answer retried");
+        }
+        match &pending {
+            Pending::Open { .. } => {
+                self.clients[c].opening = false;
+                self.rotate(c);
+                self.schedule_step(c, 50 * MS);
+            }
+            Pending::Heartbeat(_) | Pending::Renew(_) => {
+                self.session_call_failed(c, pending, Some(code));
+            }
+            Pending::Acquire(job, ..) if !self.job_is(c, *job) => {}
+            Pending::Acquire(..) => {
+                if let Some(reason) = acquire::session_loss(code) {
+                    // The SDK answers the acquire with the loss; the executor replaces
+                    // the session.
+                    if let Some(s) = &mut self.clients[c].session {
+                        s.core.lose_session(reason);
+                    }
+                    self.clients[c].job = None;
+                } else {
+                    if code == ErrorCode::LockHeld {
+                        self.coverage.hit("an acquire found the lock held");
+                    }
+                    let verdict = if code == ErrorCode::LockHeld {
+                        RetryVerdict::Backoff
+                    } else {
+                        RetryVerdict::NextTick
+                    };
+                    self.acquire_failed(c, verdict);
+                }
+            }
+            // The release failed: the lease expires on its own.
+            Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
+            Pending::Write(_) | Pending::Settle(_) | Pending::SettleRelease(..) => {}
+        }
+    }
+
+    /// Client `c`'s session opened: the SDK's core for it, and its heartbeat grid.
+    fn opened(
+        &mut self,
+        c: usize,
+        session: SessionId,
+        ttl_ms: u64,
+        expires: Nanos,
+        send_local: u64,
+    ) {
+        let now_local = self.now_local(c);
+        let margin = self.cfg.margin();
+        let core = SessionCore::new(margin, ttl_ms, send_local);
+        let period = heartbeat_period(margin, ttl_ms);
+        let client = &mut self.clients[c];
+        client.opening = false;
+        client.generation += 1;
+        client.session = Some(Session {
+            id: session,
+            core,
+            grid: TickGrid::new(now_local, period),
+            ttl_ms,
+            store_expiry: expires,
+            grant_expiry: BTreeMap::new(),
+        });
+        self.check_session_deadline(c);
+        self.schedule_tick(c);
+        self.schedule_step(c, MS);
+    }
+
+    /// Client `c`'s acquire for job `job` was granted `(key, token, lease_ms, expires,
+    /// waited_ms)`: handed to the SDK's core, which takes it or refuses a stale re-grant.
+    fn acquired(
+        &mut self,
+        c: usize,
+        job: u64,
+        attempt: Attempt,
+        (key, token, lease_ms, expires, waited_ms): (LockKey, FencingToken, u64, Nanos, u64),
+    ) {
+        let now_local = self.now_local(c);
+        if !self.job_is(c, job) {
+            return;
+        }
+        let Some(s) = &mut self.clients[c].session else {
+            return;
+        };
+        if s.core
+            .granted(&key, token, lease_ms, attempt, now_local, waited_ms)
+            .is_err()
+        {
+            // A re-grant of our own unanswered release's token: release it again and,
+            // once that returns, the loop goes on as after contention (the SDK awaits
+            // the release the same way).
+            self.coverage.hit("a stale re-grant refused");
+            let call = LockCall::Release {
+                key: key.clone(),
+                session: s.id,
+                token,
+            };
+            let pending = Pending::Release {
+                key,
+                token,
+                then_retry: Some(job),
+            };
+            self.lock_request(c, pending, call);
+            return;
+        }
+        s.grant_expiry.insert((key.clone(), token), expires);
+        self.check_grant_deadlines(c);
+        let Some(job) = &mut self.clients[c].job else {
+            return;
+        };
+        job.token = Some(token);
+        job.phase = Phase::Claiming;
+        self.write_after_think(c, Write::Claim);
+    }
 
     /// A release returned (answered or not): the acquire loop that sent it goes on as after
     /// contention, or the executor looks for its next payout.
@@ -475,125 +518,6 @@ impl World {
                 let think = self.rng.u64(MS..10 * MS);
                 self.schedule_step(c, think);
             }
-        }
-    }
-
-    /// The scheduling point between a guard (or the grant) and the write it allows: the
-    /// executor's think time, in which the nemesis may pause the process, up to 3 × TTL.
-    pub(super) fn write_after_think(&mut self, c: usize, write: Write) {
-        let Some(id) = self.clients[c].job.as_ref().map(|j| j.id) else {
-            return;
-        };
-        let think = self.rng.u64(0..=2 * MS);
-        if self.in_fault_window() && self.rng.f64() < self.cfg.guard_pause {
-            let now = self.q.now();
-            let len = self.rng.u64(MS..=3 * self.cfg.ttl_ms * MS);
-            self.clients[c].pauses.push((now, now + think + len));
-            if let Some(job) = &mut self.clients[c].job {
-                job.paused_before_write = true;
-            }
-            self.coverage
-                .hit("fault: pause between a guard and its write");
-            if len > self.cfg.lease_ms * MS {
-                self.coverage
-                    .hit("fault: a pause between guard and write outlived the lease");
-            }
-            self.log(&[Node::Client(c)], || {
-                format!(
-                    "nemesis pauses c{c} for {:.3} ms before its {write:?}",
-                    len as f64 / MS as f64
-                )
-            });
-        }
-        self.q.after(think, Event::Write(c, id, write));
-    }
-
-    /// Sends the job's `write` with its token.
-    pub(super) fn send_write(&mut self, c: usize, write: Write) {
-        let Some(job) = &self.clients[c].job else {
-            return;
-        };
-        let Some(token) = job.token else { return };
-        let Some(session) = &self.clients[c].session else {
-            return;
-        };
-        // The proof the lock-server signed names this grant: its session, key and token.
-        let grant = GrantId::derive(session.id, &job.key, token).as_text();
-        let payout = job.payout;
-        let token = token.as_i64();
-        self.request(
-            c,
-            Node::Bank,
-            Pending::Write(write),
-            Body::Write {
-                payout,
-                write,
-                token,
-                grant,
-            },
-        );
-    }
-
-    /// The executor's guard before a write: the SDK core's `remaining` at the client's now.
-    pub(super) fn guard(&mut self, c: usize) -> Option<Duration> {
-        let now_local = self.now_local(c);
-        let client = &mut self.clients[c];
-        let (Some(session), Some(job)) = (&mut client.session, &client.job) else {
-            return None;
-        };
-        let token = job.token?;
-        match session.core.remaining(&job.key, token, now_local) {
-            Ok(left) => Some(left),
-            Err(reason) => {
-                self.coverage.hit(match reason {
-                    LossReason::DeadlinePassed => "a guard stopped a write: deadline passed",
-                    LossReason::RenewRefused => "a guard stopped a write: renew refused",
-                    _ => "a guard stopped a write: session lost",
-                });
-                None
-            }
-        }
-    }
-
-    pub(super) fn write_reply(&mut self, c: usize, pending: Pending, answer: Answer) {
-        let Pending::Write(write) = pending else {
-            return;
-        };
-        if self.clients[c].job.is_none() {
-            return;
-        }
-        match (write, answer) {
-            (Write::Claim, Answer::Ok(state)) => {
-                let Some(left) = self.guard(c) else {
-                    return self.end_job(c);
-                };
-                if state == PayoutState::Submitted {
-                    if self.cfg.bugs.skip_post {
-                        return self.end_job(c);
-                    }
-                    self.set_phase(c, Phase::Posting);
-                    return self.write_after_think(c, Write::Post);
-                }
-                let needed = (self.cfg.hop_ms as f64 * (1.0 + self.cfg.margin())) as u64 * MS;
-                if (left.as_nanos() as u64) < needed {
-                    self.coverage.hit("a lease-short skip");
-                    return self.end_job(c);
-                }
-                self.set_phase(c, Phase::Submitting);
-                self.write_after_think(c, Write::Submit);
-            }
-            (Write::Submit, Answer::Ok(_) | Answer::AlreadySubmitted) => {
-                if self.guard(c).is_none() || self.cfg.bugs.skip_post {
-                    return self.end_job(c);
-                }
-                self.set_phase(c, Phase::Posting);
-                self.write_after_think(c, Write::Post);
-            }
-            (Write::Post, Answer::Ok(_)) => {
-                self.coverage.hit("a payout posted");
-                self.end_job(c);
-            }
-            _ => self.end_job(c),
         }
     }
 
@@ -644,8 +568,9 @@ impl World {
         let losses = session.core.take_losses();
         let lost_session = session.core.lost();
         for loss in &losses.grants {
-            let lost = (c, loss.lost.lock_key.clone());
-            self.reported_lost.insert(lost, loss.lost.fencing_token);
+            let lost = &loss.lost;
+            self.witness
+                .lost(c, lost.lock_key.clone(), lost.fencing_token);
             self.coverage.hit(match loss.lost.reason {
                 LossReason::DeadlinePassed => "a loss: deadline passed",
                 LossReason::SessionExpired => "a loss: session expired",
@@ -664,7 +589,7 @@ impl World {
             let client = &mut self.clients[c];
             client.session = None;
             client.job = None;
-            self.reported_lost.retain(|(lost_by, _), _| *lost_by != c);
+            self.witness.session_lost(c);
             self.schedule_step(c, 50 * MS);
         }
     }

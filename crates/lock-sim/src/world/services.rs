@@ -2,7 +2,16 @@
 //! `ClockCheckedStore`, parking waiting acquires with lock-store's `WaitPlan`) and the bank (the
 //! resource and the rail, with fence-kit's `check_fence`) as nodes on the network.
 
-use super::*;
+use lock_api::{LockGrant, LockKey, SessionId};
+use lock_store::wait_plan::{WaitPlan, WaitStep};
+use lock_store::{AcquireOutcome, AcquireSpec, RequestId, Wake};
+use payment_api::PayoutState;
+
+use super::links::Node;
+use super::{Body, Event, HAND_OVER_LATE_MAX_MS, Parked, World};
+use crate::bank::Answer;
+use crate::sched::{MS, Nanos};
+use crate::service::{LockAnswer, LockCall};
 
 /// Share of commits in the fault window that hit a slow disk.
 const SLOW_COMMIT_SHARE: f64 = 0.2;
@@ -85,7 +94,7 @@ impl World {
             return;
         };
         let routed = self.gathered[r]
-            .complete(id, answers)
+            .complete(id, answers, LockCall::answered_by)
             .unwrap_or_else(|m| panic!("{}", m.error()));
         for ((from, req, call), answer) in routed {
             self.answered(r, from, req, &call, Some(answer));
@@ -113,7 +122,7 @@ impl World {
         self.check_grant_of(&answer, call);
         if let (LockAnswer::Granted { key, token, .. }, LockCall::Acquire { .. }) = (&answer, call)
         {
-            self.made(key, *token, RequestId(req));
+            self.witness.made(key, *token, RequestId(req));
         }
         if let LockCall::Acquire { key, session, .. } = call {
             if self.cancelled.remove(&(from, req)) {
@@ -293,7 +302,7 @@ impl World {
         };
         if let LockAnswer::Granted { token, .. } = &answer {
             self.check_grant(&p.key, *token, p.session);
-            self.made(&p.key, *token, p.request);
+            self.witness.made(&p.key, *token, p.request);
         }
         let (r, from, req) = (p.replica, p.from, p.req);
         self.log(&[from, Node::Replica(r)], || {
@@ -382,11 +391,11 @@ impl World {
             return;
         }
         let now = self.q.now();
-        self.abandoned.insert(request, now);
+        self.witness.abandon(request, now);
         // A grant no answer carried (the clock guard withheld it) was made for this request.
         for (k, s, token) in self.service.live_grants(now) {
-            if k == *key && s == session && !self.made_for.contains_key(&(k.clone(), token)) {
-                self.made_for.insert((k, token), request);
+            if k == *key && s == session {
+                self.witness.made_unanswered(k, token, request);
             }
         }
         if self.cfg.bugs.keep_abandoned {
@@ -402,15 +411,6 @@ impl World {
         });
         if released {
             self.coverage.hit("an abandoned request's grant given back");
-        }
-    }
-
-    /// Grant `token` of `key` was made (or made again) for `request`: the orphan check's
-    /// record. Made again for another request of its session, it is no single request's.
-    fn made(&mut self, key: &LockKey, token: FencingToken, request: RequestId) {
-        let made = self.made_for.entry((key.clone(), token)).or_insert(request);
-        if *made != request {
-            *made = RequestId::NONE;
         }
     }
 
@@ -442,7 +442,7 @@ impl World {
                 let now = self.q.now();
                 let place = (grant.lock_key.clone(), grant.session_id);
                 let request = self.place_of.get(&place).copied();
-                self.made(
+                self.witness.made(
                     &grant.lock_key,
                     grant.fencing_token,
                     request.unwrap_or_default(),
@@ -540,7 +540,7 @@ impl World {
         let rail_before = self.bank.rail.len();
         let fence_before = self.bank.payouts[payout].fence;
         // The checker's own witness: ambiguous once, ambiguous for good.
-        let was_ambiguous = self.ambiguous[payout];
+        let was_ambiguous = self.witness.was_ambiguous(payout);
         let answer = self.bank.write(now, payout, write, token, &grant);
         self.log(&[from, Node::Bank], || {
             format!("bank {write:?} payout {payout} token {token} -> {answer:?}")
@@ -562,8 +562,7 @@ impl World {
             // The checker's own witness, not the model's fence: a write accepted with a token
             // below one the resource already accepted is a superseded holder's, whatever
             // stops it later (one submission per payout is a second line, not the first).
-            let highest = self.accepted_max[payout];
-            if token < highest {
+            if let Some(highest) = self.witness.accepted(payout, token) {
                 self.violate(
                     "I2 no superseded write accepted",
                     &[from, Node::Bank],
@@ -572,9 +571,9 @@ impl World {
                     ),
                 );
             }
-            self.accepted_max[payout] = highest.max(token);
         }
-        self.ambiguous[payout] |= self.bank.payouts[payout].state == PayoutState::RailAmbiguous;
+        let ambiguous = self.bank.payouts[payout].state == PayoutState::RailAmbiguous;
+        self.witness.ambiguous(payout, ambiguous);
         let fence_after = self.bank.payouts[payout].fence;
         if fence_after < fence_before {
             self.violate(

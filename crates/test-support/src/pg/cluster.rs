@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 
 use tempfile::TempDir;
 
-use super::{path_str, postgres_bin_dir, run};
+use super::tools::{path_str, postgres_bin_dir, run};
 use crate::net::free_port;
 
 /// How many times a cluster start is retried when its port was taken meanwhile.

@@ -1,7 +1,15 @@
-//! Values as etcd stores them (JSON), etcd's errors as store errors, and the small
-//! conversions around them.
+//! What each key holds (the records of the layout in `mod.rs`), values as etcd stores them
+//! (JSON), etcd's errors as store errors, and the small conversions around them.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use etcd_client::KeyValue;
+use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, RevokeReason, SessionId};
+use lock_store::{Revocation, RevokeNote, StoreError};
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+/// etcd counts lease TTLs in whole seconds.
+pub(super) const LEASE_GRANULARITY_MS: u64 = 1_000;
 
 /// etcd's TTL in whole seconds, rounded up.
 pub(super) fn lease_seconds(ttl_ms: u64) -> i64 {
@@ -120,6 +128,76 @@ pub(super) fn map_err(err: etcd_client::Error) -> StoreError {
         | etcd_client::Error::LeaseKeepAliveError(_) => StoreError::Unavailable(err.to_string()),
         other => StoreError::Internal(other.to_string()),
     }
+}
+
+/// `P/s/{session}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SessionValue {
+    pub(super) owner: OwnerId,
+    /// The credential that opened it; absent in a record written before credentials were
+    /// kept (such a session answers no caller).
+    #[serde(default)]
+    pub(super) credential: String,
+    pub(super) ttl_ms: u64,
+    pub(super) lease: i64,
+}
+
+/// `P/g/{lock_key}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct GrantValue {
+    pub(super) token: FencingToken,
+    pub(super) session: SessionId,
+    pub(super) owner: OwnerId,
+    pub(super) lease: i64,
+    pub(super) lease_ms: u64,
+    #[serde(default)]
+    pub(super) lock_delay_ms: u64,
+    /// The request it was last granted to (`LockStore::abandon`); 0 for none.
+    #[serde(default)]
+    pub(super) request: u64,
+}
+
+/// `P/d/{lock_key}`: the lock-delay of the grant `token` of `exempt`, which ended
+/// involuntarily. In force while its `dl/{lease}` marker exists.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct DelayValue {
+    pub(super) token: FencingToken,
+    pub(super) exempt: SessionId,
+    pub(super) lease: i64,
+    pub(super) delay_ms: u64,
+}
+
+/// A delay record as read, with the revision a transaction pins.
+#[derive(Debug, Clone)]
+pub(super) struct ReadDelay {
+    pub(super) value: DelayValue,
+    pub(super) mod_revision: i64,
+}
+
+/// A place in a key's queue as read: `P/w/{lock_key}/{session}`.
+#[derive(Debug, Clone)]
+pub(super) struct Place {
+    pub(super) session: SessionId,
+    /// Arrival: the order of the queue.
+    pub(super) create_revision: i64,
+    pub(super) lease: i64,
+    /// The TTL of its lease, in seconds (0 when read without values).
+    pub(super) ttl_s: i64,
+}
+
+/// A grant record as read, with the revision a transaction pins.
+#[derive(Debug, Clone)]
+pub(super) struct ReadGrant {
+    pub(super) value: GrantValue,
+    pub(super) mod_revision: i64,
+}
+
+/// Why a read grant is not live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Liveness {
+    Live,
+    LeaseEnded,
+    SessionEnded,
 }
 
 #[cfg(test)]

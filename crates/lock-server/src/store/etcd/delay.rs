@@ -1,7 +1,14 @@
 //! Lock-delay: the record an involuntary end leaves, its remaining time, and ending a grant
 //! with it.
 
-use super::*;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lock_api::{FencingToken, LockKey, SessionId};
+use lock_store::StoreError;
+
+use super::EtcdStore;
+use super::codec::{
+    DelayValue, GrantValue, LEASE_GRANULARITY_MS, ReadDelay, ReadGrant, decode, encode, read_grant,
+};
 
 impl EtcdStore {
     /// Starts the lock-delay of `dead`, a grant that ended involuntarily and that this
@@ -15,17 +22,18 @@ impl EtcdStore {
     ) -> Result<bool, StoreError> {
         let (lease, ops) = self.delay_ops(key, &dead.value).await?;
         let started = self
+            .members
             .txn(
                 "start lock-delay",
                 Txn::new()
                     .when([
                         Compare::mod_revision(
-                            self.grant_key(key),
+                            self.keys.grant_key(key),
                             CompareOp::Equal,
                             dead.mod_revision,
                         ),
                         Compare::mod_revision(
-                            self.delay_key(key),
+                            self.keys.delay_key(key),
                             CompareOp::Equal,
                             prior.map_or(0, |d| d.mod_revision),
                         ),
@@ -35,9 +43,9 @@ impl EtcdStore {
             .await?
             .succeeded();
         if !started {
-            self.revoke_lease_later(lease);
+            self.members.revoke_lease_later(lease);
         } else if let Some(prior) = prior {
-            self.revoke_lease_later(prior.value.lease);
+            self.members.revoke_lease_later(prior.value.lease);
         }
         Ok(started)
     }
@@ -49,7 +57,7 @@ impl EtcdStore {
         key: &LockKey,
         grant: &GrantValue,
     ) -> Result<(i64, Vec<TxnOp>), StoreError> {
-        let lease = self.grant_lease(grant.lock_delay_ms).await?;
+        let lease = self.members.grant_lease(grant.lock_delay_ms).await?;
         let value = DelayValue {
             token: grant.token,
             exempt: grant.session,
@@ -59,9 +67,9 @@ impl EtcdStore {
         Ok((
             lease,
             vec![
-                TxnOp::put(self.delay_key(key), encode(&value)?, None),
+                TxnOp::put(self.keys.delay_key(key), encode(&value)?, None),
                 TxnOp::put(
-                    self.delay_marker(lease),
+                    self.keys.delay_marker(lease),
                     "",
                     Some(PutOptions::new().with_lease(lease)),
                 ),
@@ -75,6 +83,7 @@ impl EtcdStore {
     pub(super) async fn delay_remaining(&self, delay: &DelayValue) -> u64 {
         let lease = delay.lease;
         let ttl = self
+            .members
             .call("lease time-to-live", |client| async move {
                 client.lease_client().time_to_live(lease, None).await
             })
@@ -141,27 +150,29 @@ impl EtcdStore {
     ) -> Result<bool, StoreError> {
         let (lease, mut ops) = self.delay_ops(key, &grant.value).await?;
         ops.extend([
-            TxnOp::delete(self.grant_key(key), None),
-            TxnOp::delete(self.grant_marker(grant.value.lease), None),
+            TxnOp::delete(self.keys.grant_key(key), None),
+            TxnOp::delete(self.keys.grant_marker(grant.value.lease), None),
         ]);
         ops.extend(also);
         let mut compares = vec![Compare::mod_revision(
-            self.grant_key(key),
+            self.keys.grant_key(key),
             CompareOp::Equal,
             grant.mod_revision,
         )];
         if let Some(revision) = prior_delay {
             compares.push(Compare::mod_revision(
-                self.delay_key(key),
+                self.keys.delay_key(key),
                 CompareOp::Equal,
                 revision,
             ));
         }
         let deleted = self
+            .members
             .txn("end grant", Txn::new().when(compares).and_then(ops))
             .await?
             .succeeded();
-        self.revoke_lease_later(if deleted { grant.value.lease } else { lease });
+        self.members
+            .revoke_lease_later(if deleted { grant.value.lease } else { lease });
         Ok(deleted)
     }
 
@@ -179,10 +190,11 @@ impl EtcdStore {
     ) -> Result<bool, StoreError> {
         let mut ops = vec![
             TxnOp::delete(key_path, None),
-            TxnOp::delete(self.grant_marker(lease), None),
+            TxnOp::delete(self.keys.grant_marker(lease), None),
         ];
         ops.extend(also);
         let deleted = self
+            .members
             .txn(
                 "delete grant",
                 Txn::new()
@@ -198,7 +210,7 @@ impl EtcdStore {
         match (deleted, reuse) {
             (false, _) => {}
             (true, Some(lease_ms)) => self.reuse_lease_later(lease_ms, lease),
-            (true, None) => self.revoke_lease_later(lease),
+            (true, None) => self.members.revoke_lease_later(lease),
         }
         Ok(deleted)
     }

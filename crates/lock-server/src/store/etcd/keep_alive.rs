@@ -16,7 +16,13 @@ use std::collections::VecDeque;
 
 use tokio::sync::oneshot;
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use lock_store::StoreError;
+
+use super::members::Members;
 
 /// Callers waiting for an answer, by lease, in the order their requests were sent.
 type Waiting = Arc<Mutex<HashMap<i64, VecDeque<oneshot::Sender<bool>>>>>;
@@ -35,11 +41,15 @@ pub(super) struct KeepAlives {
     stream: tokio::sync::Mutex<Option<Stream>>,
 }
 
-impl EtcdStore {
+impl KeepAlives {
     /// Refreshes `lease` to its full TTL; `false` when it has already ended.
-    pub(super) async fn keep_alive(&self, lease: i64) -> Result<bool, StoreError> {
-        let (index, client) = self.members.pinned();
-        let mut slot = self.keep_alives.stream.lock().await;
+    pub(super) async fn keep_alive(
+        &self,
+        members: &Members,
+        lease: i64,
+    ) -> Result<bool, StoreError> {
+        let (index, client) = members.pinned();
+        let mut slot = self.stream.lock().await;
         if slot
             .as_ref()
             .is_some_and(|s| s.member != index || !s.running.load(Ordering::Acquire))
@@ -48,7 +58,7 @@ impl EtcdStore {
             *slot = None;
         }
         let Some(stream) = slot.as_ref() else {
-            let opened = self
+            let opened = members
                 .bounded(index, "lease keep-alive", async move {
                     match client.lease_client().keep_alive(lease).await {
                         Ok(opened) => Ok(Some(opened)),
@@ -94,31 +104,31 @@ impl EtcdStore {
             *slot = None;
         }
         drop(slot);
-        let endpoint = &self.members.endpoints[member];
+        let endpoint = members.endpoint(member);
         let failed = match sent {
             Err(err) => format!("etcd lease keep-alive to {endpoint} failed: {err}"),
             Ok(()) if ended => match answered.try_recv() {
                 Ok(alive) => return Ok(alive),
                 Err(_) => format!("etcd lease keep-alive stream to {endpoint} ended"),
             },
-            Ok(()) => match tokio::time::timeout(self.request_timeout, answered).await {
+            Ok(()) => match tokio::time::timeout(members.request_timeout(), answered).await {
                 Ok(Ok(alive)) => return Ok(alive),
                 Ok(Err(_)) => format!("etcd lease keep-alive stream to {endpoint} ended"),
                 Err(_) => {
                     // A stream that stopped answering is replaced by the next call.
-                    self.close_keep_alives(member).await;
+                    self.close(member).await;
                     format!("etcd lease keep-alive timed out at {endpoint}")
                 }
             },
         };
         let err = StoreError::Unavailable(failed);
-        self.members.unpin(member, &err);
+        members.unpin(member, &err);
         Err(err)
     }
 
     /// Drops the stream on `member`, if it is the open one.
-    async fn close_keep_alives(&self, member: usize) {
-        let mut slot = self.keep_alives.stream.lock().await;
+    async fn close(&self, member: usize) {
+        let mut slot = self.stream.lock().await;
         if slot.as_ref().is_some_and(|s| s.member == member) {
             *slot = None;
         }

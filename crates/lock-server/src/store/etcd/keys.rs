@@ -1,9 +1,39 @@
 //! The key layout under the deployment's prefix (the table in `mod.rs`): every path this
-//! backend reads or writes is built and parsed here.
+//! backend reads or writes is built and parsed here, and nowhere else.
 
-use super::*;
+use etcd_client::KeyValue;
+use lock_api::{LockKey, SessionId};
+use lock_store::StoreError;
 
-impl EtcdStore {
+use super::codec::{Place, decode};
+
+/// The deployment's prefix `P` (ending in `/`) and the paths under it.
+#[derive(Debug, Clone)]
+pub(super) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// The layout under `prefix` (a `/` is added when it lacks one).
+    pub(super) fn new(prefix: &str) -> Self {
+        let prefix = if prefix.ends_with('/') {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}/")
+        };
+        Self { prefix }
+    }
+
+    /// `P` itself: every key of the deployment is under it.
+    pub(super) fn all(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `P/{sub}/`: every key of one kind (`g`, `gl`, `s`, `w`, ...).
+    pub(super) fn section(&self, sub: &str) -> String {
+        format!("{}{sub}/", self.prefix)
+    }
+
     pub(super) fn session_key(&self, session: SessionId) -> String {
         format!("{}s/{}", self.prefix, session.expose())
     }

@@ -7,7 +7,14 @@
 //! keep-alive, which follows the request's arrival, so the grant lasts at least `lease_ms`
 //! from then, as a new lease would (I4).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use lock_store::StoreError;
+
+use super::codec::lease_seconds;
+use super::keep_alive::KeepAlives;
+use super::members::Members;
 
 /// Leases kept per TTL (whole seconds) per replica; a release finding the pool full revokes.
 const POOLED_LEASES_MAX_PER_TTL: usize = 256;
@@ -41,40 +48,47 @@ impl LeasePool {
     }
 }
 
-impl EtcdStore {
+impl LeasePool {
     /// The lease an acquire's grant goes on: `spare` (taken earlier by a round that lost its
     /// race), or one from [`Self::grant_lease_for`], kept in `spare` until a commit uses it.
     pub(super) async fn lease_for(
         &self,
+        members: &Members,
+        keep_alives: &KeepAlives,
         lease_ms: u64,
         spare: &mut Option<i64>,
     ) -> Result<i64, StoreError> {
         if let Some(lease) = *spare {
             return Ok(lease);
         }
-        let lease = self.grant_lease_for(lease_ms).await?;
+        let lease = self.grant_lease_for(members, keep_alives, lease_ms).await?;
         *spare = Some(lease);
         Ok(lease)
     }
 
     /// A lease for a grant of `lease_ms`, its TTL counted from now: a pooled one kept alive,
     /// or a new one.
-    pub(super) async fn grant_lease_for(&self, lease_ms: u64) -> Result<i64, StoreError> {
+    pub(super) async fn grant_lease_for(
+        &self,
+        members: &Members,
+        keep_alives: &KeepAlives,
+        lease_ms: u64,
+    ) -> Result<i64, StoreError> {
         let ttl_s = lease_seconds(lease_ms);
-        while let Some(lease) = self.leases.take(ttl_s) {
+        while let Some(lease) = self.take(ttl_s) {
             // Ended meanwhile (unused past its TTL): drop it, try the next.
-            if self.keep_alive(lease).await? {
+            if keep_alives.keep_alive(members, lease).await? {
                 return Ok(lease);
             }
         }
-        self.grant_lease(lease_ms).await
+        members.grant_lease(lease_ms).await
     }
 
     /// `lease`, of a grant of `lease_ms` that a transaction just ended, carrying no key any
     /// more: kept for the next grant, or revoked when the pool is full.
-    pub(super) fn reuse_lease_later(&self, lease_ms: u64, lease: i64) {
-        if !self.leases.put(lease_seconds(lease_ms), lease) {
-            self.revoke_lease_later(lease);
+    pub(super) fn reuse_lease_later(&self, members: &Arc<Members>, lease_ms: u64, lease: i64) {
+        if !self.put(lease_seconds(lease_ms), lease) {
+            members.revoke_lease_later(lease);
         }
     }
 }

@@ -49,6 +49,7 @@
 mod acquire;
 mod codec;
 mod delay;
+mod hinted;
 mod hints;
 mod keep_alive;
 mod keys;
@@ -56,210 +57,54 @@ mod leases;
 mod members;
 mod queue;
 mod reap;
+mod round;
 mod sessions;
+mod wakes;
 mod watch;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
-    TxnOp, TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
-};
-use lock_api::{
-    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
-};
-use serde::{Deserialize, Serialize};
-use tonic::Code;
-
-use super::{
-    AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
-    RevokeNote, SessionOwner, SessionRecord, StoreError, Wake, WakeSink,
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_store::{
+    AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
+    SessionOwner, SessionRecord, StoreError, WakeSink,
 };
 
-use codec::{after_ms, decode, encode, grant_of, lease_seconds, map_err, read_delay, read_grant};
+use codec::{SessionValue, after_ms, encode, grant_of, read_grant};
+use hints::Hints;
+use keep_alive::KeepAlives;
+use keys::Keys;
+use leases::LeasePool;
+use members::Members;
+use wakes::WakeHub;
 
-/// etcd counts lease TTLs in whole seconds.
-const LEASE_GRANULARITY_MS: u64 = 1_000;
-/// Rounds of read-decide-commit an acquire tries before it answers "unavailable": each lost
-/// round means another grantor committed meanwhile, so the next read usually sees a holder.
-const ACQUIRE_ROUNDS_MAX: u32 = 16;
-/// Interval and timeout of HTTP/2 pings on each etcd connection: a member that stops
-/// answering (paused, partitioned) is dropped from the balance within about this long.
-const ETCD_PING_INTERVAL_MS: u64 = 500;
-/// How long a connection attempt to one member may take.
-const ETCD_CONNECT_TIMEOUT_MS: u64 = 1_000;
-/// Most operations one transaction carries: etcd refuses more than `--max-txn-ops`
-/// (default 128), so longer reads of markers go in several transactions.
-const TXN_OPS_MAX: usize = 100;
-/// Queue places ahead of an acquirer whose sessions are checked in the same read as the
-/// grant's markers; with more, they are checked only when the decision gets that far.
-const INLINE_PLACE_CHECKS: usize = 32;
-/// Interval of HTTP/2 pings on the wake-up watch's connection: etcd answers a client that
-/// pings more often than its `--grpc-keepalive-min-time` (default 5 s) with GOAWAY
-/// (`too_many_pings`), which ends a long-lived stream. A member that went silent breaks the
-/// watch within about this long; waiters meanwhile still recheck every second.
-const WATCH_PING_INTERVAL_MS: u64 = 10_000;
-/// Pause before the wake-up watch is opened again after it broke.
-const WATCH_RETRY_MS: u64 = 500;
-/// How often an idle wake-up watch checks whether its store is still in use.
-const WATCH_IDLE_CHECK_MS: u64 = 5_000;
-
-/// The etcd lock store.
+/// The etcd lock store: its parts, each the only code that knows its own state.
 #[derive(Clone)]
 pub struct EtcdStore {
+    /// The members and every call to them.
     members: Arc<Members>,
-    prefix: String,
-    request_timeout: Duration,
+    /// The key layout.
+    keys: Keys,
     /// Every replica (sink) served by this store's one wake-up watch.
     wakes: Arc<WakeHub>,
     /// Released grants' leases, for the next grants.
-    leases: Arc<leases::LeasePool>,
+    leases: Arc<LeasePool>,
     /// What this replica last wrote to each key, to skip the read before a commit.
-    hints: Arc<hints::Hints>,
+    hints: Arc<Hints>,
     /// The one lease keep-alive stream of this replica.
-    keep_alives: Arc<keep_alive::KeepAlives>,
-}
-
-/// The sinks of [`LockStore::watch_wakes`] and whether the watch runs. The watch task holds
-/// it weakly: it ends once the store is gone.
-#[derive(Default)]
-struct WakeHub {
-    sinks: Mutex<Vec<WakeSink>>,
-    watching: AtomicBool,
-}
-
-impl WakeHub {
-    fn deliver(&self, wake: &Wake) {
-        let sinks = self
-            .sinks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        sinks.iter().for_each(|sink| sink(wake.clone()));
-    }
-}
-
-/// One client per member and the member calls go to. A call that finds its member
-/// unreachable, leaderless or silent moves every later call to the next member (as etcd's
-/// own Go client pins one endpoint). Balancing over all members instead sends most calls to
-/// a dead member: its refusals are the quickest answers.
-struct Members {
-    endpoints: Vec<String>,
-    clients: Vec<Client>,
-    pinned: AtomicUsize,
-    /// The clients' options with pings every [`WATCH_PING_INTERVAL_MS`]: the wake-up watch
-    /// connects with these.
-    watch_options: ConnectOptions,
-}
-
-impl Members {
-    fn pinned(&self) -> (usize, Client) {
-        let index = self.pinned.load(Ordering::Relaxed) % self.clients.len();
-        (index, self.clients[index].clone())
-    }
-
-    /// Moves calls off member `index`, unless another call already has.
-    fn unpin(&self, index: usize, err: &StoreError) {
-        let next = (index + 1) % self.clients.len();
-        if self
-            .pinned
-            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && self.clients.len() > 1
-        {
-            tracing::warn!(
-                event = "etcd_member_switched",
-                from = %self.endpoints[index],
-                to = %self.endpoints[next],
-                error = %err,
-                "etcd member failed a call; later calls go to the next member"
-            );
-        }
-    }
+    keep_alives: Arc<KeepAlives>,
 }
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("prefix", &self.prefix)
-            .field("request_timeout", &self.request_timeout)
+            .field("prefix", &self.keys.all())
+            .field("request_timeout", &self.members.request_timeout())
             .finish_non_exhaustive()
     }
-}
-
-/// `P/s/{session}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct SessionValue {
-    owner: OwnerId,
-    /// The credential that opened it; absent in a record written before credentials were
-    /// kept (such a session answers no caller).
-    #[serde(default)]
-    credential: String,
-    ttl_ms: u64,
-    lease: i64,
-}
-
-/// `P/g/{lock_key}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct GrantValue {
-    token: FencingToken,
-    session: SessionId,
-    owner: OwnerId,
-    lease: i64,
-    lease_ms: u64,
-    #[serde(default)]
-    lock_delay_ms: u64,
-    /// The request it was last granted to (`LockStore::abandon`); 0 for none.
-    #[serde(default)]
-    request: u64,
-}
-
-/// `P/d/{lock_key}`: the lock-delay of the grant `token` of `exempt`, which ended
-/// involuntarily. In force while its `dl/{lease}` marker exists.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct DelayValue {
-    token: FencingToken,
-    exempt: SessionId,
-    lease: i64,
-    delay_ms: u64,
-}
-
-/// A delay record as read, with the revision a transaction pins.
-#[derive(Debug, Clone)]
-struct ReadDelay {
-    value: DelayValue,
-    mod_revision: i64,
-}
-
-/// A place in a key's queue as read: `P/w/{lock_key}/{session}`.
-#[derive(Debug, Clone)]
-struct Place {
-    session: SessionId,
-    /// Arrival: the order of the queue.
-    create_revision: i64,
-    lease: i64,
-    /// The TTL of its lease, in seconds (0 when read without values).
-    ttl_s: i64,
-}
-
-/// A grant record as read, with the revision a transaction pins.
-#[derive(Debug, Clone)]
-struct ReadGrant {
-    value: GrantValue,
-    mod_revision: i64,
-}
-
-/// Why a read grant is not live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Liveness {
-    Live,
-    LeaseEnded,
-    SessionEnded,
 }
 
 impl EtcdStore {
@@ -270,55 +115,33 @@ impl EtcdStore {
         prefix: &str,
         request_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        if endpoints.is_empty() {
-            return Err(StoreError::Internal(
-                "no etcd endpoints (LOCK_ETCD_ENDPOINTS)".into(),
-            ));
-        }
-        let options = ConnectOptions::new()
-            .with_timeout(request_timeout)
-            .with_connect_timeout(Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS))
-            .with_keep_alive(
-                Duration::from_millis(ETCD_PING_INTERVAL_MS),
-                Duration::from_millis(ETCD_PING_INTERVAL_MS),
-            )
-            .with_keep_alive_while_idle(true)
-            // A member without a leader refuses at once ("no leader") instead of waiting.
-            .with_require_leader(true);
-        let watch_options = options.clone().with_keep_alive(
-            Duration::from_millis(WATCH_PING_INTERVAL_MS),
-            Duration::from_millis(ETCD_PING_INTERVAL_MS),
-        );
-        let mut clients = Vec::with_capacity(endpoints.len());
-        for endpoint in endpoints {
-            let client = tokio::time::timeout(
-                request_timeout,
-                Client::connect([endpoint], Some(options.clone())),
-            )
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("etcd at {endpoint} did not answer")))?
-            .map_err(map_err)?;
-            clients.push(client);
-        }
-        let prefix = if prefix.ends_with('/') {
-            prefix.to_owned()
-        } else {
-            format!("{prefix}/")
-        };
         Ok(Self {
-            members: Arc::new(Members {
-                endpoints: endpoints.to_vec(),
-                clients,
-                pinned: AtomicUsize::new(0),
-                watch_options,
-            }),
-            prefix,
-            request_timeout,
+            members: Arc::new(Members::connect(endpoints, request_timeout).await?),
+            keys: Keys::new(prefix),
             wakes: Arc::default(),
             leases: Arc::default(),
             hints: Arc::default(),
             keep_alives: Arc::default(),
         })
+    }
+
+    /// Refreshes `lease` to its full TTL; `false` when it has already ended.
+    async fn keep_alive(&self, lease: i64) -> Result<bool, StoreError> {
+        self.keep_alives.keep_alive(&self.members, lease).await
+    }
+
+    /// The lease an acquire's grant goes on (`LeasePool::lease_for`).
+    async fn lease_for(&self, lease_ms: u64, spare: &mut Option<i64>) -> Result<i64, StoreError> {
+        let (members, keep_alives) = (&self.members, &self.keep_alives);
+        self.leases
+            .lease_for(members, keep_alives, lease_ms, spare)
+            .await
+    }
+
+    /// Keeps or revokes the lease of an ended grant (`LeasePool::reuse_lease_later`).
+    fn reuse_lease_later(&self, lease_ms: u64, lease: i64) {
+        self.leases
+            .reuse_lease_later(&self.members, lease_ms, lease);
     }
 }
 
@@ -334,30 +157,31 @@ impl LockStore for EtcdStore {
         ttl_ms: u64,
     ) -> Result<SessionRecord, StoreError> {
         let session_id = SessionId::random();
-        let lease = self.grant_lease(ttl_ms).await?;
+        let lease = self.members.grant_lease(ttl_ms).await?;
         let value = SessionValue {
             owner: opener.owner.clone(),
             credential: opener.credential.clone(),
             ttl_ms,
             lease,
         };
-        self.txn(
-            "create session",
-            Txn::new().and_then([
-                TxnOp::put(self.session_key(session_id), encode(&value)?, None),
-                TxnOp::put(
-                    self.session_marker(session_id),
-                    "",
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-                TxnOp::put(
-                    self.credential_session(&opener.credential, session_id),
-                    "",
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-            ]),
-        )
-        .await?;
+        self.members
+            .txn(
+                "create session",
+                Txn::new().and_then([
+                    TxnOp::put(self.keys.session_key(session_id), encode(&value)?, None),
+                    TxnOp::put(
+                        self.keys.session_marker(session_id),
+                        "",
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                    TxnOp::put(
+                        self.keys.credential_session(&opener.credential, session_id),
+                        "",
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                ]),
+            )
+            .await?;
         Ok(SessionRecord {
             session_id,
             ttl_ms,
@@ -381,7 +205,11 @@ impl LockStore for EtcdStore {
 
     async fn heartbeat(&self, session: SessionId) -> Result<SessionRecord, StoreError> {
         let read = self
-            .read_keys(&[self.session_key(session), self.session_marker(session)])
+            .members
+            .read_keys(&[
+                self.keys.session_key(session),
+                self.keys.session_marker(session),
+            ])
             .await?;
         let value = Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
         if !self.keep_alive(value.lease).await? {
@@ -399,18 +227,22 @@ impl LockStore for EtcdStore {
             return Ok(false);
         };
         let deleted = self
+            .members
             .txn(
                 "delete session",
                 Txn::new()
                     .when([Compare::mod_revision(
-                        self.session_key(session),
+                        self.keys.session_key(session),
                         CompareOp::Equal,
                         mod_revision,
                     )])
                     .and_then([
-                        TxnOp::delete(self.session_key(session), None),
-                        TxnOp::delete(self.session_marker(session), None),
-                        TxnOp::delete(self.credential_session(&value.credential, session), None),
+                        TxnOp::delete(self.keys.session_key(session), None),
+                        TxnOp::delete(self.keys.session_marker(session), None),
+                        TxnOp::delete(
+                            self.keys.credential_session(&value.credential, session),
+                            None,
+                        ),
                     ]),
             )
             .await?
@@ -418,7 +250,7 @@ impl LockStore for EtcdStore {
         if deleted {
             // Its grants are dead from this commit on (their holder's marker is gone); the
             // reaper deletes their records without reporting them as expiries.
-            self.revoke_lease_later(value.lease);
+            self.members.revoke_lease_later(value.lease);
         }
         Ok(deleted)
     }
@@ -448,7 +280,7 @@ impl LockStore for EtcdStore {
                 self.reuse_lease_later(spec.lease_ms, lease);
             } else {
                 // A commit whose answer was lost may have put a grant on it: never share it.
-                self.revoke_lease_later(lease);
+                self.members.revoke_lease_later(lease);
             }
         }
         outcome
@@ -465,10 +297,11 @@ impl LockStore for EtcdStore {
             fencing_token: token,
         };
         let read = self
+            .members
             .read_keys(&[
-                self.session_key(session),
-                self.session_marker(session),
-                self.grant_key(key),
+                self.keys.session_key(session),
+                self.keys.session_marker(session),
+                self.keys.grant_key(key),
             ])
             .await?;
         Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
@@ -484,7 +317,8 @@ impl LockStore for EtcdStore {
         // The keep-alive proves the lease was running; this read proves the grant still
         // names it and its session lives, so RENEWED is true at a single instant.
         let after = self
-            .read_keys(&[self.grant_key(key), self.session_marker(session)])
+            .members
+            .read_keys(&[self.keys.grant_key(key), self.keys.session_marker(session)])
             .await?;
         let unchanged = after[0]
             .as_ref()
@@ -507,7 +341,11 @@ impl LockStore for EtcdStore {
         if let Some(released) = self.release_hinted(key, session, token).await? {
             return Ok(released);
         }
-        let record = self.read_keys(&[self.grant_key(key)]).await?.remove(0);
+        let record = self
+            .members
+            .read_keys(&[self.keys.grant_key(key)])
+            .await?
+            .remove(0);
         let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
             return Ok(false);
         };
@@ -515,7 +353,7 @@ impl LockStore for EtcdStore {
             return Ok(false);
         }
         self.delete_grant_if_unchanged(
-            &self.grant_key(key),
+            &self.keys.grant_key(key),
             grant.mod_revision,
             grant.value.lease,
             Some(grant.value.lease_ms),
@@ -530,11 +368,11 @@ impl LockStore for EtcdStore {
             return Ok(None);
         };
         let mut checks = vec![
-            self.grant_marker(grant.value.lease),
-            self.session_marker(grant.value.session),
+            self.keys.grant_marker(grant.value.lease),
+            self.keys.session_marker(grant.value.session),
         ];
-        checks.extend(places.iter().map(|p| self.session_marker(p.session)));
-        let live = self.exist(&checks).await?;
+        checks.extend(places.iter().map(|p| self.keys.session_marker(p.session)));
+        let live = self.members.exist(&checks).await?;
         if !(live[0] && live[1]) {
             return Ok(None);
         }
@@ -562,12 +400,7 @@ impl LockStore for EtcdStore {
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
-        self.wakes
-            .sinks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(sink);
-        if self.wakes.watching.swap(true, Ordering::SeqCst) {
+        if !self.wakes.add(sink) {
             return Ok(());
         }
         // Opened here when etcd answers, so that every change after this call is seen; else
@@ -600,10 +433,10 @@ impl LockStore for EtcdStore {
         let Some(grant) = self.live_grant(key).await? else {
             return Ok(None);
         };
-        let path = self.grant_key(key);
+        let path = self.keys.grant_key(key);
         // The note is written by the transaction that deletes the grant.
         let value = codec::encode_revocation(grant.value.token, note)?;
-        let noted = Some(TxnOp::put(self.revocation_key(key), value, None));
+        let noted = Some(TxnOp::put(self.keys.revocation_key(key), value, None));
         let deleted = if grant.value.lock_delay_ms > 0 {
             // Involuntary: the lock-delay starts. No delay record can be in force while the
             // grant lives (its commit deleted any), so none is compared.
@@ -617,8 +450,12 @@ impl LockStore for EtcdStore {
     }
 
     async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
-        let [kv] = <[_; 1]>::try_from(self.read_keys(&[self.revocation_key(key)]).await?)
-            .map_err(|_| StoreError::Internal("etcd answered another number of reads".into()))?;
+        let [kv] = <[_; 1]>::try_from(
+            self.members
+                .read_keys(&[self.keys.revocation_key(key)])
+                .await?,
+        )
+        .map_err(|_| StoreError::Internal("etcd answered another number of reads".into()))?;
         kv.map(|kv| codec::decode_revocation(kv.value()))
             .transpose()
     }
@@ -629,18 +466,21 @@ impl LockStore for EtcdStore {
 
     async fn ready(&self) -> Result<(), StoreError> {
         // A linearizable read needs a leader and a quorum: exactly "can take writes".
-        self.read(vec![TxnOp::get(
-            self.prefix.as_str(),
-            Some(GetOptions::new().with_count_only()),
-        )])
-        .await
-        .map(|_| ())
+        self.members
+            .read(vec![TxnOp::get(
+                self.keys.all(),
+                Some(GetOptions::new().with_count_only()),
+            )])
+            .await
+            .map(|_| ())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::codec::{lease_seconds, map_err};
     use super::*;
+    use tonic::Code;
 
     #[test]
     fn ttls_round_up_to_whole_seconds_never_down() {

@@ -1,6 +1,13 @@
 //! Queue places: a refused caller's place in its key's FIFO queue, on a lease of its own.
 
-use super::*;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use lock_api::{LockKey, SessionId};
+use lock_store::StoreError;
+
+use super::EtcdStore;
+use super::codec::{Place, encode, lease_seconds};
 
 impl EtcdStore {
     /// A refused caller with `queue_ms > 0` keeps its place in `key`'s queue for `queue_ms`
@@ -35,19 +42,20 @@ impl EtcdStore {
                 return Ok(true);
             }
         }
-        let lease = self.grant_lease(queue_ms).await?;
+        let lease = self.members.grant_lease(queue_ms).await?;
         let placed = self
+            .members
             .txn(
                 "queue",
                 Txn::new()
                     .when([Compare::version(
-                        self.session_marker(session),
+                        self.keys.session_marker(session),
                         CompareOp::Greater,
                         0,
                     )])
                     .and_then(
                         [TxnOp::put(
-                            self.place_key(key, session),
+                            self.keys.place_key(key, session),
                             encode(&ttl_s)?,
                             Some(PutOptions::new().with_lease(lease)),
                         )]
@@ -59,7 +67,7 @@ impl EtcdStore {
             .await?;
         if !placed.succeeded() {
             // The session ended meanwhile: no place (it would not count anyway).
-            self.revoke_lease_later(lease);
+            self.members.revoke_lease_later(lease);
             return Ok(true);
         }
         // A place's earlier lease carries no key now; it ends at its TTL on its own.

@@ -1,93 +1,126 @@
 //! The reaper's pass: grants whose lease or holder's session ended, sessions whose marker
 //! is gone, lapsed places and ended delays.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+use lock_api::{FencingToken, LockKey, SessionId};
+use lock_store::{ExpiredLock, ReapReport, StoreError};
+
+use super::EtcdStore;
+use super::codec::{ReadDelay, read_delay, read_grant};
+use super::members::TXN_OPS_MAX;
+
+/// One snapshot of everything the reaper judges, read at one revision.
+struct Snapshot {
+    grants: Vec<KeyValue>,
+    live_grants: HashSet<Vec<u8>>,
+    sessions: Vec<KeyValue>,
+    session_records: HashSet<Vec<u8>>,
+    live_sessions: HashSet<Vec<u8>>,
+    delays: HashMap<LockKey, ReadDelay>,
+    delays_in_force: HashSet<Vec<u8>>,
+    places: Vec<KeyValue>,
+}
 
 impl EtcdStore {
     /// Deletes expired grants, sessions, places and delays (`LockStore::reap_expired`).
     pub(super) async fn reap(&self) -> Result<ReapReport, StoreError> {
+        let snapshot = self.reap_snapshot().await?;
+        let mut report = ReapReport::default();
+        // Grants first, while their sessions' records still name the expiry.
+        let kept = self.reap_grants(&snapshot, &mut report).await?;
+        report.sessions = self.reap_sessions(&snapshot).await?;
+        self.reap_places(&snapshot).await?;
+        self.reap_delays(&snapshot, &kept).await?;
+        Ok(report)
+    }
+
+    /// Grant records, live grant markers, session records, live sessions, delay records,
+    /// delays in force and queue places, in one read.
+    async fn reap_snapshot(&self) -> Result<Snapshot, StoreError> {
         let prefix = |sub: &str| {
-            TxnOp::get(
-                format!("{}{sub}/", self.prefix),
-                Some(GetOptions::new().with_prefix()),
-            )
+            let all = GetOptions::new().with_prefix();
+            TxnOp::get(self.keys.section(sub), Some(all))
         };
         let keys_only = |sub: &str| {
-            TxnOp::get(
-                format!("{}{sub}/", self.prefix),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
+            let all = GetOptions::new().with_prefix().with_keys_only();
+            TxnOp::get(self.keys.section(sub), Some(all))
         };
-        let key_set = |kvs: Vec<KeyValue>| -> HashSet<Vec<u8>> {
+        let key_set = |kvs: Option<Vec<KeyValue>>| -> HashSet<Vec<u8>> {
+            let kvs = kvs.unwrap_or_default();
             kvs.into_iter().map(|kv| kv.key().to_vec()).collect()
         };
-        // One snapshot: grant records, live grant markers, session records, live sessions,
-        // delay records, delays in force, queue places.
-        let mut snapshot = self
-            .read(vec![
-                prefix("g"),
-                keys_only("gl"),
-                prefix("s"),
-                keys_only("sl"),
-                prefix("d"),
-                keys_only("dl"),
-                keys_only("w"),
-            ])
-            .await?;
-        let places = snapshot.pop().unwrap_or_default();
-        let delays_in_force = key_set(snapshot.pop().unwrap_or_default());
-        let delays = snapshot
-            .pop()
+        let read = self.members.read(vec![
+            prefix("g"),
+            keys_only("gl"),
+            prefix("s"),
+            keys_only("sl"),
+            prefix("d"),
+            keys_only("dl"),
+            keys_only("w"),
+        ]);
+        let mut read = read.await?.into_iter();
+        let grants = read.next().unwrap_or_default();
+        let live_grants = key_set(read.next());
+        let sessions = read.next().unwrap_or_default();
+        let live_sessions = key_set(read.next());
+        let delays = read
+            .next()
             .unwrap_or_default()
             .iter()
-            .map(|kv| Ok((self.parse_key_path("d", kv.key())?, read_delay(kv)?)))
+            .map(|kv| Ok((self.keys.parse_key_path("d", kv.key())?, read_delay(kv)?)))
             .collect::<Result<HashMap<LockKey, ReadDelay>, StoreError>>()?;
-        let live_sessions = key_set(snapshot.pop().unwrap_or_default());
-        let sessions = snapshot.pop().unwrap_or_default();
-        let live_grants = key_set(snapshot.pop().unwrap_or_default());
-        let grants = snapshot.pop().unwrap_or_default();
-        let session_records: HashSet<Vec<u8>> =
-            sessions.iter().map(|kv| kv.key().to_vec()).collect();
+        let delays_in_force = key_set(read.next());
+        let places = read.next().unwrap_or_default();
+        let session_records = sessions.iter().map(|kv| kv.key().to_vec()).collect();
+        Ok(Snapshot {
+            grants,
+            live_grants,
+            sessions,
+            session_records,
+            live_sessions,
+            delays,
+            delays_in_force,
+            places,
+        })
+    }
 
-        let mut report = ReapReport::default();
-        // Grant records still there after this pass (live, or changed meanwhile): their
-        // tokens keep their delay records.
-        let mut kept: HashMap<LockKey, FencingToken> = HashMap::new();
-        // Grants first, while their sessions' records still name the expiry.
-        for kv in &grants {
+    /// Ends the dead grants of `snapshot`, reporting each expiry; the grant records still
+    /// there after it (live, or changed meanwhile), whose tokens keep their delay records.
+    async fn reap_grants(
+        &self,
+        snapshot: &Snapshot,
+        report: &mut ReapReport,
+    ) -> Result<HashMap<LockKey, FencingToken>, StoreError> {
+        let keys = &self.keys;
+        let mut kept = HashMap::new();
+        for kv in &snapshot.grants {
             let grant = read_grant(kv)?;
-            let lock_key = self.parse_key_path("g", kv.key())?;
-            let session_live =
-                live_sessions.contains(self.session_marker(grant.value.session).as_bytes());
-            let lease_live = live_grants.contains(self.grant_marker(grant.value.lease).as_bytes());
+            let lock_key = keys.parse_key_path("g", kv.key())?;
+            let session_marker = keys.session_marker(grant.value.session);
+            let session_live = snapshot.live_sessions.contains(session_marker.as_bytes());
+            let lease_marker = keys.grant_marker(grant.value.lease);
+            let lease_live = snapshot.live_grants.contains(lease_marker.as_bytes());
             if lease_live && session_live {
                 kept.insert(lock_key, grant.value.token);
                 continue;
             }
-            // A close deleted the session: its grants went with it, as on PostgreSQL (no report,
-            // no lock-delay).
-            let session_closed =
-                !session_records.contains(self.session_key(grant.value.session).as_bytes());
-            let prior = delays.get(&lock_key);
+            // A close deleted the session: its grants went with it, as on PostgreSQL (no
+            // report, no lock-delay).
+            let session_record = keys.session_key(grant.value.session);
+            let session_closed = !snapshot.session_records.contains(session_record.as_bytes());
+            let prior = snapshot.delays.get(&lock_key);
             let delay_started = prior.is_some_and(|d| d.value.token == grant.value.token);
             let deleted = if grant.value.lock_delay_ms > 0 && !session_closed && !delay_started {
-                self.end_grant_with_delay(
-                    &lock_key,
-                    &grant,
-                    Some(prior.map_or(0, |d| d.mod_revision)),
-                    None,
-                )
-                .await?
+                let prior_revision = Some(prior.map_or(0, |d| d.mod_revision));
+                self.end_grant_with_delay(&lock_key, &grant, prior_revision, None)
+                    .await?
             } else {
                 let path = String::from_utf8_lossy(kv.key()).into_owned();
-                self.delete_grant_if_unchanged(
-                    &path,
-                    grant.mod_revision,
-                    grant.value.lease,
-                    None,
-                    None,
-                )
-                .await?
+                let (revision, lease) = (grant.mod_revision, grant.value.lease);
+                self.delete_grant_if_unchanged(&path, revision, lease, None, None)
+                    .await?
             };
             if !deleted {
                 kept.insert(lock_key, grant.value.token);
@@ -104,67 +137,77 @@ impl EtcdStore {
                 reason: if lease_live { "session" } else { "lease" },
             });
         }
-        for kv in &sessions {
+        Ok(kept)
+    }
+
+    /// Deletes the records of sessions whose marker is gone; how many.
+    async fn reap_sessions(&self, snapshot: &Snapshot) -> Result<u64, StoreError> {
+        let mut reaped = 0;
+        for kv in &snapshot.sessions {
             let session_id = String::from_utf8_lossy(kv.key())
                 .rsplit('/')
                 .next()
                 .and_then(|id| SessionId::parse(id).ok())
                 .ok_or_else(|| StoreError::Internal("unreadable session key".into()))?;
-            if live_sessions.contains(self.session_marker(session_id).as_bytes()) {
+            let marker = self.keys.session_marker(session_id);
+            if snapshot.live_sessions.contains(marker.as_bytes()) {
                 continue;
             }
-            let deleted = self
-                .txn(
-                    "reap session",
-                    Txn::new()
-                        .when([Compare::mod_revision(
-                            kv.key(),
-                            CompareOp::Equal,
-                            kv.mod_revision(),
-                        )])
-                        .and_then([TxnOp::delete(kv.key(), None)]),
-                )
-                .await?
-                .succeeded();
-            if deleted {
-                report.sessions += 1;
+            let unchanged = Compare::mod_revision(kv.key(), CompareOp::Equal, kv.mod_revision());
+            let txn = Txn::new()
+                .when([unchanged])
+                .and_then([TxnOp::delete(kv.key(), None)]);
+            if self.members.txn("reap session", txn).await?.succeeded() {
+                reaped += 1;
             }
         }
-        // Queue places of ended sessions (a lapsed place is gone with its lease already).
-        // Their deletion wakes the next waiter.
-        let dead_places: Vec<TxnOp> = places
+        Ok(reaped)
+    }
+
+    /// Deletes the queue places of ended sessions (a lapsed place is gone with its lease
+    /// already). Their deletion wakes the next waiter.
+    async fn reap_places(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let keys = &self.keys;
+        let dead_places: Vec<TxnOp> = snapshot
+            .places
             .iter()
             .filter(|kv| {
-                self.parse_place_path(kv.key()).is_some_and(|(_, session)| {
-                    !live_sessions.contains(self.session_marker(session).as_bytes())
+                keys.parse_place_path(kv.key()).is_some_and(|(_, session)| {
+                    let marker = keys.session_marker(session);
+                    !snapshot.live_sessions.contains(marker.as_bytes())
                 })
             })
             .map(|kv| TxnOp::delete(kv.key(), None))
             .collect();
         for chunk in dead_places.chunks(TXN_OPS_MAX) {
-            self.txn("reap queue places", Txn::new().and_then(chunk.to_vec()))
-                .await?;
+            let txn = Txn::new().and_then(chunk.to_vec());
+            self.members.txn("reap queue places", txn).await?;
         }
-        // Delay records whose delay is over, unless their grant's record is still there (it
-        // would start the delay a second time).
-        for (lock_key, delay) in &delays {
-            if delays_in_force.contains(self.delay_marker(delay.value.lease).as_bytes())
+        Ok(())
+    }
+
+    /// Deletes delay records whose delay is over, unless their grant's record is still there
+    /// (`kept`: it would start the delay a second time).
+    async fn reap_delays(
+        &self,
+        snapshot: &Snapshot,
+        kept: &HashMap<LockKey, FencingToken>,
+    ) -> Result<(), StoreError> {
+        for (lock_key, delay) in &snapshot.delays {
+            let marker = self.keys.delay_marker(delay.value.lease);
+            if snapshot.delays_in_force.contains(marker.as_bytes())
                 || kept.get(lock_key) == Some(&delay.value.token)
             {
                 continue;
             }
-            self.txn(
-                "reap lock-delay",
-                Txn::new()
-                    .when([Compare::mod_revision(
-                        self.delay_key(lock_key),
-                        CompareOp::Equal,
-                        delay.mod_revision,
-                    )])
-                    .and_then([TxnOp::delete(self.delay_key(lock_key), None)]),
-            )
-            .await?;
+            let path = self.keys.delay_key(lock_key);
+            let unchanged =
+                Compare::mod_revision(path.as_str(), CompareOp::Equal, delay.mod_revision);
+            let txn = Txn::new()
+                .when([unchanged])
+                .and_then([TxnOp::delete(path, None)]);
+            self.members.txn("reap lock-delay", txn).await?;
         }
-        Ok(report)
+        Ok(())
     }
 }

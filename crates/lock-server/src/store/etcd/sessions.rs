@@ -5,8 +5,10 @@
 use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 use lock_api::SessionId;
 
-use super::codec::decode;
-use super::{EtcdStore, SessionValue, StoreError};
+use lock_store::StoreError;
+
+use super::EtcdStore;
+use super::codec::{SessionValue, decode};
 
 impl EtcdStore {
     /// `P/s/{session}` and the revision it was last written at, if the session is known.
@@ -15,7 +17,8 @@ impl EtcdStore {
         session: SessionId,
     ) -> Result<Option<(i64, SessionValue)>, StoreError> {
         let Some(record) = self
-            .read_keys(&[self.session_key(session)])
+            .members
+            .read_keys(&[self.keys.session_key(session)])
             .await?
             .remove(0)
         else {
@@ -27,10 +30,10 @@ impl EtcdStore {
 
     /// Live sessions `credential` opened: its keys under `P/sc/`, counted by etcd.
     pub(super) async fn count_sessions(&self, credential: &str) -> Result<u64, StoreError> {
-        let prefix = self.credential_sessions(credential);
+        let prefix = self.keys.credential_sessions(credential);
         let count_only = GetOptions::new().with_prefix().with_count_only();
         let read = Txn::new().and_then([TxnOp::get(prefix, Some(count_only))]);
-        let response = self.txn("count sessions", read).await?;
+        let response = self.members.txn("count sessions", read).await?;
         match response.op_responses().into_iter().next() {
             Some(TxnOpResponse::Get(get)) => Ok(u64::try_from(get.count()).unwrap_or(0)),
             other => Err(StoreError::Internal(format!(

@@ -1,14 +1,33 @@
 //! Wake-ups: one watch on the grant and queue keys per store; a freed key with places wakes
 //! its queue's head on every replica.
 
-use super::*;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Weak;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, EventType, GetOptions, TxnOp, WatchFilterType, WatchOptions, WatchStream,
+};
+use lock_api::{LockKey, SessionId};
+use lock_store::{StoreError, Wake};
+
+use super::EtcdStore;
+use super::codec::{Place, ReadGrant, read_grant};
+use super::members::TXN_OPS_MAX;
+use super::wakes::WakeHub;
+
+/// Pause before the wake-up watch is opened again after it broke.
+const WATCH_RETRY_MS: u64 = 500;
+/// How often an idle wake-up watch checks whether its store is still in use.
+const WATCH_IDLE_CHECK_MS: u64 = 5_000;
 
 impl EtcdStore {
     /// Opens the wake-up watch: the places there are now (one read) and, from the next
     /// revision on, every deletion of a grant record and every change of a place.
     pub(super) async fn open_watch(&self) -> Result<WakeWatch, StoreError> {
-        let place_prefix = format!("{}w/", self.prefix);
+        let place_prefix = self.keys.section("w");
         let (revision, mut read) = self
+            .members
             .read_at(vec![TxnOp::get(
                 place_prefix.as_str(),
                 Some(GetOptions::new().with_prefix().with_keys_only()),
@@ -16,18 +35,17 @@ impl EtcdStore {
             .await?;
         let mut queued = QueuedKeys::default();
         for kv in read.pop().unwrap_or_default() {
-            if let Some((key, session)) = self.parse_place_path(kv.key()) {
+            if let Some((key, session)) = self.keys.parse_place_path(kv.key()) {
                 queued.insert(key, session);
             }
         }
-        let grant_prefix = format!("{}g/", self.prefix);
+        let grant_prefix = self.keys.section("g");
         let from = revision + 1;
         // A client of its own, which pings seldom enough for etcd to keep a long stream
         // open (`WATCH_PING_INTERVAL_MS`), on the member the other calls go to.
-        let (index, _) = self.members.pinned();
-        let endpoint = self.members.endpoints[index].clone();
-        let options = self.members.watch_options.clone();
+        let (index, endpoint, options) = self.members.watch_target();
         let (client, stream) = self
+            .members
             .bounded(index, "watch", async move {
                 let client = Client::connect([endpoint], Some(options)).await?;
                 let mut stream = client
@@ -123,7 +141,7 @@ impl EtcdStore {
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
                 let deleted = event.event_type() == EventType::Delete;
-                if let Some((key, session)) = self.parse_place_path(kv.key()) {
+                if let Some((key, session)) = self.keys.parse_place_path(kv.key()) {
                     if deleted {
                         watch.queued.remove(&key, session);
                         touched.insert(key);
@@ -131,7 +149,7 @@ impl EtcdStore {
                         watch.queued.insert(key, session);
                     }
                 } else if deleted {
-                    if let Ok(key) = self.parse_key_path("g", kv.key()) {
+                    if let Ok(key) = self.keys.parse_key_path("g", kv.key()) {
                         touched.insert(key);
                     }
                 }
@@ -161,15 +179,16 @@ impl EtcdStore {
         key: &LockKey,
     ) -> Result<(Option<ReadGrant>, Vec<Place>), StoreError> {
         let mut read = self
+            .members
             .read(vec![
-                TxnOp::get(self.grant_key(key), None),
+                TxnOp::get(self.keys.grant_key(key), None),
                 TxnOp::get(
-                    self.queue_prefix(key),
+                    self.keys.queue_prefix(key),
                     Some(GetOptions::new().with_prefix().with_keys_only()),
                 ),
             ])
             .await?;
-        let places = self.read_places(&read.pop().unwrap_or_default())?;
+        let places = self.keys.read_places(&read.pop().unwrap_or_default())?;
         let grant = read
             .pop()
             .unwrap_or_default()
@@ -189,16 +208,16 @@ impl EtcdStore {
             .iter()
             .flat_map(|g| {
                 [
-                    self.grant_marker(g.value.lease),
-                    self.session_marker(g.value.session),
+                    self.keys.grant_marker(g.value.lease),
+                    self.keys.session_marker(g.value.session),
                 ]
             })
             .collect();
         for chunk in places.chunks(TXN_OPS_MAX - 2) {
             let skip = fixed.len();
             let mut checks = std::mem::take(&mut fixed);
-            checks.extend(chunk.iter().map(|p| self.session_marker(p.session)));
-            let live = self.exist(&checks).await?;
+            checks.extend(chunk.iter().map(|p| self.keys.session_marker(p.session)));
+            let live = self.members.exist(&checks).await?;
             if skip == 2 && live[0] && live[1] {
                 return Ok(None);
             }

@@ -10,7 +10,7 @@ use chrono::DateTime;
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
 use sqlx::postgres::PgListener;
 
-use crate::store::{Wake, WakeSink};
+use lock_store::{Wake, WakeSink};
 
 /// The channel `lock_notify_free()` (migration 0002) notifies: payload `"<session> <key>"`.
 pub(super) const WAKE_CHANNEL: &str = "lock_free";

@@ -25,8 +25,8 @@ use self::rows::{
     AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, to_i64,
     to_u64,
 };
-use super::batch::{BatchOp, BatchResult};
-use super::{
+use lock_store::batch::{BatchOp, BatchResult};
+use lock_store::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
     RevokeNote, SessionOwner, SessionRecord, StoreError, WakeSink,
 };

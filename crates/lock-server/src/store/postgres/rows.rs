@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
 
-use crate::store::batch::{BatchAnswer, BatchOp, BatchResult};
-use crate::store::{AcquireOutcome, Refusal, SessionRecord, StoreError};
+use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
+use lock_store::{AcquireOutcome, Refusal, SessionRecord, StoreError};
 
 pub(super) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value)

@@ -1,0 +1,410 @@
+//! One acquire round: read the key's grant, fence, delay and queue ([`KeyRead`]), see what of
+//! it is live, decide ([`decide`]), and commit the decision in one transaction whose compares
+//! pin what was read; a lost race is read and decided again.
+
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+use lock_api::{LockKey, SessionId};
+use lock_store::decide::{Decision, HolderView, KeyView, decide};
+use lock_store::{AcquireOutcome, AcquireSpec, Refusal, StoreError};
+
+use super::EtcdStore;
+use super::codec::{
+    GrantValue, Place, ReadDelay, ReadGrant, SessionValue, decode, grant_of, read_delay, read_grant,
+};
+use super::queue::Pin;
+
+/// Rounds of read-decide-commit an acquire tries before it answers "unavailable": each lost
+/// round means another grantor committed meanwhile, so the next read usually sees a holder.
+const ACQUIRE_ROUNDS_MAX: u32 = 16;
+/// Queue places ahead of an acquirer whose sessions are checked in the same read as the
+/// grant's markers; with more, they are checked only when the decision gets that far.
+const INLINE_PLACE_CHECKS: usize = 32;
+
+/// What one round read of a key, at one revision, for one acquiring session.
+struct KeyRead {
+    revision: i64,
+    /// The acquiring session's record (live when read).
+    me: SessionValue,
+    /// The key's grant record, live or not.
+    current: Option<ReadGrant>,
+    /// The fence's `mod_revision` (0: never written) and the last token it issued.
+    fence_revision: i64,
+    last_token: u64,
+    delay: Option<ReadDelay>,
+    places: Vec<Place>,
+    /// The acquiring session's own place.
+    mine: Option<Place>,
+    /// Other sessions' places before the acquirer's (all of them when it has none).
+    ahead: Vec<SessionId>,
+}
+
+/// What of a [`KeyRead`] is live, as the decision sees it.
+struct Judged {
+    view: KeyView,
+    /// The grant record was there but not live: the grant is taken over.
+    took_over_expired: bool,
+    /// A grant that ended involuntarily and starts a lock-delay now.
+    delay_to_start: Option<ReadGrant>,
+}
+
+impl EtcdStore {
+    /// Rounds of read, decide, commit until one decides (a lost race is read again).
+    pub(super) async fn acquire_rounds(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        spare_lease: &mut Option<i64>,
+    ) -> Result<AcquireOutcome, StoreError> {
+        for _ in 0..ACQUIRE_ROUNDS_MAX {
+            if let Some(decided) = self.acquire_round(key, session, spec, spare_lease).await? {
+                return Ok(decided);
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "acquire of {key} lost {ACQUIRE_ROUNDS_MAX} races in a row"
+        )))
+    }
+
+    /// One round of acquire: read, decide, commit. `None` when a commit lost a race.
+    async fn acquire_round(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        spare_lease: &mut Option<i64>,
+    ) -> Result<Option<AcquireOutcome>, StoreError> {
+        let read = self.read_for_acquire(key, session).await?;
+        let judged = self.judge(&read, session).await?;
+        match decide(&judged.view, session) {
+            Decision::Regrant { .. } => {
+                let Some(current) = read.current else {
+                    unreachable!("a regrant is decided on a live grant");
+                };
+                Ok(self
+                    .regrant(key, current, spec, read.mine.as_ref())
+                    .await?
+                    .map(|grant| AcquireOutcome::Granted {
+                        grant,
+                        took_over_expired: false,
+                        store_now: None,
+                    }))
+            }
+            Decision::Refuse(refusal) => {
+                let dead = judged.delay_to_start.as_ref();
+                self.refuse(key, session, spec, &read, refusal, dead).await
+            }
+            Decision::Grant { token } => {
+                let grant = Grant {
+                    token,
+                    took_over_expired: judged.took_over_expired,
+                };
+                self.commit_grant(key, session, spec, read, grant, spare_lease)
+                    .await
+            }
+        }
+    }
+
+    /// One linearizable read of what an acquire decides on.
+    async fn read_for_acquire(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+    ) -> Result<KeyRead, StoreError> {
+        let keys = &self.keys;
+        let (revision, mut read) = self
+            .members
+            .read_at(vec![
+                TxnOp::get(keys.session_key(session), None),
+                TxnOp::get(keys.session_marker(session), None),
+                TxnOp::get(keys.grant_key(key), None),
+                TxnOp::get(keys.fence_key(key), None),
+                TxnOp::get(keys.delay_key(key), None),
+                TxnOp::get(
+                    keys.queue_prefix(key),
+                    Some(GetOptions::new().with_prefix()),
+                ),
+            ])
+            .await?;
+        let places = keys.read_places(&read.pop().unwrap_or_default())?;
+        let read: Vec<Option<KeyValue>> = read.into_iter().map(|mut kvs| kvs.pop()).collect();
+        let me = Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
+        let (fence_revision, last_token) = match &read[3] {
+            Some(kv) => (kv.mod_revision(), decode::<u64>(kv.value(), "fence")?),
+            None => (0, 0),
+        };
+        let mine = places.iter().find(|p| p.session == session).cloned();
+        let ahead = places
+            .iter()
+            .filter(|p| {
+                p.session != session
+                    && mine
+                        .as_ref()
+                        .is_none_or(|m| p.create_revision < m.create_revision)
+            })
+            .map(|p| p.session)
+            .collect();
+        Ok(KeyRead {
+            revision,
+            me,
+            current: read[2].as_ref().map(read_grant).transpose()?,
+            fence_revision,
+            last_token,
+            delay: read[4].as_ref().map(read_delay).transpose()?,
+            places,
+            mine,
+            ahead,
+        })
+    }
+
+    /// What of `read` is live: the grant (its lease and its holder's session), the delay,
+    /// and the places ahead, in one read of markers (the places' only when few). A grant
+    /// whose holder's session was not closed ended involuntarily: it starts a lock-delay for
+    /// everyone but its holder, once.
+    async fn judge(&self, read: &KeyRead, session: SessionId) -> Result<Judged, StoreError> {
+        let keys = &self.keys;
+        let mut checks = Vec::new();
+        if let Some(c) = &read.current {
+            checks.extend([
+                keys.grant_marker(c.value.lease),
+                keys.session_marker(c.value.session),
+                keys.session_key(c.value.session),
+            ]);
+        }
+        if let Some(d) = &read.delay {
+            checks.push(keys.delay_marker(d.value.lease));
+        }
+        let fixed = checks.len();
+        let inline = read.ahead.len() <= INLINE_PLACE_CHECKS;
+        let markers: Vec<String> = read.ahead.iter().map(|s| keys.session_marker(*s)).collect();
+        if inline {
+            checks.extend(markers.iter().cloned());
+        }
+        let live = self.members.exist(&checks).await?;
+        let current = read.current.as_ref();
+        let holder_live = current.is_some() && live[0] && live[1];
+        let ended_involuntarily = current.filter(|_| !holder_live && live[2]);
+        let delay_in_force = read
+            .delay
+            .as_ref()
+            .filter(|d| d.value.exempt != session && live[fixed - 1]);
+        let delay_to_start = ended_involuntarily.filter(|dead| {
+            delay_in_force.is_none()
+                && dead.value.lock_delay_ms > 0
+                && dead.value.session != session
+                && read
+                    .delay
+                    .as_ref()
+                    .is_none_or(|d| d.value.token != dead.value.token)
+        });
+        let delay_left_ms = match (delay_in_force, delay_to_start) {
+            (Some(d), _) => self.delay_remaining(&d.value).await,
+            (None, Some(dead)) => dead.value.lock_delay_ms,
+            (None, None) => 0,
+        };
+        let ahead_live = if inline {
+            live[fixed..].iter().filter(|l| **l).count()
+        } else {
+            let live = self.members.exist(&markers).await?;
+            live.iter().filter(|l| **l).count()
+        };
+        let holder = current.filter(|_| holder_live).map(|c| HolderView {
+            session: c.value.session,
+            token: c.value.token,
+            // An upper bound: etcd does not say how much of the lease is left.
+            free_in_ms: c.value.lease_ms,
+        });
+        Ok(Judged {
+            view: KeyView {
+                holder,
+                delay_left_ms,
+                ahead: ahead_live as u64,
+                last_token: read.last_token,
+            },
+            took_over_expired: current.is_some() && !holder_live,
+            delay_to_start: delay_to_start.cloned(),
+        })
+    }
+
+    /// A refusal: starts the delay of a grant that ended involuntarily (the delay runs from
+    /// when the store first notices the end, since etcd does not say when a lease ended, so
+    /// any acquire that finds it free starts it, queued or not) and holds the caller's place,
+    /// pinned on what held it back. `None` when either lost a race.
+    async fn refuse(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        read: &KeyRead,
+        refusal: Refusal,
+        delay_to_start: Option<&ReadGrant>,
+    ) -> Result<Option<AcquireOutcome>, StoreError> {
+        if let (Refusal::Delayed { .. } | Refusal::Queued { .. }, Some(dead)) =
+            (refusal, delay_to_start)
+        {
+            if !self.start_delay(key, dead, read.delay.as_ref()).await? {
+                return Ok(None);
+            }
+        }
+        // What held the caller back, pinned while a new place is taken: the grant record as
+        // read and the places ahead (any of them gone may have made this caller the head
+        // before its place existed).
+        let pins = match refusal {
+            Refusal::Held { .. } | Refusal::Queued { .. } => {
+                let record = Pin::record(
+                    self.keys.grant_key(key),
+                    read.current.as_ref().map_or(0, |c| c.mod_revision),
+                );
+                let ahead = read
+                    .places
+                    .iter()
+                    .filter(|p| read.ahead.contains(&p.session))
+                    .map(|p| p.create_revision)
+                    .collect();
+                vec![record, Pin::places(self.keys.queue_prefix(key), ahead)]
+            }
+            Refusal::Delayed { .. } => Vec::new(),
+        };
+        let mine = read.mine.as_ref();
+        if !self
+            .hold_place(key, session, spec.queue_ms, mine, pins)
+            .await?
+        {
+            return Ok(None);
+        }
+        Ok(Some(refusal.into()))
+    }
+
+    /// Commits a grant of `token` with compares pinning everything `read` saw; `None` when
+    /// a waiter lost the race (it reads and decides again).
+    async fn commit_grant(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        read: KeyRead,
+        grant: Grant,
+        spare_lease: &mut Option<i64>,
+    ) -> Result<Option<AcquireOutcome>, StoreError> {
+        let lease_ms = spec.lease_ms;
+        let lease = self.lease_for(lease_ms, spare_lease).await?;
+        let value = GrantValue {
+            token: grant.token,
+            session,
+            owner: read.me.owner.clone(),
+            lease,
+            lease_ms,
+            lock_delay_ms: spec.lock_delay_ms,
+            request: spec.request.0,
+        };
+        let txn = self.grant_txn(key, session, &read, &value)?;
+        let committed = self.members.txn("acquire", txn).await?;
+        if !committed.succeeded() {
+            if spec.queue_ms > 0 {
+                // A waiter that lost the race decides again: its next read finds the winner
+                // and takes a queue place behind it. Refused here, it would park with no
+                // place, which no release wakes (it waited for its recheck).
+                return Ok(None);
+            }
+            let meanwhile = Self::granted_meanwhile(&committed, read.fence_revision, session)?;
+            return Ok(meanwhile.map(|holder_token| {
+                Refusal::Held {
+                    holder_token,
+                    free_in_ms: lease_ms,
+                }
+                .into()
+            }));
+        }
+        *spare_lease = None;
+        // No other session had a place at the read. With a place of its own the caller's
+        // compare did not stop others queueing behind it before the commit, so the queue is
+        // known empty as of the read only (the commit deleted this session's place): places
+        // created since then fail the next hinted acquire's compare.
+        let queue_empty_since = read
+            .places
+            .iter()
+            .all(|p| p.session == session)
+            .then_some(read.revision);
+        self.hints
+            .granted(key, &value, committed.header(), queue_empty_since);
+        if let Some(old) = read.current {
+            assert_ne!(old.value.lease, lease, "a grant took over its own lease");
+            self.members.revoke_lease_later(old.value.lease);
+        }
+        if let Some(d) = read.delay {
+            self.members.revoke_lease_later(d.value.lease);
+        }
+        Ok(Some(AcquireOutcome::Granted {
+            grant: grant_of(key, &value, lease_ms),
+            took_over_expired: grant.took_over_expired,
+            store_now: None,
+        }))
+    }
+
+    /// The transaction that writes grant `value`: it commits only while nothing `read` saw
+    /// has changed; on a lost race it answers the fence and the grant as they are now.
+    fn grant_txn(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        read: &KeyRead,
+        value: &GrantValue,
+    ) -> Result<Txn, StoreError> {
+        let keys = &self.keys;
+        let mut ops = self.grant_ops(key, value)?;
+        // The old grant's marker goes, unless its lease is this grant's: then the old grant
+        // was released (its lease reused), and the compare on its record fails anyway.
+        let old = read.current.as_ref();
+        if let Some(old) = old.filter(|old| old.value.lease != value.lease) {
+            ops.push(TxnOp::delete(keys.grant_marker(old.value.lease), None));
+        }
+        if let Some(d) = &read.delay {
+            // A grant ends the key's delay (over, or this session's own).
+            ops.push(TxnOp::delete(keys.delay_key(key), None));
+            ops.push(TxnOp::delete(keys.delay_marker(d.value.lease), None));
+        }
+        let queue_unchanged = match &read.mine {
+            // This session's place is still the one read (so nobody can be ahead of it
+            // that was not read: later places arrive behind it) ...
+            Some(place) => {
+                ops.push(TxnOp::delete(keys.place_key(key, session), None));
+                let path = keys.place_key(key, session);
+                Compare::create_revision(path, CompareOp::Equal, place.create_revision)
+            }
+            // ... or, without a place, nobody joined the queue since the read.
+            None => {
+                let after_read = read.revision + 1;
+                Compare::create_revision(keys.queue_prefix(key), CompareOp::Less, after_read)
+                    .with_prefix()
+            }
+        };
+        let grant_revision = old.map_or(0, |c| c.mod_revision);
+        let delay_revision = read.delay.as_ref().map_or(0, |d| d.mod_revision);
+        Ok(Txn::new()
+            .when([
+                // Nobody granted or released the key since the read ...
+                Compare::mod_revision(keys.grant_key(key), CompareOp::Equal, grant_revision),
+                // ... nor drew a token from its fence ...
+                Compare::mod_revision(keys.fence_key(key), CompareOp::Equal, read.fence_revision),
+                // ... nor started a lock-delay ...
+                Compare::mod_revision(keys.delay_key(key), CompareOp::Equal, delay_revision),
+                // ... nor queued where it would be ahead of this session ...
+                queue_unchanged,
+                // ... and the acquiring session is still live.
+                Compare::version(keys.session_marker(session), CompareOp::Greater, 0),
+            ])
+            .and_then(ops)
+            // On a lost race, the fence as it is now: did another grant commit?
+            .or_else([
+                TxnOp::get(keys.fence_key(key), None),
+                TxnOp::get(keys.grant_key(key), None),
+            ]))
+    }
+}
+
+/// The grant a round decided: its token, and whether it takes over a dead grant.
+#[derive(Clone, Copy)]
+struct Grant {
+    token: lock_api::FencingToken,
+    took_over_expired: bool,
+}
