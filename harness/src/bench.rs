@@ -12,16 +12,18 @@
 //! grants of one client over fewest); load generators in `bench_load`. Last, the
 //! lock-server's resident memory with many open sessions each holding a lock.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use lock_client::LockClientConfig;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use test_support::etcd::EtcdCluster;
 use test_support::pg::{DURABLE_SETTINGS, ThrowawayCluster, with_database};
 
 use crate::bench_load::{self, SideFigures, open_session};
-use crate::stack::{LockStoreAt, spawn_lock_server_at};
+use crate::stack::{LockServer, LockStoreAt, TlsFiles, spawn_lock_server_at};
 
 /// Options of `harness bench locks`.
 #[derive(Debug, Clone, clap::Args)]
@@ -235,177 +237,236 @@ fn row(
     )
 }
 
+/// The environment every bench lock-server gets, then `extra`, with the limits out of the way.
+fn bench_server_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
+        ("LOCK_SESSION_TTL", "60s".into()),
+        ("RUST_LOG", "warn".into()),
+    ];
+    env.extend_from_slice(extra);
+    limits_out_of_the_way(&env)
+}
+
+/// The lock-servers one run measures, all on the same store.
+struct BenchServers {
+    /// The lock-server under test.
+    main: LockServer,
+    /// PostgreSQL: the baseline in the same run, group commit or hand-over off.
+    baseline: Option<LockServer>,
+    /// With `--tls`: the same server on HTTPS, for the cost of TLS, and its TLS files.
+    over_tls: Option<(LockServer, TlsFiles)>,
+}
+
+impl BenchServers {
+    async fn start(
+        options: &LockBenchOptions,
+        stores: &Stores,
+        log_dir: &Path,
+    ) -> anyhow::Result<Self> {
+        let main = spawn_lock_server_at(
+            "lock-server",
+            &stores.lock_store,
+            &bench_server_env(&[
+                // The waiters-memory figure parks 1,000 waiting acquires, each on its own
+                // connection.
+                ("HTTP_CONNECTIONS_MAX", "4096".into()),
+            ]),
+            log_dir,
+            None,
+        )
+        .await?;
+        let baseline = match options.backend {
+            BenchBackend::Postgres => Some(
+                spawn_lock_server_at(
+                    "lock-server-baseline",
+                    &stores.lock_store,
+                    &bench_server_env(&options.baseline.settings()),
+                    log_dir,
+                    None,
+                )
+                .await?,
+            ),
+            BenchBackend::Etcd => None,
+        };
+        let over_tls = match options.tls {
+            true => {
+                let files = crate::stack::TlsFiles::make(log_dir)?;
+                let server = spawn_lock_server_at(
+                    "lock-server-tls",
+                    &stores.lock_store,
+                    &bench_server_env(&[]),
+                    log_dir,
+                    Some(&files),
+                )
+                .await?;
+                Some((server, files))
+            }
+            false => None,
+        };
+        Ok(Self {
+            main,
+            baseline,
+            over_tls,
+        })
+    }
+}
+
+/// What every workload of one run measures with.
+struct BenchRun<'a> {
+    stores: &'a Stores,
+    servers: &'a BenchServers,
+    /// A client presenting the client credential, for the raw HTTP side.
+    http: reqwest::Client,
+    /// The SDK's configuration against the main lock-server.
+    sdk_config: LockClientConfig,
+    /// How long each side runs.
+    duration: Duration,
+    log_dir: &'a Path,
+    /// The baseline's side name in the table.
+    baseline_side: &'static str,
+}
+
+impl BenchRun<'_> {
+    /// The SDK side with `config` against `server`: its figures and the server's CPU time
+    /// spent meanwhile, in µs.
+    async fn sdk_side_with_cpu_us(
+        &self,
+        config: &LockClientConfig,
+        server: &LockServer,
+        clients: usize,
+        hot: bool,
+    ) -> anyhow::Result<(SideFigures, f64)> {
+        let cpu_before = cpu_micros(server.process.pid())?;
+        let sdk = bench_load::sdk_side(config, clients, self.duration, hot).await?;
+        let cpu_us = cpu_micros(server.process.pid())? - cpu_before;
+        Ok((sdk, cpu_us))
+    }
+
+    /// Runs every side on one workload (`clients` clients, `hot` key or distinct keys) and
+    /// prints their rows; `db` is lockdb for the pgbench side.
+    async fn workload(
+        &self,
+        clients: usize,
+        hot: bool,
+        db: Option<&mut PgConnection>,
+    ) -> anyhow::Result<()> {
+        let keys = if hot { "hot" } else { "distinct" };
+        let (servers, duration) = (self.servers, self.duration);
+        let etcd = match &self.stores.etcd {
+            Some(etcd) => Some(bench_load::etcd_lock_side(etcd, clients, duration, hot).await?),
+            None => None,
+        };
+        let etcd_rate = etcd.as_ref().map(|f| f.granted_per_s);
+        let (sdk, cpu_sdk) = self
+            .sdk_side_with_cpu_us(&self.sdk_config, &servers.main, clients, hot)
+            .await?;
+        println!(
+            "{}",
+            row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
+        );
+        if let Some(baseline) = &servers.baseline {
+            let mut config = self.sdk_config.clone();
+            config.endpoints = vec![baseline.url.clone()];
+            let (sdk, cpu) = self
+                .sdk_side_with_cpu_us(&config, baseline, clients, hot)
+                .await?;
+            let side = self.baseline_side;
+            println!("{}", row(clients, keys, side, &sdk, etcd_rate, Some(cpu)));
+        }
+        if let Some((over_tls, files)) = &servers.over_tls {
+            let mut config = self.sdk_config.clone();
+            config.endpoints = vec![over_tls.url.clone()];
+            config.tls = files.client();
+            let (sdk, cpu) = self
+                .sdk_side_with_cpu_us(&config, over_tls, clients, hot)
+                .await?;
+            println!(
+                "{}",
+                row(clients, keys, "SDK over TLS", &sdk, etcd_rate, Some(cpu))
+            );
+        }
+        let (base, pid) = (&servers.main.url, servers.main.process.pid());
+        let cpu_before = cpu_micros(pid)?;
+        let raw = bench_load::http_side(&self.http, base, clients, duration, hot).await?;
+        let cpu_raw = cpu_micros(pid)? - cpu_before;
+        println!(
+            "{}",
+            row(clients, keys, "raw HTTP", &raw, etcd_rate, Some(cpu_raw))
+        );
+        if let (Some((db_url, pgbench)), Some(db)) = (&self.stores.pgbench, db) {
+            db.execute("DELETE FROM locks").await?;
+            let sql =
+                bench_load::pgbench_side(pgbench, db_url, db, clients, duration, hot, self.log_dir)
+                    .await?;
+            println!(
+                "{}",
+                row(clients, keys, "pgbench, same SQL", &sql, etcd_rate, None)
+            );
+        }
+        if let Some(etcd) = &etcd {
+            println!(
+                "{}",
+                row(clients, keys, "etcd lock API", etcd, etcd_rate, None)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The legend and header of the table, for `seconds` per side.
+fn print_table_header(seconds: u64) {
+    println!(
+        "{seconds} s per side; granted/s: granted locks, each released at once; refused/s: \
+         LOCK_HELD answers on the way; wait: first attempt to grant; fairness: most grants of \
+         one client / fewest; ratio: granted/s / etcd's lock API"
+    );
+    println!(
+        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | fairness | ratio to etcd lock | lock-server CPU µs per grant |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+}
+
 /// Runs the whole benchmark and prints the report.
 pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     let stores = Stores::start(options.backend).await?;
     let log_dir = tempfile::Builder::new()
         .prefix("lock-bench-logs-")
         .tempdir()?;
-    let server = spawn_lock_server_at(
-        "lock-server",
-        &stores.lock_store,
-        &limits_out_of_the_way(&[
-            ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
-            ("LOCK_SESSION_TTL", "60s".into()),
-            ("RUST_LOG", "warn".into()),
-            // The waiters-memory figure parks 1,000 waiting acquires, each on its own connection.
-            ("HTTP_CONNECTIONS_MAX", "4096".into()),
-        ]),
-        log_dir.path(),
-        None,
-    )
-    .await?;
-    // The baseline in the same run: the same store and build, group commit or hand-over off.
-    let alone = match options.backend {
-        BenchBackend::Postgres => {
-            let [group_commit, hand_over] = options.baseline.settings();
-            Some(
-                spawn_lock_server_at(
-                    "lock-server-baseline",
-                    &stores.lock_store,
-                    &limits_out_of_the_way(&[
-                        ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
-                        ("LOCK_SESSION_TTL", "60s".into()),
-                        ("RUST_LOG", "warn".into()),
-                        group_commit,
-                        hand_over,
-                    ]),
-                    log_dir.path(),
-                    None,
-                )
-                .await?,
-            )
-        }
-        BenchBackend::Etcd => None,
-    };
-    // The same server on HTTPS, for the cost of TLS.
-    let tls = match options.tls {
-        true => Some(crate::stack::TlsFiles::make(log_dir.path())?),
-        false => None,
-    };
-    let over_tls = match &tls {
-        Some(files) => Some(
-            spawn_lock_server_at(
-                "lock-server-tls",
-                &stores.lock_store,
-                &limits_out_of_the_way(&[
-                    ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
-                    ("LOCK_SESSION_TTL", "60s".into()),
-                    ("RUST_LOG", "warn".into()),
-                ]),
-                log_dir.path(),
-                Some(files),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    let base = server.url.clone();
-    let http = crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?;
+    let servers = BenchServers::start(options, &stores, log_dir.path()).await?;
+    let base = servers.main.url.clone();
     let mut sdk_config = crate::stack::lock_client_config([base.clone()]);
     sdk_config.session_ttl = Duration::from_secs(60);
+    let run = BenchRun {
+        stores: &stores,
+        servers: &servers,
+        http: crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?,
+        sdk_config,
+        duration: Duration::from_secs(options.seconds),
+        log_dir: log_dir.path(),
+        baseline_side: options.baseline.side(),
+    };
     let mut db = match &stores.pgbench {
         Some((db_url, _)) => Some(PgConnection::connect(db_url).await?),
         None => None,
     };
-    let duration = Duration::from_secs(options.seconds);
-    println!(
-        "{} s per side; granted/s: granted locks, each released at once; refused/s: LOCK_HELD \
-         answers on the way; wait: first attempt to grant; fairness: most grants of one client \
-         / fewest; ratio: granted/s / etcd's lock API",
-        options.seconds
-    );
-    println!(
-        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | fairness | ratio to etcd lock | lock-server CPU µs per grant |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    print_table_header(options.seconds);
     for &clients in &options.clients {
         for hot in [false, true] {
-            let keys = if hot { "hot" } else { "distinct" };
-            let etcd = match &stores.etcd {
-                Some(etcd) => Some(bench_load::etcd_lock_side(etcd, clients, duration, hot).await?),
-                None => None,
-            };
-            let etcd_rate = etcd.as_ref().map(|f| f.granted_per_s);
-            let cpu_before = cpu_micros(server.process.pid())?;
-            let sdk = bench_load::sdk_side(&sdk_config, clients, duration, hot).await?;
-            let cpu_sdk = cpu_micros(server.process.pid())? - cpu_before;
-            println!(
-                "{}",
-                row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
-            );
-            if let Some(alone) = &alone {
-                let mut config = sdk_config.clone();
-                config.endpoints = vec![alone.url.clone()];
-                let cpu_before = cpu_micros(alone.process.pid())?;
-                let sdk = bench_load::sdk_side(&config, clients, duration, hot).await?;
-                let cpu = cpu_micros(alone.process.pid())? - cpu_before;
-                println!(
-                    "{}",
-                    row(
-                        clients,
-                        keys,
-                        options.baseline.side(),
-                        &sdk,
-                        etcd_rate,
-                        Some(cpu)
-                    )
-                );
-            }
-            if let (Some(over_tls), Some(files)) = (&over_tls, &tls) {
-                let mut config = sdk_config.clone();
-                config.endpoints = vec![over_tls.url.clone()];
-                config.tls = files.client();
-                let cpu_before = cpu_micros(over_tls.process.pid())?;
-                let sdk = bench_load::sdk_side(&config, clients, duration, hot).await?;
-                let cpu = cpu_micros(over_tls.process.pid())? - cpu_before;
-                println!(
-                    "{}",
-                    row(clients, keys, "SDK over TLS", &sdk, etcd_rate, Some(cpu))
-                );
-            }
-            let cpu_before = cpu_micros(server.process.pid())?;
-            let raw = bench_load::http_side(&http, &base, clients, duration, hot).await?;
-            let cpu_raw = cpu_micros(server.process.pid())? - cpu_before;
-            println!(
-                "{}",
-                row(clients, keys, "raw HTTP", &raw, etcd_rate, Some(cpu_raw))
-            );
-            if let (Some((db_url, pgbench)), Some(db)) = (&stores.pgbench, db.as_mut()) {
-                db.execute("DELETE FROM locks").await?;
-                let sql = bench_load::pgbench_side(
-                    pgbench,
-                    db_url,
-                    db,
-                    clients,
-                    duration,
-                    hot,
-                    log_dir.path(),
-                )
-                .await?;
-                println!(
-                    "{}",
-                    row(clients, keys, "pgbench, same SQL", &sql, etcd_rate, None)
-                );
-            }
-            if let Some(etcd) = &etcd {
-                println!(
-                    "{}",
-                    row(clients, keys, "etcd lock API", etcd, etcd_rate, None)
-                );
-            }
+            run.workload(clients, hot, db.as_mut()).await?;
         }
     }
+    let http = &run.http;
     if options.backend == BenchBackend::Postgres {
-        let (batches, writes) = histogram_totals(&http, &base, "lock_store_batch_writes").await?;
+        let (batches, writes) = histogram_totals(http, &base, "lock_store_batch_writes").await?;
         println!(
             "\nGroup commit: {writes:.0} writes in {batches} batches, {:.2} writes per batch (lock_store_batch_writes).",
             writes / batches.max(1) as f64
         );
     }
     if options.sessions > 0 {
-        memory_side(&http, &base, &server.process, options.sessions).await?;
+        memory_side(http, &base, &servers.main.process, options.sessions).await?;
     }
-    drop(server);
+    drop(servers);
     Ok(())
 }
 

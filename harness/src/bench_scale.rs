@@ -7,6 +7,7 @@
 //! and the same load while a tenth of the held grants expire at once and the reaper deletes
 //! them.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -15,7 +16,7 @@ use test_support::poll_until;
 
 use crate::bench::{BenchBackend, Stores};
 use crate::bench_load::{self, SideFigures};
-use crate::stack::{LockStoreAt, spawn_lock_server_at};
+use crate::stack::{LockServer, LockStoreAt, spawn_lock_server_at};
 
 /// Options of `harness bench scale`.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,6 +40,129 @@ const EXPIRE_DIVISOR: u64 = 10;
 /// How long the reaper may take to delete the expired grants before the run fails.
 const REAP_DEADLINE: Duration = Duration::from_secs(300);
 
+/// The real lock-server on `stores`' PostgreSQL, with room for `clients` connections.
+async fn start_scale_server(
+    stores: &Stores,
+    clients: usize,
+    log_dir: &Path,
+) -> anyhow::Result<LockServer> {
+    spawn_lock_server_at(
+        "lock-server",
+        &stores.lock_store,
+        &crate::bench::limits_out_of_the_way(&[
+            ("LOCK_DB_MAX_CONNECTIONS", "32".into()),
+            ("LOCK_SESSION_TTL", "60s".into()),
+            ("RUST_LOG", "warn".into()),
+            // One connection per client, and room to spare.
+            ("HTTP_CONNECTIONS_MAX", (clients * 4).max(4_096).to_string()),
+        ]),
+        log_dir,
+        None,
+    )
+    .await
+}
+
+/// Makes the first `expiring` seeded grants expire at once.
+async fn expire_grants(db: &mut PgConnection, expiring: u64) -> anyhow::Result<()> {
+    db.execute(
+        sqlx::query(
+            "UPDATE locks SET expires_at = now() - interval '1 second'
+              WHERE lock_key IN (SELECT 'scale:' || g FROM generate_series(1, $1) g)",
+        )
+        .bind(i64::try_from(expiring)?),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until lockdb at `db_url` holds no expired grant: the time since `reap_started`.
+async fn wait_reaped(db_url: &str, reap_started: Instant) -> Duration {
+    poll_until(
+        "the reaper to delete the expired grants",
+        REAP_DEADLINE,
+        || {
+            let url = db_url.to_owned();
+            async move {
+                let mut db = PgConnection::connect(&url).await.ok()?;
+                let left: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM locks WHERE expires_at <= now()")
+                        .fetch_one(&mut db)
+                        .await
+                        .ok()?;
+                (left == 0).then_some(reap_started.elapsed())
+            }
+        },
+    )
+    .await
+}
+
+/// What one scale run measured.
+struct ScaleFigures {
+    /// The server's resident memory on an empty store.
+    idle_kib: u64,
+    /// Its resident memory with the seeded sessions and keys, at rest.
+    held_kib: u64,
+    /// Its resident memory after the load.
+    loaded_kib: u64,
+    /// Its resident memory after the load while the expired grants were reaped.
+    reaped_kib: u64,
+    /// The reaper's passes at rest.
+    passes_at_rest: Passes,
+    /// The reaper's passes while it deleted the expired grants.
+    passes_reaping: Passes,
+    /// The load.
+    load: SideFigures,
+    /// The load while the reaper deleted the expired grants.
+    under_reap: SideFigures,
+    /// How many grants expired at once.
+    expiring: u64,
+    /// How long the reaper took to delete them.
+    reaped: Duration,
+}
+
+/// Prints the figures' table.
+fn print_figures(options: &ScaleBenchOptions, f: &ScaleFigures) {
+    println!(
+        "\n| phase | lock-server RSS MiB | reaper passes | reaper pass mean ms | granted/s | wait p50 ms | wait p99 ms | wait max ms |\n|---|---|---|---|---|---|---|---|"
+    );
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "| idle, empty store | {:.1} | - | - | - | - | - | - |",
+        mib(f.idle_kib)
+    );
+    println!(
+        "| {} sessions, {} keys held, at rest (5 s) | {:.1} | {} | {:.1} | - | - | - | - |",
+        options.sessions,
+        options.keys,
+        mib(f.held_kib),
+        f.passes_at_rest.count,
+        f.passes_at_rest.mean_ms()
+    );
+    println!(
+        "{}",
+        load_row(
+            &format!("{} clients", options.clients),
+            mib(f.loaded_kib),
+            &f.load
+        )
+    );
+    println!(
+        "{}",
+        load_row(
+            &format!(
+                "{} clients while {} grants expire and are reaped ({:.1} s; {} passes, mean {:.1} ms)",
+                options.clients,
+                f.expiring,
+                f.reaped.as_secs_f64(),
+                f.passes_reaping.count,
+                f.passes_reaping.mean_ms()
+            ),
+            mib(f.reaped_kib),
+            &f.under_reap
+        )
+    );
+}
+
 /// Runs the scale benchmark and prints its figures.
 pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let stores = Stores::start(BenchBackend::Postgres).await?;
@@ -48,23 +172,7 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let log_dir = tempfile::Builder::new()
         .prefix("lock-bench-scale-")
         .tempdir()?;
-    let server = spawn_lock_server_at(
-        "lock-server",
-        &stores.lock_store,
-        &crate::bench::limits_out_of_the_way(&[
-            ("LOCK_DB_MAX_CONNECTIONS", "32".into()),
-            ("LOCK_SESSION_TTL", "60s".into()),
-            ("RUST_LOG", "warn".into()),
-            // One connection per client, and room to spare.
-            (
-                "HTTP_CONNECTIONS_MAX",
-                (options.clients * 4).max(4_096).to_string(),
-            ),
-        ]),
-        log_dir.path(),
-        None,
-    )
-    .await?;
+    let server = start_scale_server(&stores, options.clients, log_dir.path()).await?;
     let base = server.url.clone();
     let http = crate::stack::lock_http(test_support::keys::LOCK_CLIENT_TOKEN)?;
     let mut db = PgConnection::connect(db_url)
@@ -90,82 +198,30 @@ pub async fn run_scale(options: &ScaleBenchOptions) -> anyhow::Result<()> {
     let loaded_kib = crate::bench::rss_kib(&server.process)?;
 
     let expiring = options.keys / EXPIRE_DIVISOR;
-    db.execute(
-        sqlx::query(
-            "UPDATE locks SET expires_at = now() - interval '1 second'
-              WHERE lock_key IN (SELECT 'scale:' || g FROM generate_series(1, $1) g)",
-        )
-        .bind(i64::try_from(expiring)?),
-    )
-    .await?;
+    expire_grants(&mut db, expiring).await?;
     let reap_started = Instant::now();
     let passes_before = reaper_passes(&http, &base).await?;
     let (under_reap, reaped) = tokio::join!(
         bench_load::http_side(&http, &base, options.clients, duration, false),
-        async {
-            let url = db_url.clone();
-            poll_until(
-                "the reaper to delete the expired grants",
-                REAP_DEADLINE,
-                || {
-                    let url = url.clone();
-                    async move {
-                        let mut db = PgConnection::connect(&url).await.ok()?;
-                        let left: i64 = sqlx::query_scalar(
-                            "SELECT count(*) FROM locks WHERE expires_at <= now()",
-                        )
-                        .fetch_one(&mut db)
-                        .await
-                        .ok()?;
-                        (left == 0).then_some(reap_started.elapsed())
-                    }
-                },
-            )
-            .await
-        }
+        wait_reaped(db_url, reap_started)
     );
     let under_reap = under_reap?;
     let passes_reaping = reaper_passes(&http, &base).await?.since(&passes_before);
     let reaped_kib = crate::bench::rss_kib(&server.process)?;
 
-    println!(
-        "\n| phase | lock-server RSS MiB | reaper passes | reaper pass mean ms | granted/s | wait p50 ms | wait p99 ms | wait max ms |\n|---|---|---|---|---|---|---|---|"
-    );
-    let mib = |kib: u64| kib as f64 / 1024.0;
-    println!(
-        "| idle, empty store | {:.1} | - | - | - | - | - | - |",
-        mib(idle_kib)
-    );
-    println!(
-        "| {} sessions, {} keys held, at rest (5 s) | {:.1} | {} | {:.1} | - | - | - | - |",
-        options.sessions,
-        options.keys,
-        mib(held_kib),
-        passes_at_rest.count,
-        passes_at_rest.mean_ms()
-    );
-    println!(
-        "{}",
-        load_row(
-            &format!("{} clients", options.clients),
-            mib(loaded_kib),
-            &load
-        )
-    );
-    println!(
-        "{}",
-        load_row(
-            &format!(
-                "{} clients while {expiring} grants expire and are reaped ({:.1} s; {} passes, mean {:.1} ms)",
-                options.clients,
-                reaped.as_secs_f64(),
-                passes_reaping.count,
-                passes_reaping.mean_ms()
-            ),
-            mib(reaped_kib),
-            &under_reap
-        )
-    );
+    let figures = ScaleFigures {
+        idle_kib,
+        held_kib,
+        loaded_kib,
+        reaped_kib,
+        passes_at_rest,
+        passes_reaping,
+        load,
+        under_reap,
+        expiring,
+        reaped,
+    };
+    print_figures(options, &figures);
     drop(server);
     drop(stores);
     Ok(())

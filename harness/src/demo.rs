@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::Signal;
-use payment_api::PayoutState;
+use payment_api::{PayoutState, Received};
 
 use crate::history::{Fault, History, RailTransfer};
 use crate::stack::{Stack, StackOptions};
@@ -96,6 +96,67 @@ async fn draw_zombie(
     Ok(path)
 }
 
+/// Where the services log: `--logs`, or a fresh directory under the system temp dir.
+fn log_dir(options: &DemoOptions) -> PathBuf {
+    options
+        .logs
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("payout-demo-{}", std::process::id())))
+}
+
+/// Polls until every payout of `ids` is terminal, showing progress on `bar`; an error past
+/// the settle deadline (counted from `started`).
+async fn wait_all_terminal(
+    stack: &Stack,
+    ids: &[i64],
+    bar: &ProgressBar,
+    started: Instant,
+) -> anyhow::Result<()> {
+    loop {
+        let mut done = 0;
+        for id in ids {
+            done += usize::from(stack.payout(*id).await?.state.is_terminal());
+        }
+        bar.set_position(done as u64);
+        if done == ids.len() {
+            return Ok(());
+        }
+        if started.elapsed() > SETTLE_DEADLINE {
+            bail!("payouts still open after {SETTLE_DEADLINE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Prints where every service's metrics and logs are, for `--keep`.
+fn print_endpoints(stack: &Stack) {
+    println!("\nThe stack is up. Metrics:");
+    for (i, server) in stack.lock_servers.iter().enumerate() {
+        println!(
+            "  lock-server-{}: {}/metrics (log: {})",
+            i + 1,
+            server.url,
+            server.process.describe()
+        );
+    }
+    for (name, url) in [
+        ("payment-resource", &stack.payment_url),
+        ("rail-proxy", &stack.proxy_url),
+        ("rail-stub", &stack.rail_url),
+    ] {
+        println!("  {name}: {url}/metrics");
+    }
+    for executor in &stack.executors {
+        println!(
+            "  {}: {}/metrics (log: {})",
+            executor.name,
+            executor.url,
+            executor.process.describe()
+        );
+    }
+    println!("Logs: {}", stack.log_dir.display());
+}
+
 /// Runs the demo. Executor A starts alone on the first quarter of the payouts, armed to
 /// freeze on one of them: with nobody else running it is certain to reach that payout, claim
 /// it and stop (SIGSTOP) after its guard passes. Only then are the other payouts created and
@@ -106,9 +167,7 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     if options.payouts < 2 {
         bail!("--payouts must be at least 2");
     }
-    let logs = options.logs.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("payout-demo-{}", std::process::id()))
-    });
+    let logs = log_dir(options);
     println!(
         "Starting PostgreSQL and the stack (logs in {}) ...",
         logs.display()
@@ -158,20 +217,7 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
         "{bar:40} {pos}/{len} payouts terminal  {msg}",
     )?);
     bar.set_message("executor A is frozen (SIGSTOP)");
-    loop {
-        let mut done = 0;
-        for id in &ids {
-            done += usize::from(stack.payout(*id).await?.state.is_terminal());
-        }
-        bar.set_position(done as u64);
-        if done == ids.len() {
-            break;
-        }
-        if started.elapsed() > SETTLE_DEADLINE {
-            bail!("payouts still open after {SETTLE_DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_all_terminal(&stack, &ids, &bar, started).await?;
     let settled = stack.payout(frozen_payout).await?;
     bar.println(format!(
         "All terminal. Waking executor A: its stale submit for payout {frozen_payout} (token {a_token}) must be fenced."
@@ -192,31 +238,7 @@ pub async fn run(options: &DemoOptions) -> anyhow::Result<()> {
     };
     report(&stack, &ids, &episode, started.elapsed()).await?;
     if options.keep {
-        println!("\nThe stack is up. Metrics:");
-        for (i, server) in stack.lock_servers.iter().enumerate() {
-            println!(
-                "  lock-server-{}: {}/metrics (log: {})",
-                i + 1,
-                server.url,
-                server.process.describe()
-            );
-        }
-        for (name, url) in [
-            ("payment-resource", &stack.payment_url),
-            ("rail-proxy", &stack.proxy_url),
-            ("rail-stub", &stack.rail_url),
-        ] {
-            println!("  {name}: {url}/metrics");
-        }
-        for executor in &stack.executors {
-            println!(
-                "  {}: {}/metrics (log: {})",
-                executor.name,
-                executor.url,
-                executor.process.describe()
-            );
-        }
-        println!("Logs: {}", stack.log_dir.display());
+        print_endpoints(&stack);
         println!("Press Ctrl-C to stop everything.");
         tokio::signal::ctrl_c().await?;
     }
@@ -299,22 +321,19 @@ fn headroom_line(what: &str, buckets: &[(f64, f64)]) -> anyhow::Result<String> {
     ))
 }
 
-async fn report(
-    stack: &Stack,
-    ids: &[i64],
-    episode: &Episode,
-    elapsed: Duration,
-) -> anyhow::Result<()> {
-    let mut by_state: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut max_submissions = 0;
-    for id in ids {
-        let payout = stack.payout(*id).await?;
-        *by_state.entry(payout.state.as_str()).or_default() += 1;
-        max_submissions = max_submissions.max(stack.rail_received(*id).await?.len());
-    }
-    let duplicates = stack
-        .metric(&stack.proxy_url, "rail_duplicate_attempted_total", &[])
-        .await?;
+/// What the executors' `/metrics` say, summed over the executors.
+struct ExecutorFigures {
+    /// Stale writes refused by a fence.
+    fenced: f64,
+    /// The cumulative buckets of acked payouts' latency.
+    latency: Vec<(f64, f64)>,
+    /// One line per headroom histogram: the SDK's at every passed held-check, the executor's
+    /// at every write.
+    headroom: Vec<String>,
+}
+
+/// Reads every executor's `/metrics`; an error if a headroom histogram is empty.
+async fn executor_figures(stack: &Stack) -> anyhow::Result<ExecutorFigures> {
     let mut fenced = 0.0;
     let mut cumulative: Vec<(f64, f64)> = Vec::new();
     // Headroom: the SDK's at every passed held-check, the executor's at every write.
@@ -342,6 +361,77 @@ async fn report(
     for (step, buckets) in &writes {
         headroom.push(headroom_line(&format!("write headroom ({step})"), buckets)?);
     }
+    Ok(ExecutorFigures {
+        fenced,
+        latency: cumulative,
+        headroom,
+    })
+}
+
+/// Prints the zombie episode: the tokens, the freeze, A's refused writes (`fenced_lines`),
+/// what the rail saw of the payout (`zombie_rail`), and the run's fenced and duplicate counts.
+fn print_zombie(
+    episode: &Episode,
+    fenced_lines: &[serde_json::Value],
+    zombie_rail: &[Received],
+    fenced: f64,
+    duplicates: f64,
+) {
+    println!("\n== The zombie (payout {}) ==", episode.payout_id);
+    println!(
+        "  executor A's token:  {}  (claimed, passed its guard, then frozen)",
+        episode.a_token
+    );
+    println!(
+        "  A frozen for:        {:.1} s  (its lease ran out meanwhile)",
+        episode.frozen_for.as_secs_f64()
+    );
+    println!(
+        "  executor B's token:  {}  (took the payout over and settled it)",
+        episode.b_token
+    );
+    for line in fenced_lines {
+        println!(
+            "  A's stale write:     {} with token {} -> refused: {}",
+            line["step"].as_str().unwrap_or("?"),
+            episode.a_token,
+            line["error"].as_str().unwrap_or("?")
+        );
+    }
+    println!(
+        "  the rail saw it:     {} time(s), token {:?}",
+        zombie_rail.len(),
+        zombie_rail
+            .iter()
+            .map(|r| r.transfer.presented_token)
+            .collect::<Vec<_>>()
+    );
+    println!("  fenced stale writes (all executors): {fenced}");
+    println!("  rail_duplicate_attempted_total: {duplicates}");
+    println!("  picture:             {}", episode.picture.display());
+}
+
+async fn report(
+    stack: &Stack,
+    ids: &[i64],
+    episode: &Episode,
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    let mut by_state: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut max_submissions = 0;
+    for id in ids {
+        let payout = stack.payout(*id).await?;
+        *by_state.entry(payout.state.as_str()).or_default() += 1;
+        max_submissions = max_submissions.max(stack.rail_received(*id).await?.len());
+    }
+    let duplicates = stack
+        .metric(&stack.proxy_url, "rail_duplicate_attempted_total", &[])
+        .await?;
+    let ExecutorFigures {
+        fenced,
+        latency: cumulative,
+        headroom,
+    } = executor_figures(stack).await?;
     let zombie_rail = stack.rail_received(episode.payout_id).await?;
     let fenced_lines: Vec<serde_json::Value> = stack.executors[0]
         .process
@@ -372,38 +462,7 @@ async fn report(
         "  ledger: balances {:?}, postings {} for {} settled",
         ledger.balance_by_currency, ledger.postings, ledger.settled_payouts
     );
-    println!("\n== The zombie (payout {}) ==", episode.payout_id);
-    println!(
-        "  executor A's token:  {}  (claimed, passed its guard, then frozen)",
-        episode.a_token
-    );
-    println!(
-        "  A frozen for:        {:.1} s  (its lease ran out meanwhile)",
-        episode.frozen_for.as_secs_f64()
-    );
-    println!(
-        "  executor B's token:  {}  (took the payout over and settled it)",
-        episode.b_token
-    );
-    for line in &fenced_lines {
-        println!(
-            "  A's stale write:     {} with token {} -> refused: {}",
-            line["step"].as_str().unwrap_or("?"),
-            episode.a_token,
-            line["error"].as_str().unwrap_or("?")
-        );
-    }
-    println!(
-        "  the rail saw it:     {} time(s), token {:?}",
-        zombie_rail.len(),
-        zombie_rail
-            .iter()
-            .map(|r| r.transfer.presented_token)
-            .collect::<Vec<_>>()
-    );
-    println!("  fenced stale writes (all executors): {fenced}");
-    println!("  rail_duplicate_attempted_total: {duplicates}");
-    println!("  picture:             {}", episode.picture.display());
+    print_zombie(episode, &fenced_lines, &zombie_rail, fenced, duplicates);
     if max_submissions > 1 {
         bail!("a payout reached the rail more than once");
     }

@@ -264,7 +264,16 @@ impl History {
     /// Every check; the first violation is the error. Returns the stale writes refused after
     /// a pause that outlived the lease.
     pub fn check(&self) -> anyhow::Result<Vec<WriteOp>> {
-        // No double payment (I1): each payout at the rail at most once.
+        self.check_each_payout_paid_once()?;
+        self.check_tokens_granted()?;
+        self.check_conservative_expiry()?;
+        self.check_mutual_exclusion()?;
+        self.check_fences_only_rise()?;
+        Ok(self.refused_after_pauses())
+    }
+
+    /// No double payment (I1): each payout at the rail at most once.
+    fn check_each_payout_paid_once(&self) -> anyhow::Result<()> {
         let mut per_payout: BTreeMap<i64, usize> = BTreeMap::new();
         for t in &self.rail {
             *per_payout.entry(t.payout_id).or_default() += 1;
@@ -272,7 +281,12 @@ impl History {
         if let Some((id, n)) = per_payout.iter().find(|(_, n)| **n > 1) {
             bail!("I1: the rail received payout {id} {n} times");
         }
-        // Tokens unique and rising per key (I3), and granted for the payout the rail saw.
+        Ok(())
+    }
+
+    /// Tokens unique and rising per key (I3), and each token the rail saw or a write was
+    /// accepted with granted for its payout's key.
+    fn check_tokens_granted(&self) -> anyhow::Result<()> {
         self.audit.check_tokens()?;
         let granted = |payout: i64, token: i64| {
             self.audit
@@ -299,10 +313,15 @@ impl History {
                 );
             }
         }
-        // Conservative expiry (I4) for every grant a write was made under: the deadline the
-        // guard before the write believed never lies after the lock-server's last expiry of
-        // that grant. (A write sent after the expiry is a zombie the fence must stop; a
-        // deadline after it is a client that believed too long.)
+        Ok(())
+    }
+
+    /// Conservative expiry (I4) for every grant a write was made under: the deadline the
+    /// guard before the write believed never lies after the lock-server's last expiry of that
+    /// grant. (A write sent after the expiry is a zombie the fence must stop; a deadline after
+    /// it is a client that believed too long.) And for every declared loss by a deadline or
+    /// an expiry.
+    fn check_conservative_expiry(&self) -> anyhow::Result<()> {
         for w in &self.writes {
             let key = format!("payout:{}", w.payout_id);
             let expiry = self.audit.server_expiry(&key, w.token).with_context(|| {
@@ -322,10 +341,13 @@ impl History {
                 );
             }
         }
-        // ...and for every declared loss by a deadline or an expiry.
         let losses: Vec<_> = self.losses.iter().map(|(_, l)| l.clone()).collect();
         self.audit.check_conservative(&losses)?;
-        // Mutual exclusion per key.
+        Ok(())
+    }
+
+    /// Mutual exclusion per key: no grant before the previous holder's interval ended.
+    fn check_mutual_exclusion(&self) -> anyhow::Result<()> {
         for (key, spans) in &self.spans {
             for pair in spans.windows(2) {
                 let (a, b) = (&pair[0], &pair[1]);
@@ -342,10 +364,14 @@ impl History {
                 }
             }
         }
-        // Fences only rise, checked with windows: no write was accepted whose token the
-        // resource had already superseded (a higher claim answered before the write was even
-        // sent). Ordering writes by their answers alone would be wrong: an answer can be logged
-        // seconds after the resource applied it (a paused executor, a stalled store).
+        Ok(())
+    }
+
+    /// Fences only rise, checked with windows: no write was accepted whose token the resource
+    /// had already superseded (a higher claim answered before the write was even sent).
+    /// Ordering writes by their answers alone would be wrong: an answer can be logged seconds
+    /// after the resource applied it (a paused executor, a stalled store).
+    fn check_fences_only_rise(&self) -> anyhow::Result<()> {
         let claims: Vec<&WriteOp> = self
             .writes
             .iter()
@@ -367,7 +393,11 @@ impl History {
                 );
             }
         }
-        // Writes after a pause that outlived the grant: refused ones are the zombie episodes.
+        Ok(())
+    }
+
+    /// Writes after a pause that outlived the grant: refused ones are the zombie episodes.
+    fn refused_after_pauses(&self) -> Vec<WriteOp> {
         let mut refused = Vec::new();
         for pause in self
             .faults
@@ -399,7 +429,7 @@ impl History {
                 );
             }
         }
-        Ok(refused)
+        refused
     }
 }
 

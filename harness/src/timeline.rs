@@ -37,6 +37,191 @@ impl Scale {
     }
 }
 
+/// The picture being drawn: its time scale, lanes and SVG text so far.
+struct Canvas<'a> {
+    scale: Scale,
+    /// Lane names, top to bottom.
+    lanes: Vec<String>,
+    /// With a key, only that key's grants, losses and writes are drawn.
+    key: Option<&'a str>,
+    svg: String,
+}
+
+/// The lanes of `history`: one per executor, one per killed replica, then the store.
+fn lanes(history: &History) -> Vec<String> {
+    let mut lanes: Vec<String> = history.audit.sessions_by_owner.keys().cloned().collect();
+    let mut replicas: Vec<String> = history
+        .faults
+        .iter()
+        .filter(|f| f.kind == "replica-kill")
+        .map(|f| f.target.clone())
+        .collect();
+    replicas.sort();
+    replicas.dedup();
+    lanes.extend(replicas);
+    lanes.push("store".to_owned());
+    lanes
+}
+
+/// The top of lane number `lane`, in pixels.
+fn y_of(lane: usize) -> f64 {
+    40.0 + LANE_PX * lane as f64
+}
+
+impl Canvas<'_> {
+    fn lane_of(&self, name: &str) -> Option<usize> {
+        self.lanes.iter().position(|l| l == name)
+    }
+
+    /// Whether `key` is one this picture leaves out.
+    fn other_key(&self, key: &str) -> bool {
+        self.key.is_some_and(|k| k != key)
+    }
+
+    /// Whether the instant `at` falls outside the picture's window.
+    fn outside(&self, at: DateTime<Utc>) -> bool {
+        at < self.scale.from || at > self.scale.to
+    }
+
+    /// The lane names and their separating lines.
+    fn draw_lanes(&mut self) {
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let y = y_of(i);
+            let _ = writeln!(
+                self.svg,
+                r##"<text x="10" y="{}">{}</text><line x1="{LEFT_PX}" y1="{}" x2="{}" y2="{}" stroke="#ddd"/>"##,
+                y + 18.0,
+                escape(lane),
+                y + LANE_PX,
+                WIDTH_PX - 20.0,
+                y + LANE_PX
+            );
+        }
+    }
+
+    /// Pauses, partitions, replica kills and store faults, as shaded spans on their lanes.
+    fn draw_faults(&mut self, history: &History) {
+        for fault in &history.faults {
+            let lane = match fault.kind {
+                "pause" | "partition" | "replica-kill" => self.lane_of(&fault.target),
+                "store-restart" | "store-stall" => self.lane_of("store"),
+                _ => None,
+            };
+            let Some(lane) = lane else { continue };
+            if fault.end < self.scale.from || fault.start > self.scale.to {
+                continue;
+            }
+            let (x1, x2) = (self.scale.x(fault.start), self.scale.x(fault.end));
+            let color = match fault.kind {
+                "pause" => "#bbb",
+                "partition" => "#9bf",
+                _ => "#f99",
+            };
+            let _ = writeln!(
+                self.svg,
+                r#"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}" opacity="0.6"><title>{} {}</title></rect>"#,
+                y_of(lane) + 2.0,
+                (x2 - x1).max(1.0),
+                LANE_PX - 4.0,
+                fault.kind,
+                escape(&fault.target)
+            );
+        }
+    }
+
+    /// Grant intervals labelled with their tokens, and the server-side expiries.
+    fn draw_grants(&mut self, history: &History) {
+        for span in history.spans.values().flatten() {
+            if self.other_key(&span.key)
+                || span.ended_at < self.scale.from
+                || span.granted_at > self.scale.to
+            {
+                continue;
+            }
+            let Some(lane) = self.lane_of(&span.owner) else {
+                continue;
+            };
+            let (x1, x2) = (self.scale.x(span.granted_at), self.scale.x(span.ended_at));
+            let y = y_of(lane) + 8.0;
+            let fill = if span.expired { "#fc8" } else { "#8c8" };
+            let _ = writeln!(
+                self.svg,
+                r##"<rect x="{x1:.1}" y="{y:.1}" width="{:.1}" height="14" fill="{fill}" stroke="#444"><title>{} token {} ({})</title></rect><text x="{:.1}" y="{:.1}">{} t{}</text>"##,
+                (x2 - x1).max(2.0),
+                escape(&span.key),
+                span.token,
+                if span.expired {
+                    "expired at the server"
+                } else {
+                    "released"
+                },
+                x1 + 2.0,
+                y + 11.0,
+                escape(&span.key),
+                span.token
+            );
+            if span.expired {
+                let _ = writeln!(
+                    self.svg,
+                    r#"<line x1="{x2:.1}" y1="{:.1}" x2="{x2:.1}" y2="{:.1}" stroke="orange" stroke-width="2"><title>server-side expiry of token {}</title></line>"#,
+                    y - 6.0,
+                    y + 20.0,
+                    span.token
+                );
+            }
+        }
+    }
+
+    /// The client-declared losses, as red dashes on the executors' lanes.
+    fn draw_losses(&mut self, history: &History) {
+        for (executor, loss) in &history.losses {
+            let Some((loss_key, token)) = &loss.grant else {
+                continue;
+            };
+            if self.other_key(loss_key) || self.outside(loss.deadline) {
+                continue;
+            }
+            let Some(lane) = self.lane_of(executor) else {
+                continue;
+            };
+            let x = self.scale.x(loss.deadline);
+            let _ = writeln!(
+                self.svg,
+                r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="red" stroke-width="2" stroke-dasharray="3,2"><title>client-declared loss of {} token {token} ({})</title></line>"#,
+                y_of(lane) + 2.0,
+                y_of(lane) + LANE_PX - 2.0,
+                escape(loss_key),
+                escape(&loss.reason)
+            );
+        }
+    }
+
+    /// Every fenced write, marked ✗ on its executor's lane.
+    fn draw_fenced_writes(&mut self, history: &History) {
+        for w in history.writes.iter().filter(|w| w.result == "fenced") {
+            if self.other_key(&format!("payout:{}", w.payout_id)) || self.outside(w.at) {
+                continue;
+            }
+            let Some(lane) = self.lane_of(&w.executor) else {
+                continue;
+            };
+            let (x, y) = (self.scale.x(w.at), y_of(lane) + LANE_PX / 2.0);
+            let _ = writeln!(
+                self.svg,
+                r##"<text x="{:.1}" y="{:.1}" fill="black" font-size="14" font-weight="bold">✗<title>fenced {} of payout {} with token {}</title></text><text x="{:.1}" y="{:.1}" fill="#900">fenced t{}</text>"##,
+                x - 4.0,
+                y + 5.0,
+                escape(&w.step),
+                w.payout_id,
+                w.token,
+                x + 6.0,
+                y + 14.0,
+                w.token
+            );
+        }
+    }
+}
+
 /// Draws `history` between `from` and `to`; with `key`, only that key's grants and writes.
 pub fn render(
     history: &History,
@@ -45,22 +230,7 @@ pub fn render(
     to: DateTime<Utc>,
     key: Option<&str>,
 ) -> String {
-    let scale = Scale { from, to };
-    let mut lanes: Vec<String> = history.audit.sessions_by_owner.keys().cloned().collect();
-    let replicas: Vec<String> = {
-        let mut r: Vec<String> = history
-            .faults
-            .iter()
-            .filter(|f| f.kind == "replica-kill")
-            .map(|f| f.target.clone())
-            .collect();
-        r.sort();
-        r.dedup();
-        r
-    };
-    lanes.extend(replicas.iter().cloned());
-    lanes.push("store".to_owned());
-    let lane_of = |name: &str| lanes.iter().position(|l| l == name);
+    let lanes = lanes(history);
     let height = 60.0 + LANE_PX * lanes.len() as f64 + 40.0;
     let mut svg = String::new();
     let _ = writeln!(
@@ -75,122 +245,18 @@ pub fn render(
         from.format("%H:%M:%S%.3f"),
         to.format("%H:%M:%S%.3f")
     );
-    let y_of = |lane: usize| 40.0 + LANE_PX * lane as f64;
-    for (i, lane) in lanes.iter().enumerate() {
-        let y = y_of(i);
-        let _ = writeln!(
-            svg,
-            r##"<text x="10" y="{}">{}</text><line x1="{LEFT_PX}" y1="{}" x2="{}" y2="{}" stroke="#ddd"/>"##,
-            y + 18.0,
-            escape(lane),
-            y + LANE_PX,
-            WIDTH_PX - 20.0,
-            y + LANE_PX
-        );
-    }
-    for fault in &history.faults {
-        let lane = match fault.kind {
-            "pause" | "partition" | "replica-kill" => lane_of(&fault.target),
-            "store-restart" | "store-stall" => lane_of("store"),
-            _ => None,
-        };
-        let Some(lane) = lane else { continue };
-        if fault.end < from || fault.start > to {
-            continue;
-        }
-        let (x1, x2) = (scale.x(fault.start), scale.x(fault.end));
-        let color = match fault.kind {
-            "pause" => "#bbb",
-            "partition" => "#9bf",
-            _ => "#f99",
-        };
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}" opacity="0.6"><title>{} {}</title></rect>"#,
-            y_of(lane) + 2.0,
-            (x2 - x1).max(1.0),
-            LANE_PX - 4.0,
-            fault.kind,
-            escape(&fault.target)
-        );
-    }
-    for span in history.spans.values().flatten() {
-        if key.is_some_and(|k| k != span.key) || span.ended_at < from || span.granted_at > to {
-            continue;
-        }
-        let Some(lane) = lane_of(&span.owner) else {
-            continue;
-        };
-        let (x1, x2) = (scale.x(span.granted_at), scale.x(span.ended_at));
-        let y = y_of(lane) + 8.0;
-        let fill = if span.expired { "#fc8" } else { "#8c8" };
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{x1:.1}" y="{y:.1}" width="{:.1}" height="14" fill="{fill}" stroke="#444"><title>{} token {} ({})</title></rect><text x="{:.1}" y="{:.1}">{} t{}</text>"##,
-            (x2 - x1).max(2.0),
-            escape(&span.key),
-            span.token,
-            if span.expired {
-                "expired at the server"
-            } else {
-                "released"
-            },
-            x1 + 2.0,
-            y + 11.0,
-            escape(&span.key),
-            span.token
-        );
-        if span.expired {
-            let _ = writeln!(
-                svg,
-                r#"<line x1="{x2:.1}" y1="{:.1}" x2="{x2:.1}" y2="{:.1}" stroke="orange" stroke-width="2"><title>server-side expiry of token {}</title></line>"#,
-                y - 6.0,
-                y + 20.0,
-                span.token
-            );
-        }
-    }
-    for (executor, loss) in &history.losses {
-        let Some((loss_key, token)) = &loss.grant else {
-            continue;
-        };
-        if key.is_some_and(|k| k != loss_key) || loss.deadline < from || loss.deadline > to {
-            continue;
-        }
-        let Some(lane) = lane_of(executor) else {
-            continue;
-        };
-        let x = scale.x(loss.deadline);
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="red" stroke-width="2" stroke-dasharray="3,2"><title>client-declared loss of {} token {token} ({})</title></line>"#,
-            y_of(lane) + 2.0,
-            y_of(lane) + LANE_PX - 2.0,
-            escape(loss_key),
-            escape(&loss.reason)
-        );
-    }
-    for w in history.writes.iter().filter(|w| w.result == "fenced") {
-        if key.is_some_and(|k| k != format!("payout:{}", w.payout_id)) || w.at < from || w.at > to {
-            continue;
-        }
-        let Some(lane) = lane_of(&w.executor) else {
-            continue;
-        };
-        let (x, y) = (scale.x(w.at), y_of(lane) + LANE_PX / 2.0);
-        let _ = writeln!(
-            svg,
-            r##"<text x="{:.1}" y="{:.1}" fill="black" font-size="14" font-weight="bold">✗<title>fenced {} of payout {} with token {}</title></text><text x="{:.1}" y="{:.1}" fill="#900">fenced t{}</text>"##,
-            x - 4.0,
-            y + 5.0,
-            escape(&w.step),
-            w.payout_id,
-            w.token,
-            x + 6.0,
-            y + 14.0,
-            w.token
-        );
-    }
+    let mut canvas = Canvas {
+        scale: Scale { from, to },
+        lanes,
+        key,
+        svg,
+    };
+    canvas.draw_lanes();
+    canvas.draw_faults(history);
+    canvas.draw_grants(history);
+    canvas.draw_losses(history);
+    canvas.draw_fenced_writes(history);
+    let mut svg = canvas.svg;
     let legend_y = height - 14.0;
     let _ = writeln!(
         svg,

@@ -13,8 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken, HeartbeatResponse,
-    LockGrant, LockInfo, LockKey, LockOutcome, OwnerId, ReleaseResponse, SessionId,
+    AcquireRequest, Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken,
+    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, OwnerId, ReleaseResponse,
+    RenewRequest, SessionId,
 };
 
 use std::sync::Arc;
@@ -129,6 +130,11 @@ pub struct MemoryTransport {
     state: Mutex<State>,
 }
 
+/// The answer to a call naming a session the service does not know.
+fn session_unknown() -> TransportError {
+    status(ErrorCode::SessionUnknown, "session unknown")
+}
+
 /// A server error answer, as a transport error.
 pub fn status(code: ErrorCode, message: &str) -> TransportError {
     TransportError::Status {
@@ -210,8 +216,6 @@ impl MemoryTransport {
     fn answer(state: &mut State, call: Call) -> Result<Reply, TransportError> {
         // Display-only timestamps: a fixed instant, never a wall clock.
         let now = DateTime::<Utc>::UNIX_EPOCH;
-        let known = |state: &State, s: &SessionId| state.sessions.contains_key(s);
-        let unknown = || status(ErrorCode::SessionUnknown, "session unknown");
         match call {
             Call::CreateSession(req) => {
                 let id = SessionId::random();
@@ -229,68 +233,15 @@ impl MemoryTransport {
                     ttl_ms: *ttl_ms,
                     expires_at: now,
                 })),
-                None => Err(unknown()),
+                None => Err(session_unknown()),
             },
             Call::DeleteSession(id) => {
                 state.sessions.remove(&id);
                 state.locks.retain(|_, (_, s, _)| *s != id);
                 Ok(Reply::Deleted)
             }
-            Call::Acquire(key, req) => {
-                if !known(state, &req.session_id) {
-                    return Err(unknown());
-                }
-                let asked = req.ttl_ms.unwrap_or(10_000);
-                let lease_ms = state.max_lease_ms.map_or(asked, |max| asked.min(max));
-                let grant = |token| LockGrant {
-                    lock_key: key.clone(),
-                    fencing_token: token,
-                    lease_ms,
-                    expires_at: now,
-                    session_id: req.session_id,
-                    proof: Some(rig_proof(&key, token)),
-                    // This double answers at once: it never holds a request (wait_ms).
-                    waited_ms: 0,
-                };
-                match state.locks.get(&key) {
-                    Some((token, holder, _)) if *holder == req.session_id => {
-                        Ok(Reply::Grant(grant(*token)))
-                    }
-                    Some(_) => Err(status(ErrorCode::LockHeld, "held by another session")),
-                    None => {
-                        let token = FencingToken(state.fences.get(&key).map_or(1, |t| t.0 + 1));
-                        state.fences.insert(key.clone(), token);
-                        state
-                            .locks
-                            .insert(key.clone(), (token, req.session_id, lease_ms));
-                        Ok(Reply::Grant(grant(token)))
-                    }
-                }
-            }
-            Call::Renew(key, req) => {
-                if !known(state, &req.session_id) {
-                    return Err(unknown());
-                }
-                match state.locks.get(&key) {
-                    Some((token, holder, lease_ms))
-                        if *holder == req.session_id && *token == req.fencing_token =>
-                    {
-                        Ok(Reply::Grant(LockGrant {
-                            lock_key: key.clone(),
-                            fencing_token: *token,
-                            lease_ms: *lease_ms,
-                            expires_at: now,
-                            session_id: *holder,
-                            proof: Some(rig_proof(&key, *token)),
-                            waited_ms: 0,
-                        }))
-                    }
-                    _ => Err(status(
-                        ErrorCode::LockLost,
-                        "not held by this session with this token",
-                    )),
-                }
-            }
+            Call::Acquire(key, req) => Self::acquire(state, key, &req, now),
+            Call::Renew(key, req) => Self::renew(state, key, &req, now),
             Call::Release(key, req) => {
                 let released = state.locks.get(&key).is_some_and(|(t, holder, _)| {
                     *t == req.fencing_token && *holder == req.session_id
@@ -300,22 +251,7 @@ impl MemoryTransport {
                 }
                 Ok(Reply::Released(ReleaseResponse { released }))
             }
-            Call::Inspect(key) => match state.locks.get(&key) {
-                Some((token, holder, _)) => Ok(Reply::Info(LockInfo {
-                    lock_key: key.clone(),
-                    fencing_token: *token,
-                    owner_id: state
-                        .sessions
-                        .get(holder)
-                        .map(|(_, o)| o.clone())
-                        .ok_or_else(|| {
-                            status(ErrorCode::Internal, "a grant of an unknown session")
-                        })?,
-                    expires_at: now,
-                    waiters: 0,
-                })),
-                None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
-            },
+            Call::Inspect(key) => Self::inspect(state, key, now),
             Call::Revoke(key, _admin, _reason) => {
                 let revoked = state.locks.remove(&key).map(|(token, _, _)| token);
                 Ok(Reply::Revoked(LockOutcome {
@@ -324,6 +260,94 @@ impl MemoryTransport {
                     fencing_token: revoked,
                 }))
             }
+        }
+    }
+
+    /// An acquire: a new grant of a free key with the next token, the same grant again to its
+    /// holder's session, refused while another session holds it.
+    fn acquire(
+        state: &mut State,
+        key: LockKey,
+        req: &AcquireRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, TransportError> {
+        if !state.sessions.contains_key(&req.session_id) {
+            return Err(session_unknown());
+        }
+        let asked = req.ttl_ms.unwrap_or(10_000);
+        let lease_ms = state.max_lease_ms.map_or(asked, |max| asked.min(max));
+        let grant = |token| LockGrant {
+            lock_key: key.clone(),
+            fencing_token: token,
+            lease_ms,
+            expires_at: now,
+            session_id: req.session_id,
+            proof: Some(rig_proof(&key, token)),
+            // This double answers at once: it never holds a request (wait_ms).
+            waited_ms: 0,
+        };
+        match state.locks.get(&key) {
+            Some((token, holder, _)) if *holder == req.session_id => {
+                Ok(Reply::Grant(grant(*token)))
+            }
+            Some(_) => Err(status(ErrorCode::LockHeld, "held by another session")),
+            None => {
+                let token = FencingToken(state.fences.get(&key).map_or(1, |t| t.0 + 1));
+                state.fences.insert(key.clone(), token);
+                state
+                    .locks
+                    .insert(key.clone(), (token, req.session_id, lease_ms));
+                Ok(Reply::Grant(grant(token)))
+            }
+        }
+    }
+
+    /// A renew: the same grant again while this session holds the key with this token.
+    fn renew(
+        state: &State,
+        key: LockKey,
+        req: &RenewRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, TransportError> {
+        if !state.sessions.contains_key(&req.session_id) {
+            return Err(session_unknown());
+        }
+        match state.locks.get(&key) {
+            Some((token, holder, lease_ms))
+                if *holder == req.session_id && *token == req.fencing_token =>
+            {
+                Ok(Reply::Grant(LockGrant {
+                    lock_key: key.clone(),
+                    fencing_token: *token,
+                    lease_ms: *lease_ms,
+                    expires_at: now,
+                    session_id: *holder,
+                    proof: Some(rig_proof(&key, *token)),
+                    waited_ms: 0,
+                }))
+            }
+            _ => Err(status(
+                ErrorCode::LockLost,
+                "not held by this session with this token",
+            )),
+        }
+    }
+
+    /// An inspect: the holder's token and owner, or not held.
+    fn inspect(state: &State, key: LockKey, now: DateTime<Utc>) -> Result<Reply, TransportError> {
+        match state.locks.get(&key) {
+            Some((token, holder, _)) => Ok(Reply::Info(LockInfo {
+                lock_key: key.clone(),
+                fencing_token: *token,
+                owner_id: state
+                    .sessions
+                    .get(holder)
+                    .map(|(_, o)| o.clone())
+                    .ok_or_else(|| status(ErrorCode::Internal, "a grant of an unknown session"))?,
+                expires_at: now,
+                waiters: 0,
+            })),
+            None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
         }
     }
 }

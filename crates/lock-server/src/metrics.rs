@@ -54,13 +54,73 @@ pub const HTTP_REQUESTS_TOTAL: &str = "lock_http_requests_total";
 /// HTTP request latency by route and method.
 pub const HTTP_REQUEST_SECONDS: &str = "lock_http_request_duration_seconds";
 
+/// Every counter family and its HELP text.
+const COUNTER_HELP: [(&str, &str); 16] = [
+    (
+        STORE_CLOCK_STEPS_TOTAL,
+        "Steps of the store's clock seen by this replica, forward or back (each holds grants, for at most the longest lease).",
+    ),
+    (
+        GRANTS_WITHHELD_TOTAL,
+        "Acquires answered 503 STORE_UNAVAILABLE because the store's clock stepped.",
+    ),
+    (
+        WAITS_TOTAL,
+        "Acquires with wait_ms that waited (parked, or were refused a place) by outcome: granted, timed_out, draining, too_many_waiters. A grant at the first try is no wait.",
+    ),
+    (
+        LOCK_DELAYED_TOTAL,
+        "Acquires refused because the key was in the lock-delay of a grant that ended involuntarily.",
+    ),
+    (
+        GRANTS_TOTAL,
+        "Grants handed out: new tokens and same-session re-grants (L4 200).",
+    ),
+    (
+        CONTENTION_TOTAL,
+        "Acquires answered 409 LOCK_HELD (held, in a lock-delay, or waiters queued first).",
+    ),
+    (
+        EXPIRED_TOTAL,
+        "Grants that expired: reaped after their lease or session ended, or taken over.",
+    ),
+    (
+        SESSIONS_EXPIRED_TOTAL,
+        "Sessions removed by the reaper after expiring.",
+    ),
+    (SESSIONS_CREATED_TOTAL, "Sessions created (L1 201)."),
+    (
+        SESSIONS_REFUSED_TOTAL,
+        "Requests that presented a session another credential opened, by route (answered as for an unknown session).",
+    ),
+    (RENEW_LOST_TOTAL, "Renewals refused with 409 LOCK_LOST."),
+    (
+        ACQUIRES_ABANDONED_TOTAL,
+        "Acquires that ended while the store might hold a grant or queue place for them unknown to their client (cancelled, store error, withheld grant); each is abandoned in the store.",
+    ),
+    (
+        ORPHANS_RELEASED_TOTAL,
+        "Grants released because the acquire they were made for ended without telling its client.",
+    ),
+    (
+        RELEASES_TOTAL,
+        "Releases answered (L6 200), by whether they released.",
+    ),
+    (
+        REVOKED_TOTAL,
+        "Live grants revoked by an operator (L8), by the reason's first word (maintenance, incident, security, operator, test; other; none).",
+    ),
+    (
+        NOT_LEADER_TOTAL,
+        "Mutating requests answered 503 NOT_LEADER (draining, read-only store, etcd without a leader).",
+    ),
+];
+
 /// HELP text of every family, and every series whose labels are known at start registered
 /// at zero (an absent series is not a zero: `increase(...)` needs a first sample). Called
 /// once the recorder is installed.
 pub fn describe(backend: &'static str) {
-    use metrics::{
-        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
-    };
+    use metrics::{describe_counter, describe_gauge, describe_histogram, gauge, histogram};
     describe_histogram!(
         REAPER_PASS_SECONDS,
         metrics::Unit::Seconds,
@@ -78,69 +138,16 @@ pub fn describe(backend: &'static str) {
         "Acquires with wait_ms parked on this replica, waiting for their key."
     );
     gauge!(WAITERS).set(0.0);
-    let families: [(&'static str, &'static str); 16] = [
-        (
-            STORE_CLOCK_STEPS_TOTAL,
-            "Steps of the store's clock seen by this replica, forward or back (each holds grants, for at most the longest lease).",
-        ),
-        (
-            GRANTS_WITHHELD_TOTAL,
-            "Acquires answered 503 STORE_UNAVAILABLE because the store's clock stepped.",
-        ),
-        (
-            WAITS_TOTAL,
-            "Acquires with wait_ms that waited (parked, or were refused a place) by outcome: granted, timed_out, draining, too_many_waiters. A grant at the first try is no wait.",
-        ),
-        (
-            LOCK_DELAYED_TOTAL,
-            "Acquires refused because the key was in the lock-delay of a grant that ended involuntarily.",
-        ),
-        (
-            GRANTS_TOTAL,
-            "Grants handed out: new tokens and same-session re-grants (L4 200).",
-        ),
-        (
-            CONTENTION_TOTAL,
-            "Acquires answered 409 LOCK_HELD (held, in a lock-delay, or waiters queued first).",
-        ),
-        (
-            EXPIRED_TOTAL,
-            "Grants that expired: reaped after their lease or session ended, or taken over.",
-        ),
-        (
-            SESSIONS_EXPIRED_TOTAL,
-            "Sessions removed by the reaper after expiring.",
-        ),
-        (SESSIONS_CREATED_TOTAL, "Sessions created (L1 201)."),
-        (
-            SESSIONS_REFUSED_TOTAL,
-            "Requests that presented a session another credential opened, by route (answered as for an unknown session).",
-        ),
-        (RENEW_LOST_TOTAL, "Renewals refused with 409 LOCK_LOST."),
-        (
-            ACQUIRES_ABANDONED_TOTAL,
-            "Acquires that ended while the store might hold a grant or queue place for them unknown to their client (cancelled, store error, withheld grant); each is abandoned in the store.",
-        ),
-        (
-            ORPHANS_RELEASED_TOTAL,
-            "Grants released because the acquire they were made for ended without telling its client.",
-        ),
-        (
-            RELEASES_TOTAL,
-            "Releases answered (L6 200), by whether they released.",
-        ),
-        (
-            REVOKED_TOTAL,
-            "Live grants revoked by an operator (L8), by the reason's first word (maintenance, incident, security, operator, test; other; none).",
-        ),
-        (
-            NOT_LEADER_TOTAL,
-            "Mutating requests answered 503 NOT_LEADER (draining, read-only store, etcd without a leader).",
-        ),
-    ];
-    for (name, help) in families {
+    for (name, help) in COUNTER_HELP {
         describe_counter!(name, help);
     }
+    register_counters_at_zero(backend);
+    // The request families are described by `service_kit::common_layers`.
+}
+
+/// Registers at zero every counter series whose labels are known at start.
+fn register_counters_at_zero(backend: &'static str) {
+    use metrics::counter;
     for name in [
         GRANTS_TOTAL,
         CONTENTION_TOTAL,
@@ -171,7 +178,6 @@ pub fn describe(backend: &'static str) {
     for released in ["true", "false"] {
         counter!(RELEASES_TOTAL, "backend" => backend, "released" => released).increment(0);
     }
-    // The request families are described by `service_kit::common_layers`.
 }
 
 /// Values of `lock_sessions_refused_total`'s `route` label: the routes that act on a session.

@@ -250,35 +250,15 @@ fn tampered(proof: &str) -> String {
     }
 }
 
-async fn probe(
-    client: &LockClient,
+/// Writes with every kind of bad token or proof, built from the holder `old`'s grant and a
+/// grant of another key (`elsewhere`): each must be refused.
+async fn bad_write_verdicts(
     resource: &Resource,
-    args: &FenceCheckArgs,
+    old: &Held,
+    elsewhere: &Held,
 ) -> Result<Vec<Verdict>, CtlError> {
-    let key = &args.key;
-    let other_key = LockKey::parse(format!("{}.fence-check", key.as_str()))
-        .map_err(|e| CtlError::Usage(format!("{key}: no room for a second key: {e}")))?;
-    // The paused holder's grant must end before the next one can begin.
-    let wait = args.lease * 3 + Duration::from_secs(5);
-    let old = take(client, OWNERS[0], key, args.lease, wait).await?;
-    let elsewhere = take(client, OWNERS[0], &other_key, args.lease, wait).await?;
-    let mut verdicts = Vec::new();
-    let mut refused = |promise: &'static str, answer: Answer| {
-        verdicts.push(Verdict {
-            promise,
-            kept: answer.refused(),
-            answer: answer.shown(),
-        });
-    };
-    if let Some(answer) = resource.claim(&old).await? {
-        if !answer.accepted() {
-            return Err(CtlError::Failed(format!(
-                "the holder's claim at --claim-url was refused ({}): nothing to check",
-                answer.shown()
-            )));
-        }
-    }
     let token = old.token.0;
+    let forged = tampered(&old.proof);
     let probes: [(&'static str, Probe<'_>); 6] = [
         (
             "a write without a token is refused",
@@ -312,7 +292,7 @@ async fn probe(
             "a forged signature is refused",
             Probe {
                 token: Some(token),
-                proof: Some(&tampered(&old.proof)),
+                proof: Some(&forged),
             },
         ),
         (
@@ -323,18 +303,27 @@ async fn probe(
             },
         ),
     ];
+    let mut verdicts = Vec::new();
     for (promise, probe) in &probes {
-        refused(promise, resource.write(probe).await?);
+        let answer = resource.write(probe).await?;
+        verdicts.push(Verdict {
+            promise,
+            kept: answer.refused(),
+            answer: answer.shown(),
+        });
     }
-    // The old holder stops renewing; the next session is granted the key once its lease ends.
-    let new = take(client, OWNERS[1], key, args.lease, wait).await?;
-    if new.token <= old.token {
-        return Err(CtlError::Failed(format!(
-            "the lock service granted token {} after {}: tokens must rise",
-            new.token, old.token
-        )));
-    }
-    if let Some(answer) = resource.claim(&new).await? {
+    Ok(verdicts)
+}
+
+/// Once `new` holds the key after `old`'s lease ran out: the new holder's claim (with
+/// `--claim-url`) and write are accepted, the paused holder's write and claim refused.
+async fn takeover_verdicts(
+    resource: &Resource,
+    old: &Held,
+    new: &Held,
+) -> Result<Vec<Verdict>, CtlError> {
+    let mut verdicts = Vec::new();
+    if let Some(answer) = resource.claim(new).await? {
         let kept = answer.accepted();
         verdicts.push(Verdict {
             promise: "the new holder's claim is accepted",
@@ -354,13 +343,46 @@ async fn probe(
         kept: answer.refused(),
         answer: answer.shown(),
     });
-    if let Some(answer) = resource.claim(&old).await? {
+    if let Some(answer) = resource.claim(old).await? {
         verdicts.push(Verdict {
             promise: "the paused holder's claim after its lease is refused",
             kept: answer.refused(),
             answer: answer.shown(),
         });
     }
+    Ok(verdicts)
+}
+
+async fn probe(
+    client: &LockClient,
+    resource: &Resource,
+    args: &FenceCheckArgs,
+) -> Result<Vec<Verdict>, CtlError> {
+    let key = &args.key;
+    let other_key = LockKey::parse(format!("{}.fence-check", key.as_str()))
+        .map_err(|e| CtlError::Usage(format!("{key}: no room for a second key: {e}")))?;
+    // The paused holder's grant must end before the next one can begin.
+    let wait = args.lease * 3 + Duration::from_secs(5);
+    let old = take(client, OWNERS[0], key, args.lease, wait).await?;
+    let elsewhere = take(client, OWNERS[0], &other_key, args.lease, wait).await?;
+    if let Some(answer) = resource.claim(&old).await? {
+        if !answer.accepted() {
+            return Err(CtlError::Failed(format!(
+                "the holder's claim at --claim-url was refused ({}): nothing to check",
+                answer.shown()
+            )));
+        }
+    }
+    let mut verdicts = bad_write_verdicts(resource, &old, &elsewhere).await?;
+    // The old holder stops renewing; the next session is granted the key once its lease ends.
+    let new = take(client, OWNERS[1], key, args.lease, wait).await?;
+    if new.token <= old.token {
+        return Err(CtlError::Failed(format!(
+            "the lock service granted token {} after {}: tokens must rise",
+            new.token, old.token
+        )));
+    }
+    verdicts.extend(takeover_verdicts(resource, &old, &new).await?);
     // The sessions would end a lease later by themselves; closing them frees the keys now,
     // and a failed close changes nothing the report says.
     for session in [old.session, elsewhere.session, new.session] {

@@ -90,7 +90,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     // granted (the server may clamp it shorter).
     fit_grace(args.grace, config.stop_grace_limit(ttl), ttl)?;
     let owner = match args.owner {
-        Some(owner) => owner,
+        Some(ref owner) => owner.clone(),
         None => default_owner()?,
     };
     // Installed first: from here on a SIGTERM or SIGINT is ours to handle, never a silent
@@ -98,63 +98,23 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     let mut signals = Signals::install()?;
     let client = commands::client(config)?;
     let session = client.open_session(owner.as_str()).await?;
-    let policy = wait_policy(args.wait);
-    let acquired = tokio::select! {
-        acquired = session.acquire(&args.key, ttl, &policy) => acquired,
-        signal = signals.recv() => {
-            finish(session, client).await;
-            return Err(CtlError::Interrupted { key: args.key, signal: signal as i32 });
-        }
-    };
-    let handle = match acquired {
-        Ok(Some(handle)) => handle,
-        Ok(None) => {
-            finish(session, client).await;
-            return Err(CtlError::NotAcquired {
-                key: args.key,
-                wait: shown(args.wait),
-            });
-        }
+    let handle = match acquire(&session, &mut signals, &args, ttl).await {
+        Ok(handle) => handle,
         Err(err) => {
             finish(session, client).await;
-            return Err(err.into());
+            return Err(err);
         }
     };
-    let lease = Duration::from_millis(handle.lease_ms());
-    let grace = match fit_grace(args.grace, client.config().stop_grace_limit(lease), lease) {
-        Ok(grace) => grace,
+    let mut started = match start_cmd(&session, &client, &handle, &args) {
+        Ok(started) => started,
         Err(err) => {
             let _ = session.release(handle).await;
             finish(session, client).await;
             return Err(err);
         }
     };
-    // The listener only passes the loss on: it runs on the heartbeat thread and must not
-    // block or do I/O.
-    let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<LockLost>();
-    let (key, token) = (handle.lock_key().clone(), handle.fencing_token());
-    session.on_lock_lost(move |lost| {
-        if lost.lock_key == key && lost.fencing_token == token {
-            let _ = lost_tx.send(lost.clone());
-        }
-    });
-    if let Err(lost) = session.check_still_held(&handle) {
-        let _ = session.release(handle).await;
-        finish(session, client).await;
-        return Err(CtlError::Lost {
-            lost,
-            what: "CMD was not started".into(),
-        });
-    }
-    let mut child = match spawn(&args.command, &handle) {
-        Ok(child) => child,
-        Err(err) => {
-            let _ = session.release(handle).await;
-            finish(session, client).await;
-            return Err(err);
-        }
-    };
-    let group = child
+    let group = started
+        .child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
         .map(Pid::from_raw)
@@ -171,17 +131,109 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
         json,
     );
 
-    let ended = loop {
-        let due = match session.remaining(&handle) {
+    let ended = supervise(&session, &handle, &mut started, group, &mut signals, json).await?;
+
+    match ended {
+        Ended::Exited(status) => after_cmd_exited(status, session, client, handle, json).await,
+        Ended::Lost(lost) => {
+            report_lost(&lost, json);
+            let what = stop(&mut started.child, group, started.grace, json).await;
+            let _ = session.release(handle).await;
+            finish(session, client).await;
+            Err(CtlError::Lost { lost, what })
+        }
+    }
+}
+
+/// Acquires `args.key` for `ttl` within `--wait`, unless a signal comes first: the grant, or
+/// why there is none (the session left open).
+async fn acquire(
+    session: &LockClientSession,
+    signals: &mut Signals,
+    args: &RunArgs,
+    ttl: Duration,
+) -> Result<LockHandle, CtlError> {
+    let policy = wait_policy(args.wait);
+    let acquired = tokio::select! {
+        acquired = session.acquire(&args.key, ttl, &policy) => acquired,
+        signal = signals.recv() => {
+            return Err(CtlError::Interrupted { key: args.key.clone(), signal: signal as i32 });
+        }
+    };
+    match acquired {
+        Ok(Some(handle)) => Ok(handle),
+        Ok(None) => Err(CtlError::NotAcquired {
+            key: args.key.clone(),
+            wait: shown(args.wait),
+        }),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// CMD running under the grant, and what supervising it needs.
+struct Started {
+    child: Child,
+    /// Between SIGTERM and SIGKILL, fitted to the lease granted.
+    grace: Duration,
+    /// The grant's loss, as the SDK's `on_lock_lost` listener reports it.
+    lost_rx: mpsc::UnboundedReceiver<LockLost>,
+}
+
+/// Readies CMD under `handle`: the grace fitted to the lease granted, the loss listener, a
+/// last check that the lock is still held, then CMD started. On an error the grant is still
+/// held.
+fn start_cmd(
+    session: &LockClientSession,
+    client: &LockClient,
+    handle: &LockHandle,
+    args: &RunArgs,
+) -> Result<Started, CtlError> {
+    let lease = Duration::from_millis(handle.lease_ms());
+    let grace = fit_grace(args.grace, client.config().stop_grace_limit(lease), lease)?;
+    // The listener only passes the loss on: it runs on the heartbeat thread and must not
+    // block or do I/O.
+    let (lost_tx, lost_rx) = mpsc::unbounded_channel::<LockLost>();
+    let (key, token) = (handle.lock_key().clone(), handle.fencing_token());
+    session.on_lock_lost(move |lost| {
+        if lost.lock_key == key && lost.fencing_token == token {
+            let _ = lost_tx.send(lost.clone());
+        }
+    });
+    if let Err(lost) = session.check_still_held(handle) {
+        return Err(CtlError::Lost {
+            lost,
+            what: "CMD was not started".into(),
+        });
+    }
+    let child = spawn(&args.command, handle)?;
+    Ok(Started {
+        child,
+        grace,
+        lost_rx,
+    })
+}
+
+/// Waits for CMD to exit or the lock to be lost, forwarding signals to CMD's `group`
+/// meanwhile.
+async fn supervise(
+    session: &LockClientSession,
+    handle: &LockHandle,
+    started: &mut Started,
+    group: Pid,
+    signals: &mut Signals,
+    json: bool,
+) -> Result<Ended, CtlError> {
+    loop {
+        let due = match session.remaining(handle) {
             Ok(due) => due,
-            Err(lost) => break Ended::Lost(lost),
+            Err(lost) => return Ok(Ended::Lost(lost)),
         };
         tokio::select! {
-            status = child.wait() => match status {
-                Ok(status) => break Ended::Exited(status),
+            status = started.child.wait() => match status {
+                Ok(status) => return Ok(Ended::Exited(status)),
                 Err(err) => return Err(CtlError::Failed(format!("wait for CMD: {err}"))),
             },
-            Some(lost) = lost_rx.recv() => break Ended::Lost(lost),
+            Some(lost) = started.lost_rx.recv() => return Ok(Ended::Lost(lost)),
             // The SDK's guard, whenever the conservative deadline comes due (the heartbeat
             // moves it on; the loop then waits for the new one).
             () = tokio::time::sleep(due + DEADLINE_SLACK) => {}
@@ -193,46 +245,50 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
                 );
             }
         }
-    };
-
-    match ended {
-        Ended::Exited(status) => {
-            let code = exit_code(status);
-            let released = session.release(handle).await;
-            finish(session, client).await;
-            if let Err(lost) = released {
-                return Err(CtlError::Lost {
-                    lost,
-                    what: format!(
-                        "CMD had exited ({}), but its work may overlap another holder's",
-                        describe(status)
-                    ),
-                });
-            }
-            output::event(&exited(status, code), json);
-            Ok(code)
-        }
-        Ended::Lost(lost) => {
-            output::event(
-                &[
-                    ("event", "lost".into()),
-                    ("lock_key", lost.lock_key.as_str().into()),
-                    ("fencing_token", lost.fencing_token.0.into()),
-                    ("reason", lost.reason.as_str().into()),
-                    (
-                        "detail",
-                        lost.detail.clone().map_or(Value::Null, Value::from),
-                    ),
-                    ("signal", Signal::SIGTERM.as_str().into()),
-                ],
-                json,
-            );
-            let what = stop(&mut child, group, grace, json).await;
-            let _ = session.release(handle).await;
-            finish(session, client).await;
-            Err(CtlError::Lost { lost, what })
-        }
     }
+}
+
+/// CMD exited by itself with `status`: release, close, and CMD's exit code, or the loss if the
+/// release shows the grant was already gone.
+async fn after_cmd_exited(
+    status: ExitStatus,
+    session: LockClientSession,
+    client: LockClient,
+    handle: LockHandle,
+    json: bool,
+) -> Result<u8, CtlError> {
+    let code = exit_code(status);
+    let released = session.release(handle).await;
+    finish(session, client).await;
+    if let Err(lost) = released {
+        return Err(CtlError::Lost {
+            lost,
+            what: format!(
+                "CMD had exited ({}), but its work may overlap another holder's",
+                describe(status)
+            ),
+        });
+    }
+    output::event(&exited(status, code), json);
+    Ok(code)
+}
+
+/// The `lost` event, naming the SIGTERM CMD is about to get.
+fn report_lost(lost: &LockLost, json: bool) {
+    output::event(
+        &[
+            ("event", "lost".into()),
+            ("lock_key", lost.lock_key.as_str().into()),
+            ("fencing_token", lost.fencing_token.0.into()),
+            ("reason", lost.reason.as_str().into()),
+            (
+                "detail",
+                lost.detail.clone().map_or(Value::Null, Value::from),
+            ),
+            ("signal", Signal::SIGTERM.as_str().into()),
+        ],
+        json,
+    );
 }
 
 /// The grace CMD gets between SIGTERM and SIGKILL: `asked` if it fits within `limit` (half

@@ -134,20 +134,10 @@ const ACCEPT_ERRORS_TOTAL: &str = "http_accept_errors_total";
 /// out: an unknown CA, a wrong name, not TLS at all).
 const TLS_REFUSED_TOTAL: &str = "http_tls_refused_total";
 
-/// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
-/// accepting, lets in-flight requests finish and closes idle connections.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: &HttpLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let addr = listener.local_addr()?;
-    let tls = limits
-        .server_tls()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
-        .map(Arc::new);
-    // Exported from start at zero: an absent series is not a zero.
+/// Describes the connection counters and exports every series at zero (an absent series is
+/// not a zero); the TLS refusals on a plain port too, so a dashboard reads one set of series
+/// everywhere.
+fn describe_connection_metrics() {
     metrics::describe_counter!(
         CONNECTIONS_REFUSED_TOTAL,
         "Connections closed at once because HTTP_CONNECTIONS_MAX connections were open."
@@ -158,7 +148,6 @@ pub async fn serve(
     );
     metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(0);
     metrics::counter!(ACCEPT_ERRORS_TOTAL).increment(0);
-    // Exported on a plain port too, at zero: a dashboard reads one set of series everywhere.
     metrics::describe_counter!(
         TLS_REFUSED_TOTAL,
         "TLS connections that ended before a request: a plain HTTP request (answered 400) or a failed handshake."
@@ -166,7 +155,15 @@ pub async fn serve(
     for reason in ["plaintext", "handshake"] {
         metrics::counter!(TLS_REFUSED_TOTAL, "reason" => reason).increment(0);
     }
-    match &tls {
+}
+
+/// With `tls`, reads the certificate again on SIGHUP; without, warns that `addr` serves
+/// plain HTTP.
+fn reload_tls_on_sighup_or_warn(
+    tls: Option<&Arc<ServerTls>>,
+    addr: SocketAddr,
+) -> std::io::Result<()> {
+    match tls {
         Some(tls) => {
             let reloaded = tls.clone();
             crate::hangup::on_sighup("TLS_CERT_FILE", move || match reloaded.reload() {
@@ -181,6 +178,49 @@ pub async fn serve(
             "UNSAFE_PLAINTEXT_HTTP: serving plain HTTP; credentials, session ids and proofs cross the network in clear"
         ),
     }
+    Ok(())
+}
+
+/// Serves `app` on one accepted connection over TLS: the handshake first, within
+/// `handshake_timeout`, then HTTP watched by `watcher` for the graceful shutdown.
+async fn serve_tls_connection(
+    tls: Arc<ServerTls>,
+    stream: tokio::net::TcpStream,
+    builder: hyper::server::conn::http1::Builder,
+    watcher: hyper_util::server::graceful::Watcher,
+    app: Router,
+    handshake_timeout: Duration,
+) {
+    // The handshake counts against the header-read timeout: a connection that sends
+    // nothing, or half a hello, is closed as one that sends half a head.
+    let stream = match tokio::time::timeout(handshake_timeout, handshake(&tls, stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(_)) => return, // counted by `handshake`
+        Err(_) => {
+            metrics::counter!(TLS_REFUSED_TOTAL, "reason" => "handshake").increment(1);
+            return;
+        }
+    };
+    let service = with_verified_client(app, tls_kit::peer_name(&stream));
+    let conn = builder.serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
+    let _ = watcher.watch(conn).await;
+}
+
+/// Serves `app` on `listener` within `limits` until `shutdown` completes; then stops
+/// accepting, lets in-flight requests finish and closes idle connections.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let tls = limits
+        .server_tls()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+        .map(Arc::new);
+    describe_connection_metrics();
+    reload_tls_on_sighup_or_warn(tls.as_ref(), addr)?;
     tracing::info!(
         event = "listening",
         addr = %addr,
@@ -242,21 +282,7 @@ pub async fn serve(
         let (builder, watcher, app) = (builder.clone(), graceful.watcher(), app.clone());
         let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            // The handshake counts against the header-read timeout: a connection that sends
-            // nothing, or half a hello, is closed as one that sends half a head.
-            let stream =
-                match tokio::time::timeout(handshake_timeout, handshake(&tls, stream)).await {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(_)) => return, // counted by `handshake`
-                    Err(_) => {
-                        metrics::counter!(TLS_REFUSED_TOTAL, "reason" => "handshake").increment(1);
-                        return;
-                    }
-                };
-            let service = with_verified_client(app, tls_kit::peer_name(&stream));
-            let conn =
-                builder.serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
-            let _ = watcher.watch(conn).await;
+            serve_tls_connection(tls, stream, builder, watcher, app, handshake_timeout).await;
             drop(slot);
         });
     }

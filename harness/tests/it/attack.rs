@@ -34,32 +34,24 @@ fn body_of(answer: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"))
 }
 
-/// A1: payouts whose fence no issued token can reach (written straight into paydb, as a
-/// forged claim did before proofs) do not stop new payouts from settling, and the executor
-/// does not spin on them.
-#[tokio::test(flavor = "multi_thread")]
-async fn a1_poisoned_payouts_do_not_stop_new_ones() {
-    let mut stack = stack().await;
-    let poisoned = stack.create_payouts("poison", 50).await.unwrap();
+/// Writes `ids`' fence straight into paydb, beyond any token ever issued: the connection.
+async fn poison_fences(stack: &Stack, ids: &[i64]) -> sqlx::PgConnection {
     let mut db = sqlx::PgConnection::connect(stack.paydb_url.as_deref().unwrap())
         .await
         .unwrap();
     sqlx::query("UPDATE payouts SET fence = $1, state = 'CLAIMED' WHERE payout_id = ANY($2)")
         .bind(i64::MAX)
-        .bind(&poisoned)
+        .bind(ids)
         .execute(&mut db)
         .await
         .unwrap();
-    let executor_url = stack
-        .start_executor("executor-1", &[])
-        .await
-        .unwrap()
-        .url
-        .clone();
-    let fresh = stack.create_payouts("fresh", 5).await.unwrap();
-    let settled = stack.wait_terminal(&fresh, SETTLE_DEADLINE).await.unwrap();
-    assert!(settled.iter().all(|p| p.state == PayoutState::Settled));
-    // Let the executor scan 20 more pages...
+    db
+}
+
+/// Over 20 more scans, each of the 50 poisoned payouts was still tried only once by the
+/// executor at `executor_url`, fenced, and skipped from then on (quarantine: 30 s, longer
+/// than the test takes to get here): no spinning. The stuck payouts are counted for an alert.
+async fn assert_poisoned_tried_once_then_quarantined(stack: &Stack, executor_url: &str) {
     let scans = || async {
         stack
             .metric(
@@ -75,11 +67,9 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
         (scans().await >= before + 20.0).then_some(())
     })
     .await;
-    // ...each poisoned payout was still tried only once, fenced, and skipped from then on
-    // (quarantine: 30 s, longer than this test takes to get here): no spinning.
     let fenced = stack
         .metric(
-            &executor_url,
+            executor_url,
             "payout_execute_seconds_count",
             &[("outcome", "fenced")],
         )
@@ -87,11 +77,10 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
         .unwrap();
     assert_eq!(fenced, 50.0, "fenced attempts on 50 poisoned payouts");
     let quarantined = stack
-        .metric(&executor_url, "executor_quarantined_payouts", &[])
+        .metric(executor_url, "executor_quarantined_payouts", &[])
         .await
         .unwrap();
     assert_eq!(quarantined, 50.0);
-    // The stuck payouts are counted for an alert...
     let payment_url = stack.payment_url.clone();
     test_support::poll_until(
         "payouts_stuck to count the poisoned payouts",
@@ -105,9 +94,12 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
         },
     )
     .await;
-    // ...and an operator repairs one with a genuine grant of its lock; the executor then
-    // settles it.
-    let repaired = poisoned[0];
+}
+
+/// An operator repairs poisoned payout `repaired` with a genuine grant of its lock: an
+/// executor's credential cannot re-fence, a re-fence only raises, and once the fence is
+/// repaired in paydb (`db`) the operator's grant raises it.
+async fn operator_refences(stack: &Stack, db: &mut sqlx::PgConnection, repaired: i64) {
     let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
     let session = client.open_session("operator").await.unwrap();
     let key = payment_api::payout_lock_key(repaired);
@@ -148,7 +140,7 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
     // operator's grant then raises it, fencing out every token issued before.
     sqlx::query("UPDATE payouts SET fence = 0, fence_grant = '' WHERE payout_id = $1")
         .bind(repaired)
-        .execute(&mut db)
+        .execute(db)
         .await
         .unwrap();
     let answer = refence(stack.secrets.payment_admin.clone()).await.unwrap();
@@ -158,6 +150,29 @@ async fn a1_poisoned_payouts_do_not_stop_new_ones() {
     session.release(handle).await.unwrap();
     session.close().await;
     client.close();
+}
+
+/// A1: payouts whose fence no issued token can reach (written straight into paydb, as a
+/// forged claim did before proofs) do not stop new payouts from settling, and the executor
+/// does not spin on them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a1_poisoned_payouts_do_not_stop_new_ones() {
+    let mut stack = stack().await;
+    let poisoned = stack.create_payouts("poison", 50).await.unwrap();
+    let mut db = poison_fences(&stack, &poisoned).await;
+    let executor_url = stack
+        .start_executor("executor-1", &[])
+        .await
+        .unwrap()
+        .url
+        .clone();
+    let fresh = stack.create_payouts("fresh", 5).await.unwrap();
+    let settled = stack.wait_terminal(&fresh, SETTLE_DEADLINE).await.unwrap();
+    assert!(settled.iter().all(|p| p.state == PayoutState::Settled));
+    assert_poisoned_tried_once_then_quarantined(&stack, &executor_url).await;
+    // An operator repairs one; the executor then settles it.
+    let repaired = poisoned[0];
+    operator_refences(&stack, &mut db, repaired).await;
     let settled = stack
         .wait_terminal(&[repaired], SETTLE_DEADLINE)
         .await
@@ -350,113 +365,147 @@ async fn a3_every_caller_needs_its_roles_credential() {
     );
 }
 
-/// A4: a second client that knows everything L7 shows (and holds the lock clients'
-/// credential) can neither renew, release, heartbeat nor delete another's session or lock.
-#[tokio::test(flavor = "multi_thread")]
-async fn a4_what_l7_shows_does_not_let_anyone_act_for_the_holder() {
-    let stack = stack().await;
-    let lock = stack.lock_servers[0].url.clone();
-    let http = harness::stack::lock_http(&stack.secrets.lock_client).unwrap();
-    let call = |method: Method, path: String, body: Option<Value>| {
-        let http = http.clone();
-        let url = format!("{lock}{path}");
-        async move {
-            let mut request = http.request(method, url);
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            let answer = request.send().await.unwrap();
-            let status = answer.status().as_u16();
-            (status, answer.json::<Value>().await.unwrap_or_default())
+/// A lock-server caller presenting the lock clients' credential.
+struct LockCaller {
+    http: reqwest::Client,
+    /// The lock-server's base URL.
+    base: String,
+}
+
+impl LockCaller {
+    /// One call of `path`: its status and JSON body (`null` for none).
+    async fn call(&self, method: Method, path: String, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
         }
-    };
-    let (_, victim) = call(
-        Method::POST,
-        "/v1/sessions".into(),
-        Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
-    )
-    .await;
-    let victim = victim["session_id"].as_str().unwrap().to_owned();
-    let (status, grant) = call(
-        Method::POST,
-        "/v1/locks/payout:9/acquire".into(),
-        Some(json!({"session_id": victim, "ttl_ms": 30_000})),
-    )
-    .await;
-    assert_eq!(status, 200, "{grant}");
-    let token = grant["fencing_token"].as_u64().unwrap();
-    // What the attacker sees.
-    let (status, shown) = call(Method::GET, "/v1/locks/payout:9".into(), None).await;
-    assert_eq!(status, 200);
-    assert!(
-        !shown.to_string().contains(&victim),
-        "L7 shows the session id: {shown}"
-    );
-    let (_, attacker) = call(
-        Method::POST,
-        "/v1/sessions".into(),
-        Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
-    )
-    .await;
-    let attacker = attacker["session_id"].as_str().unwrap().to_owned();
-    let guessed = uuid::Uuid::new_v4().to_string();
-    for session in [&attacker, &guessed] {
-        let (status, body) = call(
+        let answer = request.send().await.unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json::<Value>().await.unwrap_or_default())
+    }
+}
+
+/// With `session` (the attacker's own, or a `guessed` one) and the victim's `token`, the
+/// attacker can neither renew, release nor acquire payout:9, nor heartbeat a guessed session;
+/// deleting it is allowed.
+async fn assert_cannot_act_for_the_holder(
+    lock: &LockCaller,
+    session: &str,
+    token: u64,
+    guessed: bool,
+) {
+    let (status, body) = lock
+        .call(
             Method::POST,
             "/v1/locks/payout:9/renew".into(),
             Some(json!({"session_id": session, "fencing_token": token})),
         )
         .await;
-        assert!(
-            matches!(status, 404 | 409),
-            "renew as {session}: {status} {body}"
-        );
-        let (status, body) = call(
+    assert!(
+        matches!(status, 404 | 409),
+        "renew as {session}: {status} {body}"
+    );
+    let (status, body) = lock
+        .call(
             Method::POST,
             "/v1/locks/payout:9/release".into(),
             Some(json!({"session_id": session, "fencing_token": token})),
         )
         .await;
-        assert_eq!(
-            (status, body["released"].as_bool()),
-            (200, Some(false)),
-            "release as {session}"
-        );
-        let (status, _) = call(
+    assert_eq!(
+        (status, body["released"].as_bool()),
+        (200, Some(false)),
+        "release as {session}"
+    );
+    let (status, _) = lock
+        .call(
             Method::POST,
             "/v1/locks/payout:9/acquire".into(),
             Some(json!({"session_id": session, "ttl_ms": 30_000})),
         )
         .await;
-        assert_ne!(status, 200, "acquire as {session}");
-        if session == &guessed {
-            let (status, body) = call(
+    assert_ne!(status, 200, "acquire as {session}");
+    if guessed {
+        let (status, body) = lock
+            .call(
                 Method::POST,
                 format!("/v1/sessions/{session}/heartbeat"),
                 None,
             )
             .await;
-            assert_eq!(status, 404, "heartbeat of a guessed session: {body}");
-        }
-        let (status, _) = call(Method::DELETE, format!("/v1/sessions/{session}"), None).await;
-        assert_eq!(
-            status, 204,
-            "deleting one's own or an unknown session is allowed"
-        );
+        assert_eq!(status, 404, "heartbeat of a guessed session: {body}");
     }
+    let (status, _) = lock
+        .call(Method::DELETE, format!("/v1/sessions/{session}"), None)
+        .await;
+    assert_eq!(
+        status, 204,
+        "deleting one's own or an unknown session is allowed"
+    );
+}
+
+/// A4: a second client that knows everything L7 shows (and holds the lock clients'
+/// credential) can neither renew, release, heartbeat nor delete another's session or lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a4_what_l7_shows_does_not_let_anyone_act_for_the_holder() {
+    let stack = stack().await;
+    let lock = LockCaller {
+        http: harness::stack::lock_http(&stack.secrets.lock_client).unwrap(),
+        base: stack.lock_servers[0].url.clone(),
+    };
+    let (_, victim) = lock
+        .call(
+            Method::POST,
+            "/v1/sessions".into(),
+            Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
+        )
+        .await;
+    let victim = victim["session_id"].as_str().unwrap().to_owned();
+    let (status, grant) = lock
+        .call(
+            Method::POST,
+            "/v1/locks/payout:9/acquire".into(),
+            Some(json!({"session_id": victim, "ttl_ms": 30_000})),
+        )
+        .await;
+    assert_eq!(status, 200, "{grant}");
+    let token = grant["fencing_token"].as_u64().unwrap();
+    // What the attacker sees.
+    let (status, shown) = lock
+        .call(Method::GET, "/v1/locks/payout:9".into(), None)
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        !shown.to_string().contains(&victim),
+        "L7 shows the session id: {shown}"
+    );
+    let (_, attacker) = lock
+        .call(
+            Method::POST,
+            "/v1/sessions".into(),
+            Some(json!({"owner_id": "victim", "ttl_ms": 30_000})),
+        )
+        .await;
+    let attacker = attacker["session_id"].as_str().unwrap().to_owned();
+    let guessed = uuid::Uuid::new_v4().to_string();
+    assert_cannot_act_for_the_holder(&lock, &attacker, token, false).await;
+    assert_cannot_act_for_the_holder(&lock, &guessed, token, true).await;
     // The victim still holds its lock with its token, and its session lives.
-    let (status, after) = call(Method::GET, "/v1/locks/payout:9".into(), None).await;
+    let (status, after) = lock
+        .call(Method::GET, "/v1/locks/payout:9".into(), None)
+        .await;
     assert_eq!(
         (status, after["fencing_token"].as_u64()),
         (200, Some(token)),
         "{after}"
     );
-    let (status, _) = call(
-        Method::POST,
-        format!("/v1/sessions/{victim}/heartbeat"),
-        None,
-    )
-    .await;
+    let (status, _) = lock
+        .call(
+            Method::POST,
+            format!("/v1/sessions/{victim}/heartbeat"),
+            None,
+        )
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -767,41 +816,32 @@ async fn a9_parser_level_errors_are_json() {
     }
 }
 
-/// A9 (hygiene): malformed JSON names `body`; duplicated security headers, signed or padded
-/// numbers, an unknown fault field and invisible or reordering characters are refused.
-#[tokio::test(flavor = "multi_thread")]
-async fn a9_bad_input_is_refused_by_name() {
-    let stack = stack().await;
-    let http = reqwest::Client::new();
-    let ids = stack.create_payouts("hygiene", 1).await.unwrap();
-    let id = ids[0];
-    let expect = |what: &'static str, status: u16, field: &'static str| {
-        move |(got, body): (u16, Value)| {
-            assert_eq!(got, status, "{what}: {body}");
-            let message = body["message"].as_str().unwrap_or_default().to_owned();
-            assert!(
-                message.starts_with(&format!("{field}:")),
-                "{what}: {message}"
-            );
-        }
-    };
-    let send = |request: reqwest::RequestBuilder| async move {
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json::<Value>().await.unwrap_or_default())
-    };
-    let create = format!("{}/v1/payouts", stack.payment_url);
-    expect("malformed JSON", 400, "body")(
-        send(
-            http.post(&create)
-                .bearer_auth(&stack.secrets.creator)
-                .header("Idempotency-Key", "m1")
-                .header("Content-Type", "application/json")
-                .body(r#"{"amount_minor": 5, "currency": }"#),
-        )
-        .await,
+/// Sends `request` (case `what`): it is refused with `status` and a message that starts by
+/// naming `field`.
+async fn assert_refused_naming(
+    what: &str,
+    request: reqwest::RequestBuilder,
+    status: u16,
+    field: &str,
+) {
+    let response = request.send().await.unwrap();
+    let got = response.status().as_u16();
+    let body = response.json::<Value>().await.unwrap_or_default();
+    assert_eq!(got, status, "{what}: {body}");
+    let message = body["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.starts_with(&format!("{field}:")),
+        "{what}: {message}"
     );
-    // Invisible or format characters a payee's name once took, each by its own property.
+}
+
+/// Invisible or format characters a payee's name once took are refused at `create`, each by
+/// its own property.
+async fn assert_invisible_beneficiaries_refused(
+    stack: &Stack,
+    http: &reqwest::Client,
+    create: &str,
+) {
     for (what, beneficiary) in [
         ("zero-width-only", "\u{200B}"),
         ("bidi-override", "Alice \u{202E}evil"),
@@ -818,70 +858,66 @@ async fn a9_bad_input_is_refused_by_name() {
         ("private-use", "Al\u{E000}ice"),
         ("unassigned", "Al\u{0378}ice"),
     ] {
-        expect(what, 400, "beneficiary")(
-            send(
-                http.post(&create)
-                    .bearer_auth(&stack.secrets.creator)
-                    .header("Idempotency-Key", what)
-                    .json(
-                        &json!({"amount_minor": 5, "currency": "EUR", "beneficiary": beneficiary}),
-                    ),
-            )
-            .await,
-        );
+        let request = http
+            .post(create)
+            .bearer_auth(&stack.secrets.creator)
+            .header("Idempotency-Key", what)
+            .json(&json!({"amount_minor": 5, "currency": "EUR", "beneficiary": beneficiary}));
+        assert_refused_naming(what, request, 400, "beneficiary").await;
     }
-    expect("two Idempotency-Keys", 400, "Idempotency-Key")(
-        send(
-            http.post(&create)
-                .bearer_auth(&stack.secrets.creator)
-                .header("Idempotency-Key", "a")
-                .header("Idempotency-Key", "b")
-                .json(&json!({"amount_minor": 5, "currency": "EUR", "beneficiary": "Bob"})),
-        )
-        .await,
-    );
+}
+
+/// A9 (hygiene): malformed JSON names `body`; duplicated security headers, signed or padded
+/// numbers, an unknown fault field and invisible or reordering characters are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a9_bad_input_is_refused_by_name() {
+    let stack = stack().await;
+    let http = reqwest::Client::new();
+    let ids = stack.create_payouts("hygiene", 1).await.unwrap();
+    let id = ids[0];
+    let create = format!("{}/v1/payouts", stack.payment_url);
+    let request = http
+        .post(&create)
+        .bearer_auth(&stack.secrets.creator)
+        .header("Idempotency-Key", "m1")
+        .header("Content-Type", "application/json")
+        .body(r#"{"amount_minor": 5, "currency": }"#);
+    assert_refused_naming("malformed JSON", request, 400, "body").await;
+    assert_invisible_beneficiaries_refused(&stack, &http, &create).await;
+    let request = http
+        .post(&create)
+        .bearer_auth(&stack.secrets.creator)
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .json(&json!({"amount_minor": 5, "currency": "EUR", "beneficiary": "Bob"}));
+    assert_refused_naming("two Idempotency-Keys", request, 400, "Idempotency-Key").await;
     let claim = format!("{}/v1/payouts/{id}/claim", stack.payment_url);
-    expect("two X-Fencing-Tokens", 400, "X-Fencing-Token")(
-        send(
-            http.post(&claim)
-                .bearer_auth(&stack.secrets.executor)
-                .header("X-Fencing-Token", "3")
-                .header("X-Fencing-Token", "4"),
-        )
-        .await,
-    );
-    expect("a signed token", 400, "X-Fencing-Token")(
-        send(
-            http.post(&claim)
-                .bearer_auth(&stack.secrets.executor)
-                .header("X-Fencing-Token", "+3"),
-        )
-        .await,
-    );
-    expect("a signed payout id", 400, "payout_id")(
-        send(
-            http.get(format!("{}/v1/payouts/+{id}", stack.payment_url))
-                .bearer_auth(&stack.secrets.reader),
-        )
-        .await,
-    );
-    expect("two Authorization headers", 400, "Authorization")(
-        send(
-            http.post(format!("{}/v1/payouts/{id}/submissions", stack.payment_url))
-                .header("X-Fencing-Token", "3")
-                .header("Authorization", "Bearer a")
-                .header("Authorization", "Bearer b"),
-        )
-        .await,
-    );
-    expect("an unknown fault field", 400, "fault")(
-        send(
-            http.post(format!("{}/v1/faults", stack.rail_url))
-                .bearer_auth(stack.rail_admin_token())
-                .json(&json!({"fault": {"kind": "reject", "extra": 1}})),
-        )
-        .await,
-    );
+    let request = http
+        .post(&claim)
+        .bearer_auth(&stack.secrets.executor)
+        .header("X-Fencing-Token", "3")
+        .header("X-Fencing-Token", "4");
+    assert_refused_naming("two X-Fencing-Tokens", request, 400, "X-Fencing-Token").await;
+    let request = http
+        .post(&claim)
+        .bearer_auth(&stack.secrets.executor)
+        .header("X-Fencing-Token", "+3");
+    assert_refused_naming("a signed token", request, 400, "X-Fencing-Token").await;
+    let request = http
+        .get(format!("{}/v1/payouts/+{id}", stack.payment_url))
+        .bearer_auth(&stack.secrets.reader);
+    assert_refused_naming("a signed payout id", request, 400, "payout_id").await;
+    let request = http
+        .post(format!("{}/v1/payouts/{id}/submissions", stack.payment_url))
+        .header("X-Fencing-Token", "3")
+        .header("Authorization", "Bearer a")
+        .header("Authorization", "Bearer b");
+    assert_refused_naming("two Authorization headers", request, 400, "Authorization").await;
+    let request = http
+        .post(format!("{}/v1/faults", stack.rail_url))
+        .bearer_auth(stack.rail_admin_token())
+        .json(&json!({"fault": {"kind": "reject", "extra": 1}}));
+    assert_refused_naming("an unknown fault field", request, 400, "fault").await;
     // Nothing was written by any refused request.
     assert_eq!(stack.payout(id).await.unwrap().state, PayoutState::Pending);
 }

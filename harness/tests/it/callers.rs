@@ -47,16 +47,10 @@ fn audited(log: &str, event: &str, credential: &str) -> usize {
         .count()
 }
 
-/// A11: two executors, each with its own lock and payments credential (one made by
-/// `lockctl credential`); each is audited under its name, neither can open a session as the
-/// other, and removing one from the files (SIGHUP) shuts it out while the other settles every
-/// payout.
-#[tokio::test(flavor = "multi_thread")]
-async fn a11_each_client_has_its_own_credential_bound_to_its_owners_and_is_revoked_alone() {
-    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    // executor-a's lock credential as an operator makes it: lockctl.
-    let secret_file = dir.path().join("exec-a.secret");
+/// executor-a's lock credential as an operator makes it, with `lockctl credential`, its
+/// secret written into `dir`: the credentials-file line and the secret.
+fn lockctl_made_credential(dir: &Path) -> (String, String) {
+    let secret_file = dir.join("exec-a.secret");
     let made = std::process::Command::new(test_support::cargo_bin("lockctl").unwrap())
         .args([
             "credential",
@@ -71,9 +65,91 @@ async fn a11_each_client_has_its_own_credential_bound_to_its_owners_and_is_revok
         .output()
         .unwrap();
     assert!(made.status.success(), "{made:?}");
-    let lock_a_line = String::from_utf8(made.stdout).unwrap().trim().to_owned();
-    let lock_a = std::fs::read_to_string(&secret_file).unwrap();
-    assert!(!lock_a_line.contains(&lock_a), "the line holds no secret");
+    let line = String::from_utf8(made.stdout).unwrap().trim().to_owned();
+    let secret = std::fs::read_to_string(&secret_file).unwrap();
+    assert!(!line.contains(&secret), "the line holds no secret");
+    (line, secret)
+}
+
+/// Both executors settle payouts, and each is audited in the lock-server's log under its own
+/// credential's name.
+async fn assert_each_executor_audited_under_its_name(stack: &Stack) {
+    let first = stack.create_payouts("per-client", 20).await.unwrap();
+    stack.wait_terminal(&first, SETTLE_DEADLINE).await.unwrap();
+    let logs = stack.lock_server_logs().join("\n");
+    for name in ["exec-a", "exec-b"] {
+        assert!(
+            audited(&logs, "session_created", name) >= 1,
+            "{name} audited"
+        );
+    }
+    assert!(
+        audited(&logs, "lock_granted", "exec-a") + audited(&logs, "lock_granted", "exec-b") >= 1
+    );
+}
+
+/// exec-a's lock credential `lock_a` cannot open a session as another owner, through the SDK
+/// or (with an owner it merely prefixes) over HTTP with `http`, a client presenting it.
+async fn assert_no_session_as_another_owner(stack: &Stack, lock_a: &str, http: &reqwest::Client) {
+    let as_b = sdk(stack.lock_endpoints(), lock_a)
+        .open_session("executor-b")
+        .await;
+    match as_b {
+        Err(LockError::InvalidArgument { message }) => assert!(
+            message.contains("credential exec-a may not open sessions as owner executor-b"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let answer = http
+        .post(format!("{}/v1/sessions", stack.lock_endpoints()[0]))
+        .json(&json!({"owner_id": "executor-a-2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403, "an exact owner is no prefix");
+}
+
+/// Once removed, exec-a's credentials are refused on every service (its lock credential by
+/// `http`, the client presenting it; `pay_a` at payment-resource), and exec-b settles what
+/// follows.
+async fn assert_removed_credential_is_shut_out(stack: &Stack, http: &reqwest::Client, pay_a: &str) {
+    let answer = http
+        .get(format!("{}/v1/locks/payout:1", stack.lock_endpoints()[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/offers", stack.payment_url))
+        .bearer_auth(pay_a)
+        .json(&json!({"executor": "executor-a", "limit": 1, "offer_ms": 1_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status(),
+        401,
+        "exec-a is out at payment-resource too"
+    );
+    let second = stack.create_payouts("after-revoke", 20).await.unwrap();
+    stack.wait_terminal(&second, SETTLE_DEADLINE).await.unwrap();
+    let logs = stack.lock_server_logs().join("\n");
+    assert!(
+        audited(&logs, "session_created", "exec-b") >= 1,
+        "exec-b kept working"
+    );
+}
+
+/// A11: two executors, each with its own lock and payments credential (one made by
+/// `lockctl credential`); each is audited under its name, neither can open a session as the
+/// other, and removing one from the files (SIGHUP) shuts it out while the other settles every
+/// payout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a11_each_client_has_its_own_credential_bound_to_its_owners_and_is_revoked_alone() {
+    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (lock_a_line, lock_a) = lockctl_made_credential(dir.path());
     let (lock_b, lock_b_entry) = credential(
         "exec-b",
         &["client"],
@@ -104,69 +180,16 @@ async fn a11_each_client_has_its_own_credential_bound_to_its_owners_and_is_revok
             .await
             .unwrap();
     }
-    let first = stack.create_payouts("per-client", 20).await.unwrap();
-    stack.wait_terminal(&first, SETTLE_DEADLINE).await.unwrap();
-    let logs = stack.lock_server_logs().join("\n");
-    for name in ["exec-a", "exec-b"] {
-        assert!(
-            audited(&logs, "session_created", name) >= 1,
-            "{name} audited"
-        );
-    }
-    assert!(
-        audited(&logs, "lock_granted", "exec-a") + audited(&logs, "lock_granted", "exec-b") >= 1
-    );
-
-    // A client cannot open a session as another owner.
-    let as_b = sdk(stack.lock_endpoints(), &lock_a)
-        .open_session("executor-b")
-        .await;
-    match as_b {
-        Err(LockError::InvalidArgument { message }) => assert!(
-            message.contains("credential exec-a may not open sessions as owner executor-b"),
-            "{message}"
-        ),
-        other => panic!("{other:?}"),
-    }
+    assert_each_executor_audited_under_its_name(&stack).await;
     let http = lock_http(&lock_a).unwrap();
-    let answer = http
-        .post(format!("{}/v1/sessions", stack.lock_endpoints()[0]))
-        .json(&json!({"owner_id": "executor-a-2"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 403, "an exact owner is no prefix");
+    assert_no_session_as_another_owner(&stack, &lock_a, &http).await;
 
     // Removing exec-a shuts it out on every service; exec-b settles what follows.
     stack
         .accept_credentials(&[lock_b_line], &[pay_b_entry.line()])
         .await
         .unwrap();
-    let answer = http
-        .get(format!("{}/v1/locks/payout:1", stack.lock_endpoints()[0]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 401);
-    let answer = reqwest::Client::new()
-        .post(format!("{}/v1/offers", stack.payment_url))
-        .bearer_auth(&pay_a)
-        .json(&json!({"executor": "executor-a", "limit": 1, "offer_ms": 1_000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        answer.status(),
-        401,
-        "exec-a is out at payment-resource too"
-    );
-    let second = stack.create_payouts("after-revoke", 20).await.unwrap();
-    stack.wait_terminal(&second, SETTLE_DEADLINE).await.unwrap();
-    let logs = stack.lock_server_logs().join("\n");
-    assert!(
-        audited(&logs, "session_created", "exec-b") >= 1,
-        "exec-b kept working"
-    );
+    assert_removed_credential_is_shut_out(&stack, &http, &pay_a).await;
 }
 
 /// A lock-server of its own with a credentials file.
@@ -304,6 +327,99 @@ async fn a12_a_flood_from_one_credential_leaves_the_others_their_replica() {
     assert!(limit_count(&server.url, "requests", "refused").await >= f64::from(limited));
 }
 
+/// A raw open of a session for `owner` at `url` with `http`'s credential.
+async fn open_raw(http: &reqwest::Client, url: &str, owner: &str) -> reqwest::Response {
+    http.post(format!("{url}/v1/sessions"))
+        .json(&json!({"owner_id": owner, "ttl_ms": 30_000}))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A raw acquire of `contended` at `url` in `session`, parked for up to 20 s.
+async fn park_acquire(http: reqwest::Client, url: String, session: String) -> reqwest::Response {
+    http.post(format!("{url}/v1/locks/contended/acquire"))
+        .json(&json!({"session_id": session, "wait_ms": 20_000}))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Opens greedy's three sessions at `url` with `http`; the fourth is refused
+/// `TOO_MANY_SESSIONS`. The three session ids.
+async fn open_greedy_sessions_to_quota(http: &reqwest::Client, url: &str) -> Vec<String> {
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        let answer = open_raw(http, url, &format!("greedy-{n}")).await;
+        assert_eq!(answer.status(), 201);
+        let body: Value = answer.json().await.unwrap();
+        sessions.push(body["session_id"].as_str().unwrap().to_owned());
+    }
+    let refused = open_raw(http, url, "greedy-3").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5", "every 429 says when");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "TOO_MANY_SESSIONS", "{body}");
+    sessions
+}
+
+/// Once `contended` is free, greedy's `parked` acquires are granted in turn: the first one
+/// granted releases (with `http`, at `url`), then the other is granted.
+async fn assert_parked_granted_in_turn(
+    http: &reqwest::Client,
+    url: &str,
+    mut parked: Vec<tokio::task::JoinHandle<reqwest::Response>>,
+) {
+    let first = test_support::poll_until(
+        "one parked acquire to be granted",
+        Duration::from_secs(10),
+        || {
+            let done = parked.iter().position(|p| p.is_finished());
+            async move { done }
+        },
+    )
+    .await;
+    let granted = parked.remove(first).await.unwrap();
+    assert_eq!(granted.status(), 200);
+    let grant: Value = granted.json().await.unwrap();
+    let released = http
+        .post(format!("{url}/v1/locks/contended/release"))
+        .json(&json!({"session_id": grant["session_id"], "fencing_token": grant["fencing_token"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+    let second = parked.pop().unwrap().await.unwrap();
+    assert_eq!(second.status(), 200, "the other, next");
+}
+
+/// The SDK with greedy's credential (`greedy`, also presented by `http`) backs off a
+/// throttled open (quota full) at `url` and gets in once `session` closes.
+async fn assert_sdk_open_gets_in_once_a_place_is_free(
+    http: &reqwest::Client,
+    url: &str,
+    greedy: &str,
+    session: &str,
+) {
+    let refused_before = limit_count(url, "sessions", "refused").await;
+    let greedy_client = sdk(vec![url.to_owned()], greedy);
+    let opening = tokio::spawn(async move { greedy_client.open_session("greedy-sdk").await });
+    test_support::poll_until(
+        "the SDK's open to be refused once",
+        Duration::from_secs(10),
+        || async { (limit_count(url, "sessions", "refused").await > refused_before).then_some(()) },
+    )
+    .await;
+    let closed = http
+        .delete(format!("{url}/v1/sessions/{session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 204);
+    let opened = opening.await.unwrap();
+    assert!(opened.is_ok(), "{opened:?}");
+}
+
 /// A13: one credential's sessions and parked acquires stop at its quota (429) while another
 /// credential opens and waits; the SDK backs off a throttled open and gets in once a place is
 /// free.
@@ -320,24 +436,9 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
         logs.path(),
     )
     .await;
+    let url = &server.url;
     let http = lock_http(&greedy).unwrap();
-    let open = |owner: &str| {
-        http.post(format!("{}/v1/sessions", server.url))
-            .json(&json!({"owner_id": owner, "ttl_ms": 30_000}))
-            .send()
-    };
-    let mut sessions = Vec::new();
-    for n in 0..3 {
-        let answer = open(&format!("greedy-{n}")).await.unwrap();
-        assert_eq!(answer.status(), 201);
-        let body: Value = answer.json().await.unwrap();
-        sessions.push(body["session_id"].as_str().unwrap().to_owned());
-    }
-    let refused = open("greedy-3").await.unwrap();
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "5", "every 429 says when");
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["code"], "TOO_MANY_SESSIONS", "{body}");
+    let sessions = open_greedy_sessions_to_quota(&http, url).await;
     let steady_client = sdk(vec![server.url.clone()], &steady);
     let holder = steady_client.open_session("steady").await.unwrap();
 
@@ -348,28 +449,17 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
         .await
         .unwrap()
         .unwrap();
-    let acquire = |session: String| {
-        let http = http.clone();
-        let url = format!("{}/v1/locks/contended/acquire", server.url);
-        async move {
-            http.post(url)
-                .json(&json!({"session_id": session, "wait_ms": 20_000}))
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     let parked: Vec<_> = sessions[..2]
         .iter()
-        .map(|s| tokio::spawn(acquire(s.clone())))
+        .map(|s| tokio::spawn(park_acquire(http.clone(), url.clone(), s.clone())))
         .collect();
     test_support::poll_until(
         "greedy's two acquires to take their places",
         Duration::from_secs(10),
-        || async { (limit_count(&server.url, "waiters", "allowed").await >= 2.0).then_some(()) },
+        || async { (limit_count(url, "waiters", "allowed").await >= 2.0).then_some(()) },
     )
     .await;
-    let third = acquire(sessions[2].clone()).await;
+    let third = park_acquire(http.clone(), url.clone(), sessions[2].clone()).await;
     assert_eq!(third.status(), 429);
     assert_eq!(third.headers()["retry-after"], "1", "every 429 says when");
     let body: Value = third.json().await.unwrap();
@@ -392,54 +482,14 @@ async fn a13_sessions_and_waiters_stop_at_the_credentials_quota() {
     test_support::poll_until(
         "steady's acquire to take a place",
         Duration::from_secs(10),
-        || async { (limit_count(&server.url, "waiters", "allowed").await >= 3.0).then_some(()) },
+        || async { (limit_count(url, "waiters", "allowed").await >= 3.0).then_some(()) },
     )
     .await;
     // Released: greedy's parked acquires are granted in turn.
     holder.release(held).await.unwrap();
-    let mut parked = parked;
-    let first = test_support::poll_until(
-        "one parked acquire to be granted",
-        Duration::from_secs(10),
-        || {
-            let done = parked.iter().position(|p| p.is_finished());
-            async move { done }
-        },
-    )
-    .await;
-    let granted = parked.remove(first).await.unwrap();
-    assert_eq!(granted.status(), 200);
-    let grant: Value = granted.json().await.unwrap();
-    let released = http
-        .post(format!("{}/v1/locks/contended/release", server.url))
-        .json(&json!({"session_id": grant["session_id"], "fencing_token": grant["fencing_token"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(released.status(), 200);
-    let second = parked.pop().unwrap().await.unwrap();
-    assert_eq!(second.status(), 200, "the other, next");
+    assert_parked_granted_in_turn(&http, url, parked).await;
     waiting.abort();
-    // The SDK backs off a throttled open (quota full) and gets in once a session closes.
-    let refused_before = limit_count(&server.url, "sessions", "refused").await;
-    let greedy_client = sdk(vec![server.url.clone()], &greedy);
-    let opening = tokio::spawn(async move { greedy_client.open_session("greedy-sdk").await });
-    test_support::poll_until(
-        "the SDK's open to be refused once",
-        Duration::from_secs(10),
-        || async {
-            (limit_count(&server.url, "sessions", "refused").await > refused_before).then_some(())
-        },
-    )
-    .await;
-    let closed = http
-        .delete(format!("{}/v1/sessions/{}", server.url, sessions[0]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(closed.status(), 204);
-    let opened = opening.await.unwrap();
-    assert!(opened.is_ok(), "{opened:?}");
+    assert_sdk_open_gets_in_once_a_place_is_free(&http, url, &greedy, &sessions[0]).await;
 }
 
 /// A13b: a credential's session quota holds across replicas. Its sessions are counted in the
@@ -494,41 +544,10 @@ async fn a13b_the_session_quota_holds_across_replicas() {
     assert_eq!(open(&b.url, 10).await.unwrap().status(), 201);
 }
 
-/// `lockctl credential` refuses what a service would refuse (one line, exit 64) and never
-/// overwrites a secret; a lock-server given a file that does not parse does not start, and
-/// says which line.
-#[tokio::test(flavor = "multi_thread")]
-async fn credential_lines_are_made_and_checked_before_any_service_reads_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let lockctl = test_support::cargo_bin("lockctl").unwrap();
-    let run = |args: &[&str]| {
-        std::process::Command::new(&lockctl)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let secret_file = dir.path().join("ops.secret");
-    let secret_arg = secret_file.display().to_string();
-    let made = run(&[
-        "credential",
-        "ops",
-        "--roles",
-        "admin",
-        "--secret-file",
-        &secret_arg,
-    ]);
-    assert!(made.status.success(), "{made:?}");
-    let line = String::from_utf8(made.stdout).unwrap();
-    assert!(line.starts_with("ops admin - sha256:"), "{line}");
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&secret_file)
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600);
-    let secret = std::fs::read_to_string(&secret_file).unwrap();
-    assert_eq!(secret.len(), 43, "32 bytes, base64url");
-    let refusals = [
+/// `lockctl credential` invocations it must refuse, each with what its one-line error names;
+/// `secret_arg` is an existing secret file.
+fn refused_credential_args(secret_arg: &str) -> [(Vec<&str>, &'static str); 4] {
+    [
         (
             vec![
                 "credential",
@@ -536,7 +555,7 @@ async fn credential_lines_are_made_and_checked_before_any_service_reads_them() {
                 "--roles",
                 "admin",
                 "--secret-file",
-                &secret_arg,
+                secret_arg,
             ],
             "must not exist yet",
         ),
@@ -575,24 +594,15 @@ async fn credential_lines_are_made_and_checked_before_any_service_reads_them() {
             ],
             "name \"a/b\"",
         ),
-    ];
-    for (args, wanted) in refusals {
-        let out = run(&args);
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
-    }
-    assert_eq!(
-        std::fs::read_to_string(&secret_file).unwrap(),
-        secret,
-        "not overwritten"
-    );
-    assert!(!Path::new("/tmp/never").exists());
+    ]
+}
 
+/// A lock-server given a credentials file (`good_line`, then a line that does not parse,
+/// written into `dir`) does not start, and says which line.
+async fn assert_bad_credentials_file_stops_the_start(dir: &Path, good_line: &str) {
     let db = test_support::fresh_database().await;
-    let bad = dir.path().join("credentials");
-    std::fs::write(&bad, format!("{line}ops client * sha256:00\n")).unwrap();
+    let bad = dir.join("credentials");
+    std::fs::write(&bad, format!("{good_line}ops client * sha256:00\n")).unwrap();
     let mut env = test_support::keys::lock_server_env();
     env.push(("DATABASE_URL", db.url.clone()));
     env.push(("LOCK_SERVER_BIND", "127.0.0.1:0".into()));
@@ -610,4 +620,55 @@ async fn credential_lines_are_made_and_checked_before_any_service_reads_them() {
         stderr.contains("line 2: secret: expected sha256:"),
         "{stderr}"
     );
+}
+
+/// `lockctl credential` refuses what a service would refuse (one line, exit 64) and never
+/// overwrites a secret; a lock-server given a file that does not parse does not start, and
+/// says which line.
+#[tokio::test(flavor = "multi_thread")]
+async fn credential_lines_are_made_and_checked_before_any_service_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let lockctl = test_support::cargo_bin("lockctl").unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(&lockctl)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let secret_file = dir.path().join("ops.secret");
+    let secret_arg = secret_file.display().to_string();
+    let made = run(&[
+        "credential",
+        "ops",
+        "--roles",
+        "admin",
+        "--secret-file",
+        &secret_arg,
+    ]);
+    assert!(made.status.success(), "{made:?}");
+    let line = String::from_utf8(made.stdout).unwrap();
+    assert!(line.starts_with("ops admin - sha256:"), "{line}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&secret_file)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let secret = std::fs::read_to_string(&secret_file).unwrap();
+    assert_eq!(secret.len(), 43, "32 bytes, base64url");
+    for (args, wanted) in refused_credential_args(&secret_arg) {
+        let out = run(&args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&secret_file).unwrap(),
+        secret,
+        "not overwritten"
+    );
+    assert!(!Path::new("/tmp/never").exists());
+
+    assert_bad_credentials_file_stops_the_start(dir.path(), &line).await;
 }

@@ -459,6 +459,17 @@ async fn exit_codes_are_distinct_and_cmds_own_code_passes_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_parses_and_inspect_and_revoke_work() {
     let fx = fixture().await;
+    let verifier = FenceVerifier::parse(&test_support::public_keys()).unwrap();
+    let session = check_session_open_json(&fx).await;
+    let token = check_acquire_json(&fx, &session, &verifier).await;
+    check_inspect_shows_the_grant(&fx, token).await;
+    check_revoke(&fx, token).await;
+    check_release_after_revoke(&fx, &session, token).await;
+    check_run_json(&fx, &verifier).await;
+}
+
+/// `--json session open` prints the session: the session id.
+async fn check_session_open_json(fx: &Fixture) -> String {
     let out = fx
         .ctl(
             &[
@@ -472,14 +483,18 @@ async fn json_output_parses_and_inspect_and_revoke_work() {
     assert_eq!(opened["ttl_ms"], 30_000);
     assert_eq!(opened["owner_id"], "ops");
     assert_eq!(opened["backend"], "postgres");
+    session
+}
 
+/// `acquire json:1 --json` in `session` prints the grant and its verifiable proof: the token.
+async fn check_acquire_json(fx: &Fixture, session: &str, verifier: &FenceVerifier) -> u64 {
     let out = fx
         .ctl(
             &[
                 "acquire",
                 "json:1",
                 "--session",
-                &session,
+                session,
                 "--ttl",
                 "20s",
                 "--json",
@@ -492,12 +507,15 @@ async fn json_output_parses_and_inspect_and_revoke_work() {
     let token = grant["fencing_token"].as_u64().unwrap();
     assert_eq!(grant["lock_key"], "json:1");
     assert_eq!(grant["lease_ms"], 20_000);
-    let verifier = FenceVerifier::parse(&test_support::public_keys()).unwrap();
     let key = LockKey::parse("json:1").unwrap();
     verifier
         .verify(&key, FencingToken(token), grant["proof"].as_str().unwrap())
         .expect("acquire prints the lock-server's proof of the token");
+    token
+}
 
+/// `inspect json:1`, in JSON and text, shows the grant of `token` and no session id.
+async fn check_inspect_shows_the_grant(fx: &Fixture, token: u64) {
     let out = fx.ctl(&["--json", "inspect", "json:1"], &[]).await;
     let info = json_line(&out.stdout);
     assert_eq!(
@@ -515,8 +533,11 @@ async fn json_output_parses_and_inspect_and_revoke_work() {
         text.starts_with("lock_key=json:1 held=true fencing_token="),
         "{text:?}"
     );
+}
 
-    // Revoke: no admin credential is a clear one-line error; a wrong one is refused.
+/// Revoke of json:1 (held with `token`): no admin credential is a clear one-line error; a
+/// wrong one is refused; the right one revokes, once.
+async fn check_revoke(fx: &Fixture, token: u64) {
     let out = fx.ctl(&["revoke", "json:1"], &[]).await;
     assert_fails(&out, 78, "LOCK_ADMIN_TOKEN is not set");
     let out = fx.ctl(&["--json", "revoke", "json:1"], &[]).await;
@@ -555,58 +576,52 @@ async fn json_output_parses_and_inspect_and_revoke_work() {
         (&again["revoked"], &again["fencing_token"]),
         (&Value::Bool(false), &Value::Null)
     );
+}
 
-    // The revoked grant is gone: release finds nothing (exit 1), and says so in JSON.
+/// `--json release json:1` in `session` with `token`: the exit code and its JSON output.
+async fn release_json(fx: &Fixture, session: &str, token: u64) -> Output {
     let token_arg = token.to_string();
-    let out = fx
-        .ctl(
-            &[
-                "--json",
-                "release",
-                "json:1",
-                "--session",
-                &session,
-                "--token",
-                &token_arg,
-            ],
-            &[],
-        )
-        .await;
+    fx.ctl(
+        &[
+            "--json",
+            "release",
+            "json:1",
+            "--session",
+            session,
+            "--token",
+            &token_arg,
+        ],
+        &[],
+    )
+    .await
+}
+
+/// The revoked grant of `token` is gone: release finds nothing (exit 1), and says so in
+/// JSON; a fresh grant in the same session is released; a closed session is unknown.
+async fn check_release_after_revoke(fx: &Fixture, session: &str, token: u64) {
+    let out = release_json(fx, session, token).await;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(json_line(&out.stdout)["released"], false);
     assert_eq!(json_line(&out.stderr)["error"], "not_released");
-    // A fresh grant in the same session is released.
     let out = fx
-        .ctl(&["--json", "acquire", "json:1", "--session", &session], &[])
+        .ctl(&["--json", "acquire", "json:1", "--session", session], &[])
         .await;
     let regrant = json_line(&out.stdout)["fencing_token"].as_u64().unwrap();
     assert!(regrant > token, "a revoked token is never reused");
-    let regrant_arg = regrant.to_string();
-    let out = fx
-        .ctl(
-            &[
-                "--json",
-                "release",
-                "json:1",
-                "--session",
-                &session,
-                "--token",
-                &regrant_arg,
-            ],
-            &[],
-        )
-        .await;
+    let out = release_json(fx, session, regrant).await;
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(json_line(&out.stdout)["released"], true);
-    let out = fx.ctl(&["--json", "session", "close", &session], &[]).await;
+    let out = fx.ctl(&["--json", "session", "close", session], &[]).await;
     assert_eq!(json_line(&out.stdout)["closed"], true);
     let out = fx
-        .ctl(&["acquire", "json:1", "--session", &session], &[])
+        .ctl(&["acquire", "json:1", "--session", session], &[])
         .await;
     assert_fails(&out, 1, "session unknown");
+}
 
-    // run --json: its events on stderr, one object per line; CMD's output on stdout. CMD
-    // gets the key, token and proof, and neither of lockctl's credentials.
+/// run --json: its events on stderr, one object per line; CMD's output on stdout. CMD gets
+/// the key, token and proof, and neither of lockctl's credentials.
+async fn check_run_json(fx: &Fixture, verifier: &FenceVerifier) {
     let out = fx
         .ctl(
             &[

@@ -516,15 +516,9 @@ async fn scans(stack: &Stack) -> f64 {
         .unwrap()
 }
 
-/// A worker frozen between the rail's answer and P3 loses its lock;
-/// on waking it writes nothing (no P3, no ledger row, no rail call), `session_lost` is logged
-/// once with its fields, the listener counted it, and the next holder posts the recorded
-/// outcome (crash recovery).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
-    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
-    let ids = stack.create_payouts("lost", 1).await.unwrap();
-    let id = ids[0];
+/// Starts executor A armed to stop itself (SIGSTOP) before posting payout `id`, and waits
+/// until it has: the payout submitted, nothing posted.
+async fn freeze_a_before_posting(stack: &mut Stack, id: i64) {
     let fault = [
         ("EXECUTOR_FAULT_SIGSTOP_PAYOUT", id.to_string()),
         ("EXECUTOR_FAULT_SIGSTOP_STEP", "post".to_owned()),
@@ -546,15 +540,12 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         "A submitted, then froze"
     );
     assert_eq!(stack.ledger().await.unwrap().postings, 0);
+}
 
-    stack.start_executor("executor-b", &[]).await.unwrap();
-    let settled = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
-    assert_eq!(
-        settled[0].state,
-        PayoutState::Settled,
-        "B posted the recorded outcome"
-    );
-
+/// Wakes the frozen executor A (after B settled payout `id`): it abandons the payout as lost
+/// and tries no write; the listener counted the loss once and `session_lost` is logged once
+/// with its fields.
+async fn assert_woken_a_abandons_the_payout(stack: &Stack, id: i64) {
     stack.executors[0].process.signal(Signal::SIGCONT);
     poll_until(
         "A to abandon the payout as lost",
@@ -610,20 +601,11 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         );
     }
     assert_eq!(lines[0]["key"], format!("payout:{id}"));
-    let final_state = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
-    // B saw SUBMITTED and went straight to P3; A's loss was declared before the server's expiry.
-    let checked = check_invariants(&stack, &final_state, 0.0).await;
-    assert!(
-        checked >= 1,
-        "I4 checked A's declared loss against the server's expiry"
-    );
-    assert_eq!(
-        stack.ledger().await.unwrap().postings,
-        1,
-        "one posting, by B"
-    );
+}
 
-    // A's session is gone for good: it opens a new one and works again once B is gone.
+/// A's session is gone for good: it opens a new one and works again once B (executor 1) is
+/// gone.
+async fn assert_a_works_again_once_b_is_gone(stack: &mut Stack) {
     drop(stack.executors.remove(1));
     let more = stack.create_payouts("after-loss", 3).await.unwrap();
     let done = stack.wait_terminal(&more, SETTLE_DEADLINE).await.unwrap();
@@ -649,6 +631,42 @@ async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
         },
     )
     .await;
+}
+
+/// A worker frozen between the rail's answer and P3 loses its lock;
+/// on waking it writes nothing (no P3, no ledger row, no rail call), `session_lost` is logged
+/// once with its fields, the listener counted it, and the next holder posts the recorded
+/// outcome (crash recovery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_its_lock_before_posting_writes_nothing_more() {
+    let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
+    let ids = stack.create_payouts("lost", 1).await.unwrap();
+    let id = ids[0];
+    freeze_a_before_posting(&mut stack, id).await;
+
+    stack.start_executor("executor-b", &[]).await.unwrap();
+    let settled = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
+    assert_eq!(
+        settled[0].state,
+        PayoutState::Settled,
+        "B posted the recorded outcome"
+    );
+
+    assert_woken_a_abandons_the_payout(&stack, id).await;
+    let final_state = stack.wait_terminal(&ids, SETTLE_DEADLINE).await.unwrap();
+    // B saw SUBMITTED and went straight to P3; A's loss was declared before the server's expiry.
+    let checked = check_invariants(&stack, &final_state, 0.0).await;
+    assert!(
+        checked >= 1,
+        "I4 checked A's declared loss against the server's expiry"
+    );
+    assert_eq!(
+        stack.ledger().await.unwrap().postings,
+        1,
+        "one posting, by B"
+    );
+
+    assert_a_works_again_once_b_is_gone(&mut stack).await;
 }
 
 /// The shutdown: SIGTERM to a working executor stops it taking

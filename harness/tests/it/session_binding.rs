@@ -3,6 +3,8 @@
 //! lock route exactly as for a session that does not exist, and A's session and grant are
 //! untouched. Real lock-server processes, on PostgreSQL and on etcd.
 
+use std::path::Path;
+
 use harness::stack::{LockServer, LockStoreAt, lock_http, spawn_lock_server_at};
 use lock_api::{CredentialEntry, OwnerRule};
 use reqwest::{Client, Method, StatusCode};
@@ -34,22 +36,27 @@ async fn call(
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-async fn foreign_sessions_change_nothing(store: LockStoreAt) {
-    let logs = tempfile::tempdir().unwrap();
+/// A lock-server on `store` knowing credentials A (owners `a-*`) and B (owners `b-*`),
+/// logging to `logs`: the server and HTTP clients presenting A and B.
+async fn start_with_two_credentials(
+    store: &LockStoreAt,
+    logs: &Path,
+) -> (LockServer, Client, Client) {
     let (a, a_entry) = credential("client-a", "a-*");
     let (b, b_entry) = credential("client-b", "b-*");
-    let file = logs.path().join("credentials");
+    let file = logs.join("credentials");
     std::fs::write(&file, format!("{}\n{}\n", a_entry.line(), b_entry.line())).unwrap();
     let env = [("LOCK_CREDENTIALS_FILE", file.display().to_string())];
-    let server: LockServer = spawn_lock_server_at("lock-server", &store, &env, logs.path(), None)
+    let server: LockServer = spawn_lock_server_at("lock-server", store, &env, logs, None)
         .await
         .unwrap();
-    let url = &server.url;
-    let (as_a, as_b) = (lock_http(&a).unwrap(), lock_http(&b).unwrap());
+    (server, lock_http(&a).unwrap(), lock_http(&b).unwrap())
+}
 
-    // A opens a session and takes a key.
+/// A opens a session and takes `key`: the session id and the grant's fencing token.
+async fn open_and_acquire(as_a: &Client, url: &str, key: &str) -> (String, u64) {
     let (status, opened) = call(
-        &as_a,
+        as_a,
         Method::POST,
         format!("{url}/v1/sessions"),
         Some(json!({"owner_id": "a-1", "ttl_ms": LEASE_MS})),
@@ -57,107 +64,112 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{opened}");
     let session = opened["session_id"].as_str().unwrap().to_owned();
-    let key = "a:account-1";
     let (status, grant) = call(
-        &as_a,
+        as_a,
         Method::POST,
         format!("{url}/v1/locks/{key}/acquire"),
         Some(json!({"session_id": session, "ttl_ms": LEASE_MS})),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{grant}");
-    let token = grant["fencing_token"].as_u64().unwrap();
+    (session, grant["fencing_token"].as_u64().unwrap())
+}
 
-    // What a session nobody opened gets, route by route, from B.
-    let unknown = uuid::Uuid::new_v4().to_string();
-    let routes = |session: &str| -> Vec<(&str, Method, String, Option<Value>)> {
-        let lease = json!({"session_id": session, "ttl_ms": LEASE_MS});
-        let grant = json!({"session_id": session, "fencing_token": token});
-        vec![
-            (
-                "L2 heartbeat",
-                Method::POST,
-                format!("{url}/v1/sessions/{session}/heartbeat"),
-                None,
-            ),
-            (
-                "L4 acquire",
-                Method::POST,
-                format!("{url}/v1/locks/b:other/acquire"),
-                Some(lease.clone()),
-            ),
-            (
-                "L4 acquire of A's key",
-                Method::POST,
-                format!("{url}/v1/locks/{key}/acquire"),
-                Some(lease),
-            ),
-            (
-                "L5 renew",
-                Method::POST,
-                format!("{url}/v1/locks/{key}/renew"),
-                Some(grant.clone()),
-            ),
-            (
-                "L6 release",
-                Method::POST,
-                format!("{url}/v1/locks/{key}/release"),
-                Some(grant),
-            ),
-            // Bad input is refused first, whoever's session it names (never counted).
-            (
-                "L4 acquire with a bad wait_ms",
-                Method::POST,
-                format!("{url}/v1/locks/b:other/acquire"),
-                Some(json!({"session_id": session, "ttl_ms": LEASE_MS, "wait_ms": 86_400_001_u64})),
-            ),
-            (
-                "L3 close",
-                Method::DELETE,
-                format!("{url}/v1/sessions/{session}"),
-                None,
-            ),
-        ]
-    };
-    let mut refused = 0;
-    for ((name, method, to_foreign, body), (_, _, to_unknown, unknown_body)) in
-        routes(&session).into_iter().zip(routes(&unknown))
-    {
-        let foreign = call(&as_b, method.clone(), to_foreign, body).await;
-        let mut never = call(&as_b, method, to_unknown, unknown_body).await;
-        // The answers are the same but for the session's tag in a message.
-        if let (Some(f), Some(n)) = (
-            foreign.1.get("message").and_then(Value::as_str),
-            never.1.get("message").and_then(Value::as_str),
-        ) {
-            let (f, n) = (
-                f.split_whitespace()
-                    .filter(|w| !w.starts_with("s-"))
-                    .collect::<Vec<_>>(),
-                n.split_whitespace()
-                    .filter(|w| !w.starts_with("s-"))
-                    .collect::<Vec<_>>(),
-            );
-            assert_eq!(f, n, "{name}: B learns whether A's session exists");
-            never.1["message"] = foreign.1["message"].clone();
-        }
-        assert_eq!(
-            foreign, never,
-            "{name}: B with A's session id is answered as for an unknown session"
+/// One call of a lock route: its name, method, URL and body.
+type Route = (&'static str, Method, String, Option<Value>);
+
+/// Every lock route naming `session`, on the server at `url`; `key` is A's held key and
+/// `token` its fencing token.
+fn routes(url: &str, key: &str, session: &str, token: u64) -> Vec<Route> {
+    let lease = json!({"session_id": session, "ttl_ms": LEASE_MS});
+    let grant = json!({"session_id": session, "fencing_token": token});
+    vec![
+        (
+            "L2 heartbeat",
+            Method::POST,
+            format!("{url}/v1/sessions/{session}/heartbeat"),
+            None,
+        ),
+        (
+            "L4 acquire",
+            Method::POST,
+            format!("{url}/v1/locks/b:other/acquire"),
+            Some(lease.clone()),
+        ),
+        (
+            "L4 acquire of A's key",
+            Method::POST,
+            format!("{url}/v1/locks/{key}/acquire"),
+            Some(lease),
+        ),
+        (
+            "L5 renew",
+            Method::POST,
+            format!("{url}/v1/locks/{key}/renew"),
+            Some(grant.clone()),
+        ),
+        (
+            "L6 release",
+            Method::POST,
+            format!("{url}/v1/locks/{key}/release"),
+            Some(grant),
+        ),
+        // Bad input is refused first, whoever's session it names (never counted).
+        (
+            "L4 acquire with a bad wait_ms",
+            Method::POST,
+            format!("{url}/v1/locks/b:other/acquire"),
+            Some(json!({"session_id": session, "ttl_ms": LEASE_MS, "wait_ms": 86_400_001_u64})),
+        ),
+        (
+            "L3 close",
+            Method::DELETE,
+            format!("{url}/v1/sessions/{session}"),
+            None,
+        ),
+    ]
+}
+
+/// B calls `to_foreign` (naming A's session) and `to_unknown` (the same route naming a
+/// session nobody opened): the answers are the same, and a refusal.
+async fn assert_answered_as_unknown(as_b: &Client, to_foreign: Route, to_unknown: Route) {
+    let (name, method, to_foreign, body) = to_foreign;
+    let (_, _, to_unknown, unknown_body) = to_unknown;
+    let foreign = call(as_b, method.clone(), to_foreign, body).await;
+    let mut never = call(as_b, method, to_unknown, unknown_body).await;
+    // The answers are the same but for the session's tag in a message.
+    if let (Some(f), Some(n)) = (
+        foreign.1.get("message").and_then(Value::as_str),
+        never.1.get("message").and_then(Value::as_str),
+    ) {
+        let (f, n) = (
+            f.split_whitespace()
+                .filter(|w| !w.starts_with("s-"))
+                .collect::<Vec<_>>(),
+            n.split_whitespace()
+                .filter(|w| !w.starts_with("s-"))
+                .collect::<Vec<_>>(),
         );
-        assert!(
-            !foreign.0.is_success()
-                || foreign.0 == StatusCode::NO_CONTENT
-                || foreign.1 == json!({"released": false}),
-            "{name}: {foreign:?}"
-        );
-        refused += 1;
+        assert_eq!(f, n, "{name}: B learns whether A's session exists");
+        never.1["message"] = foreign.1["message"].clone();
     }
-    assert_eq!(refused, 7);
+    assert_eq!(
+        foreign, never,
+        "{name}: B with A's session id is answered as for an unknown session"
+    );
+    assert!(
+        !foreign.0.is_success()
+            || foreign.0 == StatusCode::NO_CONTENT
+            || foreign.1 == json!({"released": false}),
+        "{name}: {foreign:?}"
+    );
+}
 
-    // A's session and grant are untouched: it still renews, heartbeats and releases.
+/// A's `session` and its grant of `key` (`token`) are untouched: it still heartbeats and
+/// renews, and B took nothing in it.
+async fn assert_a_untouched(as_a: &Client, url: &str, key: &str, session: &str, token: u64) {
     let (status, body) = call(
-        &as_a,
+        as_a,
         Method::POST,
         format!("{url}/v1/sessions/{session}/heartbeat"),
         None,
@@ -165,7 +177,7 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
     .await;
     assert_eq!(status, StatusCode::OK, "A's session lives: {body}");
     let (status, body) = call(
-        &as_a,
+        as_a,
         Method::POST,
         format!("{url}/v1/locks/{key}/renew"),
         Some(json!({"session_id": session, "fencing_token": token})),
@@ -176,14 +188,17 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
         (StatusCode::OK, Some(token)),
         "A's grant lives: {body}"
     );
-    let (status, body) = call(&as_a, Method::GET, format!("{url}/v1/locks/b:other"), None).await;
+    let (status, body) = call(as_a, Method::GET, format!("{url}/v1/locks/b:other"), None).await;
     assert_eq!(
         status,
         StatusCode::NOT_FOUND,
         "B took nothing in A's session: {body}"
     );
+}
 
-    // Every refusal is counted and logged by the session's tag, never its id.
+/// Every refusal is counted (`/metrics` at `url`) and logged (in `logs`) by the session's
+/// tag, never its id `session`.
+async fn assert_refusals_counted_by_tag(url: &str, logs: &Path, session: &str) {
     let page = reqwest::get(format!("{url}/metrics"))
         .await
         .unwrap()
@@ -193,9 +208,34 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
     let metrics = harness::metrics::Metrics::parse(&page).unwrap();
     let counted = metrics.sum("lock_sessions_refused_total", &[]).unwrap();
     assert_eq!(counted, 6.0, "{page}");
-    let log = std::fs::read_to_string(logs.path().join("lock-server.log")).unwrap();
-    assert!(!log.contains(&session), "the log holds A's session id");
+    let log = std::fs::read_to_string(logs.join("lock-server.log")).unwrap();
+    assert!(!log.contains(session), "the log holds A's session id");
     assert_eq!(log.matches("\"session_refused\"").count(), 6);
+}
+
+async fn foreign_sessions_change_nothing(store: LockStoreAt) {
+    let logs = tempfile::tempdir().unwrap();
+    let (server, as_a, as_b) = start_with_two_credentials(&store, logs.path()).await;
+    let url = &server.url;
+
+    // A opens a session and takes a key.
+    let key = "a:account-1";
+    let (session, token) = open_and_acquire(&as_a, url, key).await;
+
+    // What a session nobody opened gets, route by route, from B.
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let mut refused = 0;
+    for (to_foreign, to_unknown) in routes(url, key, &session, token)
+        .into_iter()
+        .zip(routes(url, key, &unknown, token))
+    {
+        assert_answered_as_unknown(&as_b, to_foreign, to_unknown).await;
+        refused += 1;
+    }
+    assert_eq!(refused, 7);
+
+    assert_a_untouched(&as_a, url, key, &session, token).await;
+    assert_refusals_counted_by_tag(url, logs.path(), &session).await;
 
     let (status, body) = call(
         &as_a,

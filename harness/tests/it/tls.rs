@@ -91,20 +91,135 @@ async fn tls_refusals(url: &str, ca: &Path, reason: &str) -> f64 {
         .unwrap()
 }
 
+/// The deployment's CA and certificate for `lock-server-1`, as an operator makes them with
+/// `lock-server --generate-tls`, in `dir/tls`: that directory.
+fn generate_tls(dir: &Path) -> PathBuf {
+    let made = std::process::Command::new(test_support::cargo_bin("lock-server").unwrap())
+        .arg("--generate-tls")
+        .arg(dir.join("tls"))
+        .args(["--tls-names", "lock-server-1"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    dir.join("tls")
+}
+
+/// The SDK trusting `ca` over HTTPS to `url`: a session, a grant with its proof, a release.
+async fn assert_sdk_takes_locks_over_https(url: &str, ca: &Path) {
+    let client = sdk(url, ca);
+    let session = client.open_session("tls-client").await.unwrap();
+    let key = LockKey::parse("tls:1").unwrap();
+    let handle = session
+        .acquire(&key, Duration::from_secs(10), &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .expect("a free key");
+    assert!(handle.fence_proof().is_some(), "a signed grant over TLS");
+    session.release(handle).await.unwrap();
+}
+
+/// Plain HTTP to the TLS port `url`: 400 naming the scheme, as JSON, and counted.
+async fn assert_plain_http_refused(url: &str, ca: &Path) {
+    let plain = reqwest::get(url.replace("https://", "http://") + "/health/live")
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 400);
+    let body: serde_json::Value = plain.json().await.unwrap();
+    assert_eq!(body["code"], "INVALID_ARGUMENT", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("use https://"),
+        "{body}"
+    );
+    assert!(tls_refusals(url, ca, "plaintext").await >= 1.0);
+}
+
+/// A client that trusts another CA (written into `dir`) does not get in to `url` (nor does
+/// the server think it did).
+async fn assert_another_cas_client_refused(dir: &Path, url: &str, ca: &Path) {
+    let stranger = LocalCa::new("another CA").unwrap();
+    let stranger_ca = dir.join("stranger-ca.pem");
+    std::fs::write(&stranger_ca, stranger.cert_pem()).unwrap();
+    let refused = sdk(url, &stranger_ca).open_session("stranger").await;
+    assert!(
+        matches!(refused, Err(LockError::Unavailable { .. })),
+        "{refused:?}"
+    );
+    test_support::poll_until(
+        "the failed handshake to be counted",
+        Duration::from_secs(10),
+        || async { (tls_refusals(url, ca, "handshake").await >= 1.0).then_some(()) },
+    )
+    .await;
+}
+
+/// A new certificate from `local`, written into `tls_dir`, is presented by `server` (at `url`)
+/// after SIGHUP: clients of the old CA `ca` are refused from then on, clients of the new one
+/// (`local_ca`) get in.
+async fn assert_new_certificate_presented_after_sighup(
+    server: &ServiceProcess,
+    url: &str,
+    tls_dir: &Path,
+    ca: &Path,
+    local_ca: &Path,
+    local: &LocalCa,
+) {
+    let renewed = local.issue(&["localhost", "127.0.0.1"]).unwrap();
+    std::fs::write(tls_dir.join("lock-server-1.pem"), &renewed.cert_pem).unwrap();
+    std::fs::write(tls_dir.join("lock-server-1-key.pem"), &renewed.key_pem).unwrap();
+    server.signal(Signal::SIGHUP);
+    test_support::poll_until(
+        "the certificate to be read again",
+        Duration::from_secs(10),
+        || async { server.log().contains("\"tls_reloaded\"").then_some(()) },
+    )
+    .await;
+    let now = https_client(local_ca)
+        .get(format!("{url}/health/live"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(now.status(), 200);
+    assert!(
+        https_client(ca)
+            .get(format!("{url}/health/live"))
+            .send()
+            .await
+            .is_err(),
+        "the old CA no longer vouches for this server"
+    );
+}
+
+/// A key (`wrong_key_pem`, written into `tls_dir`) that is not the certificate's is refused
+/// on SIGHUP, and the certificate in force (of `local_ca`) stays.
+async fn assert_mismatched_key_refused_on_sighup(
+    server: &ServiceProcess,
+    url: &str,
+    tls_dir: &Path,
+    local_ca: &Path,
+    wrong_key_pem: &str,
+) {
+    std::fs::write(tls_dir.join("lock-server-1-key.pem"), wrong_key_pem).unwrap();
+    server.signal(Signal::SIGHUP);
+    test_support::poll_until(
+        "the bad pair to be refused",
+        Duration::from_secs(10),
+        || async { server.log().contains("\"tls_reload_failed\"").then_some(()) },
+    )
+    .await;
+    let still = https_client(local_ca)
+        .get(format!("{url}/health/live"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(still.status(), 200);
+}
+
 /// A14: the lock surface on TLS, and each way a connection to it is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a14_the_lock_surface_on_tls_refuses_plain_http_strangers_and_stale_certificates() {
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    // The deployment's CA and certificate, as an operator makes them.
-    let made = std::process::Command::new(test_support::cargo_bin("lock-server").unwrap())
-        .arg("--generate-tls")
-        .arg(dir.path().join("tls"))
-        .args(["--tls-names", "lock-server-1"])
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
-    let tls_dir = dir.path().join("tls");
+    let tls_dir = generate_tls(dir.path());
     let ca = tls_dir.join("ca.pem");
     let db = test_support::fresh_database().await;
     let (server, url) = tls_server(
@@ -117,46 +232,9 @@ async fn a14_the_lock_surface_on_tls_refuses_plain_http_strangers_and_stale_cert
     )
     .await;
 
-    // The SDK over HTTPS: a session, a grant with its proof, a release.
-    let client = sdk(&url, &ca);
-    let session = client.open_session("tls-client").await.unwrap();
-    let key = LockKey::parse("tls:1").unwrap();
-    let handle = session
-        .acquire(&key, Duration::from_secs(10), &AcquirePolicy::TRY_ONCE)
-        .await
-        .unwrap()
-        .expect("a free key");
-    assert!(handle.fence_proof().is_some(), "a signed grant over TLS");
-    session.release(handle).await.unwrap();
-
-    // Plain HTTP to the TLS port: 400 naming the scheme, as JSON.
-    let plain = reqwest::get(url.replace("https://", "http://") + "/health/live")
-        .await
-        .unwrap();
-    assert_eq!(plain.status(), 400);
-    let body: serde_json::Value = plain.json().await.unwrap();
-    assert_eq!(body["code"], "INVALID_ARGUMENT", "{body}");
-    assert!(
-        body["message"].as_str().unwrap().contains("use https://"),
-        "{body}"
-    );
-    assert!(tls_refusals(&url, &ca, "plaintext").await >= 1.0);
-
-    // A client that trusts another CA does not get in (nor does the server think it did).
-    let stranger = LocalCa::new("another CA").unwrap();
-    let stranger_ca = dir.path().join("stranger-ca.pem");
-    std::fs::write(&stranger_ca, stranger.cert_pem()).unwrap();
-    let refused = sdk(&url, &stranger_ca).open_session("stranger").await;
-    assert!(
-        matches!(refused, Err(LockError::Unavailable { .. })),
-        "{refused:?}"
-    );
-    test_support::poll_until(
-        "the failed handshake to be counted",
-        Duration::from_secs(10),
-        || async { (tls_refusals(&url, &ca, "handshake").await >= 1.0).then_some(()) },
-    )
-    .await;
+    assert_sdk_takes_locks_over_https(&url, &ca).await;
+    assert_plain_http_refused(&url, &ca).await;
+    assert_another_cas_client_refused(dir.path(), &url, &ca).await;
 
     // An expired certificate and one for another name, each on a replica of its own.
     let local = LocalCa::new("deployment CA, second set").unwrap();
@@ -190,47 +268,10 @@ async fn a14_the_lock_surface_on_tls_refuses_plain_http_strangers_and_stale_cert
         );
     }
 
-    // A new certificate, from the second CA, presented after SIGHUP: clients of the old CA
-    // are refused from then on, clients of the new one get in.
-    let renewed = local.issue(&["localhost", "127.0.0.1"]).unwrap();
-    std::fs::write(tls_dir.join("lock-server-1.pem"), &renewed.cert_pem).unwrap();
-    std::fs::write(tls_dir.join("lock-server-1-key.pem"), &renewed.key_pem).unwrap();
-    server.signal(Signal::SIGHUP);
-    test_support::poll_until(
-        "the certificate to be read again",
-        Duration::from_secs(10),
-        || async { server.log().contains("\"tls_reloaded\"").then_some(()) },
-    )
-    .await;
-    let now = https_client(&local_ca)
-        .get(format!("{url}/health/live"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(now.status(), 200);
-    assert!(
-        https_client(&ca)
-            .get(format!("{url}/health/live"))
-            .send()
-            .await
-            .is_err(),
-        "the old CA no longer vouches for this server"
-    );
-    // A key that is not the certificate's is refused, and the certificate in force stays.
-    std::fs::write(tls_dir.join("lock-server-1-key.pem"), &expired.key_pem).unwrap();
-    server.signal(Signal::SIGHUP);
-    test_support::poll_until(
-        "the bad pair to be refused",
-        Duration::from_secs(10),
-        || async { server.log().contains("\"tls_reload_failed\"").then_some(()) },
-    )
-    .await;
-    let still = https_client(&local_ca)
-        .get(format!("{url}/health/live"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(still.status(), 200);
+    assert_new_certificate_presented_after_sighup(&server, &url, &tls_dir, &ca, &local_ca, &local)
+        .await;
+    assert_mismatched_key_refused_on_sighup(&server, &url, &tls_dir, &local_ca, &expired.key_pem)
+        .await;
 }
 
 /// A service given neither a certificate nor `UNSAFE_PLAINTEXT_HTTP` does not start, and

@@ -68,110 +68,185 @@ async fn put_with(url: &str, headers: &[(&str, &str)]) -> (u16, Value) {
 }
 
 /// What a probe sends and the status and code it must get.
-type Probe<'a> = (&'a str, &'a [(&'a str, &'a str)], u16, &'a str);
+type Probe<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16, &'a str);
 
 fn code(body: &Value) -> &str {
     body["code"].as_str().unwrap_or("")
 }
 
-#[tokio::test]
-async fn every_bad_header_is_refused_with_its_code_and_a_genuine_grant_writes() {
-    let url = serve().await;
-    let key = LockKey::parse("doc:1").unwrap();
-    let t5 = FencingToken(5);
-    let proof5 = test_proof(&key, t5);
-    let other_key = test_proof(&LockKey::parse("doc:2").unwrap(), t5);
-    let forged = rogue_signer().sign(&key, t5, &test_grant(1, &key, t5));
-    let mut tampered = proof5.clone();
-    let last = tampered.pop().unwrap();
-    tampered.push(if last == 'A' { 'B' } else { 'A' });
+/// Proofs for token 5 that doc:1's writer is shown: one genuine, the rest not.
+struct Proofs {
+    /// The lock-server's proof of token 5 on doc:1.
+    genuine: String,
+    /// The lock-server's proof of token 5 on doc:2.
+    other_key: String,
+    /// A proof of token 5 on doc:1 signed by a key nobody trusts.
+    forged: String,
+    /// The genuine proof with its last character changed.
+    tampered: String,
+}
 
-    let cases: &[Probe<'_>] = &[
+impl Proofs {
+    fn new(key: &LockKey) -> Self {
+        let t5 = FencingToken(5);
+        let genuine = test_proof(key, t5);
+        let other_key = test_proof(&LockKey::parse("doc:2").unwrap(), t5);
+        let forged = rogue_signer().sign(key, t5, &test_grant(1, key, t5));
+        let mut tampered = genuine.clone();
+        let last = tampered.pop().unwrap();
+        tampered.push(if last == 'A' { 'B' } else { 'A' });
+        Self {
+            genuine,
+            other_key,
+            forged,
+            tampered,
+        }
+    }
+}
+
+/// Missing, repeated or malformed `X-Fencing-Token` headers (with a genuine proof).
+fn bad_token_probes(proofs: &Proofs) -> Vec<Probe<'_>> {
+    let proof5 = proofs.genuine.as_str();
+    vec![
         (
             "no token",
-            &[("x-fencing-proof", &proof5)],
+            vec![("x-fencing-proof", proof5)],
             400,
             "INVALID_ARGUMENT",
         ),
         (
             "token twice",
-            &[
+            vec![
                 ("x-fencing-token", "5"),
                 ("x-fencing-token", "5"),
-                ("x-fencing-proof", &proof5),
+                ("x-fencing-proof", proof5),
             ],
             400,
             "INVALID_ARGUMENT",
         ),
         (
             "signed token",
-            &[("x-fencing-token", "-5"), ("x-fencing-proof", &proof5)],
+            vec![("x-fencing-token", "-5"), ("x-fencing-proof", proof5)],
             400,
             "INVALID_ARGUMENT",
         ),
         (
             "token zero",
-            &[("x-fencing-token", "0"), ("x-fencing-proof", &proof5)],
+            vec![("x-fencing-token", "0"), ("x-fencing-proof", proof5)],
             400,
             "INVALID_ARGUMENT",
         ),
         (
             "token past i64",
-            &[
+            vec![
                 ("x-fencing-token", "9223372036854775808"),
-                ("x-fencing-proof", &proof5),
+                ("x-fencing-proof", proof5),
             ],
             400,
             "INVALID_ARGUMENT",
         ),
+    ]
+}
+
+/// Missing, repeated or wrong `X-Fencing-Proof` headers for token 5.
+fn bad_proof_probes(proofs: &Proofs) -> Vec<Probe<'_>> {
+    let proof5 = proofs.genuine.as_str();
+    vec![
         (
             "no proof",
-            &[("x-fencing-token", "5")],
+            vec![("x-fencing-token", "5")],
             403,
             "PROOF_INVALID",
         ),
         (
             "proof twice",
-            &[
+            vec![
                 ("x-fencing-token", "5"),
-                ("x-fencing-proof", &proof5),
-                ("x-fencing-proof", &proof5),
+                ("x-fencing-proof", proof5),
+                ("x-fencing-proof", proof5),
             ],
             400,
             "INVALID_ARGUMENT",
         ),
         (
             "relabelled token",
-            &[("x-fencing-token", "6"), ("x-fencing-proof", &proof5)],
+            vec![("x-fencing-token", "6"), ("x-fencing-proof", proof5)],
             403,
             "PROOF_INVALID",
         ),
         (
             "another key's proof",
-            &[("x-fencing-token", "5"), ("x-fencing-proof", &other_key)],
+            vec![
+                ("x-fencing-token", "5"),
+                ("x-fencing-proof", &proofs.other_key),
+            ],
             403,
             "PROOF_INVALID",
         ),
         (
             "an untrusted key",
-            &[("x-fencing-token", "5"), ("x-fencing-proof", &forged)],
+            vec![
+                ("x-fencing-token", "5"),
+                ("x-fencing-proof", &proofs.forged),
+            ],
             403,
             "PROOF_INVALID",
         ),
         (
             "a tampered signature",
-            &[("x-fencing-token", "5"), ("x-fencing-proof", &tampered)],
+            vec![
+                ("x-fencing-token", "5"),
+                ("x-fencing-proof", &proofs.tampered),
+            ],
             403,
             "PROOF_INVALID",
         ),
         (
             "garbage",
-            &[("x-fencing-token", "5"), ("x-fencing-proof", "v2.x.y.z")],
+            vec![("x-fencing-token", "5"), ("x-fencing-proof", "v2.x.y.z")],
             403,
             "PROOF_INVALID",
         ),
-    ];
-    for (what, headers, status, expected) in cases {
+    ]
+}
+
+/// With the genuine proof `proof5` token 5 writes, token 7 then writes, and token 5 is then
+/// fenced out.
+async fn assert_fence_rule_decides(url: &str, key: &LockKey, proof5: &str) {
+    let (status, body) = put_with(
+        url,
+        &[("x-fencing-token", "5"), ("x-fencing-proof", proof5)],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let proof7 = test_signer().sign(key, FencingToken(7), &test_grant(2, key, FencingToken(7)));
+    let (status, _) = put_with(
+        url,
+        &[("x-fencing-token", "7"), ("x-fencing-proof", &proof7)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = put_with(
+        url,
+        &[("x-fencing-token", "5"), ("x-fencing-proof", proof5)],
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (409, "FENCED_OUT"),
+        "the old holder, after a newer grant: {body}"
+    );
+}
+
+#[tokio::test]
+async fn every_bad_header_is_refused_with_its_code_and_a_genuine_grant_writes() {
+    let url = serve().await;
+    let key = LockKey::parse("doc:1").unwrap();
+    let proofs = Proofs::new(&key);
+
+    let mut cases = bad_token_probes(&proofs);
+    cases.extend(bad_proof_probes(&proofs));
+    for (what, headers, status, expected) in &cases {
         let (got, body) = put_with(&url, headers).await;
         assert_eq!((got, code(&body)), (*status, *expected), "{what}: {body}");
         assert!(
@@ -180,27 +255,5 @@ async fn every_bad_header_is_refused_with_its_code_and_a_genuine_grant_writes() 
         );
     }
 
-    let (status, body) = put_with(
-        &url,
-        &[("x-fencing-token", "5"), ("x-fencing-proof", &proof5)],
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let proof7 = test_signer().sign(&key, FencingToken(7), &test_grant(2, &key, FencingToken(7)));
-    let (status, _) = put_with(
-        &url,
-        &[("x-fencing-token", "7"), ("x-fencing-proof", &proof7)],
-    )
-    .await;
-    assert_eq!(status, 200);
-    let (status, body) = put_with(
-        &url,
-        &[("x-fencing-token", "5"), ("x-fencing-proof", &proof5)],
-    )
-    .await;
-    assert_eq!(
-        (status, code(&body)),
-        (409, "FENCED_OUT"),
-        "the old holder, after a newer grant: {body}"
-    );
+    assert_fence_rule_decides(&url, &key, &proofs.genuine).await;
 }

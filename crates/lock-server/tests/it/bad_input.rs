@@ -7,38 +7,23 @@ use test_support::bad_input::{BadRequest, check_all};
 
 use crate::support::{StoreAt, TestServer, on_both_backends};
 
-async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt) {
-    let server = TestServer::start(at.open().await, &["--admin-token", "adm1n"]).await;
-    let api = &server.api;
-    let session = api.session("existing", 30_000).await;
-    let (_, grant) = api.acquire("held", &session, 30_000).await;
-    assert!(grant["fencing_token"].is_u64());
-    let before = at.contents().await;
+const INVALID: &str = "INVALID_ARGUMENT";
 
-    let unknown = "00000000-0000-4000-8000-000000000000";
-    // An error names a session by its tag, never its id.
-    let unknown_tag: &'static str = String::leak(
-        lock_api::SessionId::parse(unknown)
-            .unwrap()
-            .tag()
-            .to_string(),
-    );
-    let long_key = "k".repeat(lock_api::LOCK_KEY_MAX_BYTES + 1);
-    let acquire = format!(r#"{{"session_id":"{session}","ttl_ms":1000}}"#);
-    let (post, get, delete) = (Method::POST, Method::GET, Method::DELETE);
-    let bad = |name, method: &Method, path: &str, body: &str| {
-        BadRequest::new(name, method.clone(), path, body)
-    };
-    let invalid = "INVALID_ARGUMENT";
-    let bearer = format!("Bearer {}", crate::support::CLIENT_TOKEN);
-    let cases = vec![
+fn bad(name: &'static str, method: &Method, path: &str, body: &str) -> BadRequest {
+    BadRequest::new(name, method.clone(), path, body)
+}
+
+/// A missing holder session and wrong credentials; `acquire` is a valid acquire body.
+fn session_and_credential_cases(acquire: &str) -> Vec<BadRequest> {
+    let (post, get) = (Method::POST, Method::GET);
+    vec![
         bad(
             "release without the holder's session",
             &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":1}"#,
         )
-        .expect(400, invalid, "session_id"),
+        .expect(400, INVALID, "session_id"),
         bad(
             "no client credential",
             &post,
@@ -54,88 +39,118 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
             "the admin credential on L4",
             &post,
             "/v1/locks/held/acquire",
-            &acquire,
+            acquire,
         )
         .header("authorization", "Bearer adm1n")
         .expect(401, "UNAUTHENTICATED", "LOCK_CLIENT_TOKEN"),
-        bad("malformed JSON", &post, "/v1/sessions", r#"{"owner_id":"#).expect(400, invalid, "EOF"),
-        bad("missing owner_id", &post, "/v1/sessions", "{}").expect(400, invalid, "owner_id"),
+    ]
+}
+
+/// Malformed create-session bodies.
+fn session_body_cases() -> Vec<BadRequest> {
+    let post = Method::POST;
+    vec![
+        bad("malformed JSON", &post, "/v1/sessions", r#"{"owner_id":"#).expect(400, INVALID, "EOF"),
+        bad("missing owner_id", &post, "/v1/sessions", "{}").expect(400, INVALID, "owner_id"),
         bad(
             "ttl of wrong type",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":"x"}"#,
         )
-        .expect(400, invalid, "ttl_ms"),
+        .expect(400, INVALID, "ttl_ms"),
         bad(
             "ttl zero",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":0}"#,
         )
-        .expect(400, invalid, "ttl_ms"),
+        .expect(400, INVALID, "ttl_ms"),
         bad(
             "ttl absurd",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":999999999999}"#,
         )
-        .expect(400, invalid, "ttl_ms"),
+        .expect(400, INVALID, "ttl_ms"),
         bad(
             "ttl negative",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a","ttl_ms":-5}"#,
         )
-        .expect(400, invalid, "ttl_ms"),
+        .expect(400, INVALID, "ttl_ms"),
         bad("empty owner", &post, "/v1/sessions", r#"{"owner_id":""}"#)
-            .expect(400, invalid, "owner_id"),
+            .expect(400, INVALID, "owner_id"),
         bad(
             "control char in owner",
             &post,
             "/v1/sessions",
             "{\"owner_id\":\"a\\u0007b\"}",
         )
-        .expect(400, invalid, "owner_id"),
+        .expect(400, INVALID, "owner_id"),
         bad(
             "unknown field",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a","color":"red"}"#,
         )
-        .expect(400, invalid, "color"),
+        .expect(400, INVALID, "color"),
         bad(
             "trailing garbage",
             &post,
             "/v1/sessions",
             r#"{"owner_id":"a"} x"#,
         )
-        .expect(400, invalid, "body"),
-        bad("body is an array", &post, "/v1/sessions", "[]").expect(400, invalid, "body"),
+        .expect(400, INVALID, "body"),
+        bad("body is an array", &post, "/v1/sessions", "[]").expect(400, INVALID, "body"),
+    ]
+}
+
+/// Acquires (with the valid body `acquire`) of keys that break the key rule.
+fn lock_key_cases(acquire: &str) -> Vec<BadRequest> {
+    let post = Method::POST;
+    let long_key = "k".repeat(lock_api::LOCK_KEY_MAX_BYTES + 1);
+    vec![
         bad(
             "over-long key",
             &post,
             &format!("/v1/locks/{long_key}/acquire"),
-            &acquire,
+            acquire,
         )
-        .expect(400, invalid, "lock_key"),
+        .expect(400, INVALID, "lock_key"),
         bad(
             "control char in key",
             &post,
             "/v1/locks/a%07b/acquire",
-            &acquire,
+            acquire,
         )
-        .expect(400, invalid, "lock_key"),
-        bad("space in key", &post, "/v1/locks/a%20b/acquire", &acquire)
-            .expect(400, invalid, "lock_key"),
-        bad("empty key", &post, "/v1/locks//acquire", &acquire).expect(400, invalid, "lock_key"),
+        .expect(400, INVALID, "lock_key"),
+        bad("space in key", &post, "/v1/locks/a%20b/acquire", acquire)
+            .expect(400, INVALID, "lock_key"),
+        bad("empty key", &post, "/v1/locks//acquire", acquire).expect(400, INVALID, "lock_key"),
+    ]
+}
+
+/// Malformed and unknown session ids, and a zero ttl for the live `session`.
+fn session_id_cases(session: &str) -> Vec<BadRequest> {
+    let (post, delete) = (Method::POST, Method::DELETE);
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    // An error names a session by its tag, never its id.
+    let unknown_tag: &'static str = String::leak(
+        lock_api::SessionId::parse(unknown)
+            .unwrap()
+            .tag()
+            .to_string(),
+    );
+    vec![
         bad(
             "session id not a UUID",
             &post,
             "/v1/locks/k/acquire",
             r#"{"session_id":"nope"}"#,
         )
-        .expect(400, invalid, "session_id"),
+        .expect(400, INVALID, "session_id"),
         bad(
             "unknown session on acquire",
             &post,
@@ -149,14 +164,14 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
             "/v1/locks/k/acquire",
             &format!(r#"{{"session_id":"{session}","ttl_ms":0}}"#),
         )
-        .expect(400, invalid, "ttl_ms"),
+        .expect(400, INVALID, "ttl_ms"),
         bad(
             "heartbeat of a non-UUID",
             &post,
             "/v1/sessions/xyz/heartbeat",
             "",
         )
-        .expect(400, invalid, "session_id"),
+        .expect(400, INVALID, "session_id"),
         bad(
             "heartbeat of an unknown session",
             &post,
@@ -166,44 +181,58 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
         .expect(404, "SESSION_UNKNOWN", unknown_tag),
         bad("delete a non-UUID session", &delete, "/v1/sessions/xyz", "").expect(
             400,
-            invalid,
+            INVALID,
             "session_id",
         ),
+    ]
+}
+
+/// Renews and releases by the live `session` with missing or malformed fencing tokens.
+fn fencing_token_cases(session: &str) -> Vec<BadRequest> {
+    let post = Method::POST;
+    vec![
         bad(
             "renew without token",
             &post,
             "/v1/locks/held/renew",
             &format!(r#"{{"session_id":"{session}"}}"#),
         )
-        .expect(400, invalid, "fencing_token"),
+        .expect(400, INVALID, "fencing_token"),
         bad(
             "release with negative token",
             &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":-1}"#,
         )
-        .expect(400, invalid, "fencing_token"),
+        .expect(400, INVALID, "fencing_token"),
         bad(
             "release with a token above bigint",
             &post,
             "/v1/locks/held/release",
             &format!(r#"{{"session_id":"{session}","fencing_token":18446744073709551615}}"#),
         )
-        .expect(400, invalid, "fencing_token"),
+        .expect(400, INVALID, "fencing_token"),
         bad(
             "renew with a token above bigint",
             &post,
             "/v1/locks/held/renew",
             &format!(r#"{{"session_id":"{session}","fencing_token":9223372036854775808}}"#),
         )
-        .expect(400, invalid, "fencing_token"),
+        .expect(400, INVALID, "fencing_token"),
         bad(
             "release with string token",
             &post,
             "/v1/locks/held/release",
             r#"{"fencing_token":"1"}"#,
         )
-        .expect(400, invalid, "fencing_token"),
+        .expect(400, INVALID, "fencing_token"),
+    ]
+}
+
+/// Wrong methods and routes, bad framing, and a wrong admin token.
+fn framing_and_route_cases() -> Vec<BadRequest> {
+    let (post, get) = (Method::POST, Method::GET);
+    vec![
         bad("wrong method", &get, "/v1/sessions", "").expect(405, "METHOD_NOT_ALLOWED", "Method"),
         bad("unknown route", &post, "/v2/anything", "{}").expect(404, "NOT_FOUND", "route"),
         bad("oversized body", &post, "/v1/sessions", "")
@@ -239,23 +268,47 @@ async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt)
         )
         .header("authorization", "Bearer guess")
         .expect(401, "UNAUTHENTICATED", "bearer"),
-    ];
+    ]
+}
+
+/// Every case presents the client credential unless it is about credentials.
+fn with_client_credential(case: BadRequest) -> BadRequest {
+    if case
+        .headers
+        .iter()
+        .any(|(name, _)| *name == "authorization")
+    {
+        case
+    } else {
+        case.header(
+            "authorization",
+            format!("Bearer {}", crate::support::CLIENT_TOKEN),
+        )
+    }
+}
+
+async fn bad_requests_get_documented_json_errors_and_change_nothing(at: StoreAt) {
+    let server = TestServer::start(at.open().await, &["--admin-token", "adm1n"]).await;
+    let api = &server.api;
+    let session = api.session("existing", 30_000).await;
+    let (_, grant) = api.acquire("held", &session, 30_000).await;
+    assert!(grant["fencing_token"].is_u64());
+    let before = at.contents().await;
+
+    let acquire = format!(r#"{{"session_id":"{session}","ttl_ms":1000}}"#);
+    let cases: Vec<BadRequest> = [
+        session_and_credential_cases(&acquire),
+        session_body_cases(),
+        lock_key_cases(&acquire),
+        session_id_cases(&session),
+        fencing_token_cases(&session),
+        framing_and_route_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     assert!(cases.len() >= 15);
-    // Every case presents the client credential unless it is about credentials.
-    let cases: Vec<BadRequest> = cases
-        .into_iter()
-        .map(|case| {
-            if case
-                .headers
-                .iter()
-                .any(|(name, _)| *name == "authorization")
-            {
-                case
-            } else {
-                case.header("authorization", bearer.clone())
-            }
-        })
-        .collect();
+    let cases: Vec<BadRequest> = cases.into_iter().map(with_client_credential).collect();
     let failures = check_all(&api.base, &cases).await;
     assert!(
         failures.is_empty(),

@@ -42,6 +42,109 @@ fn stepped_lines(log: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The grant the store made and the replica withheld is given back at once, not left to a
+/// session that was told nothing until its lease ends.
+async fn assert_withheld_grant_given_back(api: &Api) {
+    poll_until(
+        "the withheld grant to be given back",
+        ORPHAN_FREED_WITHIN,
+        || async {
+            let (status, body) = api
+                .call(reqwest::Method::GET, "/v1/locks/payout:1", None)
+                .await;
+            match status {
+                StatusCode::NOT_FOUND => Some(()),
+                StatusCode::OK => None,
+                other => panic!("{other} {body}"),
+            }
+        },
+    )
+    .await;
+}
+
+/// The `holder` of `grant` is told the truth by its next renewal: the store ended its grant
+/// (409), its session (410), or the reaper already removed that session (404).
+async fn assert_holder_told_by_its_renewal(api: &Api, holder: &str, grant: &serde_json::Value) {
+    let (status, body) = api
+        .post(
+            "/v1/locks/payout:1/renew",
+            json!({"session_id": holder, "fencing_token": grant["fencing_token"]}),
+        )
+        .await;
+    assert!(
+        [
+            StatusCode::CONFLICT,
+            StatusCode::GONE,
+            StatusCode::NOT_FOUND
+        ]
+        .contains(&status),
+        "{status} {body}"
+    );
+}
+
+/// The step is counted once and logged once, at ERROR, with how far ahead the store is.
+async fn assert_step_counted_and_logged_once(api: &Api, replica: &ServiceProcess) {
+    assert_eq!(
+        api.metric("lock_store_clock_steps_total{backend=\"postgres\"}")
+            .await,
+        1.0,
+        "one step, counted once"
+    );
+    let lines = stepped_lines(&replica.log());
+    assert_eq!(lines.len(), 1, "one ERROR line:\n{}", replica.log());
+    assert_eq!(lines[0]["level"], "ERROR", "{}", lines[0]);
+    assert!(
+        lines[0]["ahead_ms"].as_u64().is_some_and(|ms| ms >= 59_000),
+        "{}",
+        lines[0]
+    );
+}
+
+/// Polls, in a fresh session kept alive, until payout:1 is granted again: when it was.
+async fn wait_until_grants_resume(api: &Api, lease_ms: u64) -> Instant {
+    let resumed = api.session("after-the-hold", lease_ms).await;
+    poll_until(
+        "grants to resume after the hold",
+        Duration::from_secs(20),
+        || {
+            let resumed = resumed.clone();
+            async move {
+                let (status, body) = api
+                    .call(
+                        reqwest::Method::POST,
+                        &format!("/v1/sessions/{resumed}/heartbeat"),
+                        None,
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::OK, "the session is kept alive: {body}");
+                let (status, body) = api.acquire("payout:1", &resumed, lease_ms).await;
+                match status {
+                    StatusCode::OK => Some(Instant::now()),
+                    StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT => None,
+                    other => panic!("{other} {body}"),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// A replica that starts after the step has no reading from before it: it compares the
+/// store's clock with its host's wall clock, finds it a minute ahead, and holds too.
+async fn assert_a_replica_started_after_the_step_holds(at: &StoreAt, logs: &std::path::Path) {
+    let (second, api) = spawn("lock-server-2", at, "60s", logs);
+    ready(&api).await;
+    let session = api.session("on-the-new-replica", 10_000).await;
+    let (status, body) = api.acquire("payout:3", &session, 10_000).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let lines = stepped_lines(&second.log());
+    assert!(
+        lines.iter().any(|l| l["at_start"] == true),
+        "the new replica said why:\n{}",
+        second.log()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_step_of_the_stores_clock_withholds_the_grant_and_holds_grants_for_the_longest_lease()
  {
@@ -79,103 +182,21 @@ async fn a_forward_step_of_the_stores_clock_withholds_the_grant_and_holds_grants
             .is_some_and(|m| m.contains("clock stepped")),
         "{refused}"
     );
-    // The grant the store made and the replica withheld is given back at once, not left to
-    // a session that was told nothing until its lease ends.
-    poll_until(
-        "the withheld grant to be given back",
-        ORPHAN_FREED_WITHIN,
-        || async {
-            let (status, body) = api
-                .call(reqwest::Method::GET, "/v1/locks/payout:1", None)
-                .await;
-            match status {
-                StatusCode::NOT_FOUND => Some(()),
-                StatusCode::OK => None,
-                other => panic!("{other} {body}"),
-            }
-        },
-    )
-    .await;
-    // The holder is told the truth by its next renewal: the store ended its grant (409), its
-    // session (410), or the reaper already removed that session (404).
-    let (status, body) = api
-        .post(
-            "/v1/locks/payout:1/renew",
-            json!({"session_id": holder, "fencing_token": grant["fencing_token"]}),
-        )
-        .await;
-    assert!(
-        [
-            StatusCode::CONFLICT,
-            StatusCode::GONE,
-            StatusCode::NOT_FOUND
-        ]
-        .contains(&status),
-        "{status} {body}"
-    );
+    assert_withheld_grant_given_back(&api).await;
+    assert_holder_told_by_its_renewal(&api, &holder, &grant).await;
     // Every key is held, not only the one that showed the step.
     let (status, body) = api.acquire("payout:2", &newcomer, lease_ms).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
 
-    assert_eq!(
-        api.metric("lock_store_clock_steps_total{backend=\"postgres\"}")
-            .await,
-        1.0,
-        "one step, counted once"
-    );
-    let lines = stepped_lines(&first.log());
-    assert_eq!(lines.len(), 1, "one ERROR line:\n{}", first.log());
-    assert_eq!(lines[0]["level"], "ERROR", "{}", lines[0]);
-    assert!(
-        lines[0]["ahead_ms"].as_u64().is_some_and(|ms| ms >= 59_000),
-        "{}",
-        lines[0]
-    );
+    assert_step_counted_and_logged_once(&api, &first).await;
 
     // After the hold, grants come back: never sooner than the longest lease after the step.
-    let resumed = api.session("after-the-hold", lease_ms).await;
-    let granted_at = poll_until(
-        "grants to resume after the hold",
-        Duration::from_secs(20),
-        || {
-            let api = &api;
-            let resumed = resumed.clone();
-            async move {
-                let (status, body) = api
-                    .call(
-                        reqwest::Method::POST,
-                        &format!("/v1/sessions/{resumed}/heartbeat"),
-                        None,
-                    )
-                    .await;
-                assert_eq!(status, StatusCode::OK, "the session is kept alive: {body}");
-                let (status, body) = api.acquire("payout:1", &resumed, lease_ms).await;
-                match status {
-                    StatusCode::OK => Some(Instant::now()),
-                    StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT => None,
-                    other => panic!("{other} {body}"),
-                }
-            }
-        },
-    )
-    .await;
+    let granted_at = wait_until_grants_resume(&api, lease_ms).await;
     assert!(
         granted_at.duration_since(stepped_at) >= TTL_MAX,
         "a grant came {:?} after the step, inside the hold of {TTL_MAX:?}",
         granted_at.duration_since(stepped_at)
     );
 
-    // A replica that starts after the step has no reading from before it: it compares the
-    // store's clock with its host's wall clock, finds it a minute ahead, and holds too.
-    let (second, api) = spawn("lock-server-2", &at, "60s", logs.path());
-    ready(&api).await;
-    let session = api.session("on-the-new-replica", 10_000).await;
-    let (status, body) = api.acquire("payout:3", &session, 10_000).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let lines = stepped_lines(&second.log());
-    assert!(
-        lines.iter().any(|l| l["at_start"] == true),
-        "the new replica said why:\n{}",
-        second.log()
-    );
+    assert_a_replica_started_after_the_step_holds(&at, logs.path()).await;
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use test_support::poll_until;
 
-use crate::support::{StoreAt, TestServer, on_both_backends, pg_store, token};
+use crate::support::{Api, StoreAt, TestServer, on_both_backends, pg_store, token};
 
 async fn l1_to_l7_round_trip_with_documented_bodies(at: StoreAt) {
     let store = at.open().await;
@@ -216,27 +216,21 @@ async fn revoke_needs_the_admin_token(at: StoreAt) {
     server.shutdown().await;
 }
 
-/// L8's reason reaches the holder (its renew is refused `LOCK_REVOKED` with who and why) and
-/// the metric (by its first word); a bad reason is refused and revokes nothing.
-async fn a_revoke_with_a_reason_tells_the_holder_who_and_why(at: StoreAt) {
-    let store = at.open().await;
-    let server = TestServer::start(store, &["--admin-token", "s3cret"]).await;
-    let api = &server.api;
-    let session = api.session("w", 5000).await;
-    let (_, grant) = api.acquire("r", &session, 5000).await;
-    let t = token(&grant);
-    let revoke = |body: String, content_type: &'static str| {
-        let request = api
-            .http
-            .post(format!("{}/v1/locks/r/revoke", api.base))
-            .header("authorization", "Bearer s3cret")
-            .header("content-type", content_type)
-            .body(body);
-        async move {
-            let response = request.send().await.unwrap();
-            (response.status(), response.json::<Value>().await.unwrap())
-        }
-    };
+/// L8 on key `r` with `body` as `content_type`, presenting the admin credential `s3cret`.
+async fn revoke_r(api: &Api, body: String, content_type: &'static str) -> (StatusCode, Value) {
+    let request = api
+        .http
+        .post(format!("{}/v1/locks/r/revoke", api.base))
+        .header("authorization", "Bearer s3cret")
+        .header("content-type", content_type)
+        .body(body);
+    let response = request.send().await.unwrap();
+    (response.status(), response.json::<Value>().await.unwrap())
+}
+
+/// Revokes of `r` with a bad reason (empty, a control character, a stray field, a number,
+/// not JSON, too long) are refused.
+async fn assert_bad_reasons_refused(api: &Api) {
     for (body, content_type, status, code) in [
         (
             r#"{"reason":""}"#,
@@ -275,26 +269,18 @@ async fn a_revoke_with_a_reason_tells_the_holder_who_and_why(at: StoreAt) {
             "INVALID_ARGUMENT",
         ),
     ] {
-        let (got, answer) = revoke(body.to_owned(), content_type).await;
+        let (got, answer) = revoke_r(api, body.to_owned(), content_type).await;
         assert_eq!(
             (got.as_u16(), answer["code"].as_str()),
             (status, Some(code)),
             "{body}: {answer}"
         );
     }
-    let (status, held) = api.call(Method::GET, "/v1/locks/r", None).await;
-    assert_eq!(
-        (status, token(&held)),
-        (StatusCode::OK, t),
-        "no refused revoke revoked"
-    );
+}
 
-    let reason = r#"{"reason":"Maintenance: node 3"}"#;
-    let (status, answer) = revoke(reason.to_owned(), "application/json").await;
-    assert_eq!(
-        (status, &answer["fencing_token"]),
-        (StatusCode::OK, &json!(t))
-    );
+/// The holder's renew of revoked `r` (token `t`, in `session`) is refused `LOCK_REVOKED`
+/// with who and why; a renew with another token is only `LOCK_LOST`.
+async fn assert_holder_told_who_and_why(api: &Api, session: &str, t: u64) {
     let (status, refused) = api
         .post(
             "/v1/locks/r/renew",
@@ -327,6 +313,32 @@ async fn a_revoke_with_a_reason_tells_the_holder_who_and_why(at: StoreAt) {
         (StatusCode::CONFLICT, Some("LOCK_LOST")),
         "another token was never revoked: {refused}"
     );
+}
+
+/// L8's reason reaches the holder (its renew is refused `LOCK_REVOKED` with who and why) and
+/// the metric (by its first word); a bad reason is refused and revokes nothing.
+async fn a_revoke_with_a_reason_tells_the_holder_who_and_why(at: StoreAt) {
+    let store = at.open().await;
+    let server = TestServer::start(store, &["--admin-token", "s3cret"]).await;
+    let api = &server.api;
+    let session = api.session("w", 5000).await;
+    let (_, grant) = api.acquire("r", &session, 5000).await;
+    let t = token(&grant);
+    assert_bad_reasons_refused(api).await;
+    let (status, held) = api.call(Method::GET, "/v1/locks/r", None).await;
+    assert_eq!(
+        (status, token(&held)),
+        (StatusCode::OK, t),
+        "no refused revoke revoked"
+    );
+
+    let reason = r#"{"reason":"Maintenance: node 3"}"#;
+    let (status, answer) = revoke_r(api, reason.to_owned(), "application/json").await;
+    assert_eq!(
+        (status, &answer["fencing_token"]),
+        (StatusCode::OK, &json!(t))
+    );
+    assert_holder_told_who_and_why(api, &session, t).await;
     let metrics = api
         .http
         .get(format!("{}/metrics", api.base))

@@ -64,91 +64,79 @@ async fn counts(url: &str) -> (i64, i64, i64) {
         .unwrap()
 }
 
-#[tokio::test]
-async fn bad_requests_get_documented_json_errors_and_write_nothing() {
-    let service = start().await;
-    let id = create(&service.base, "existing").await;
-    let before = counts(&service.db_url).await;
-    let (post, get, delete) = (Method::POST, Method::GET, Method::DELETE);
-    let payout = |body: &str| {
-        BadRequest::new("create", post.clone(), "/v1/payouts", body)
-            .header("idempotency-key", "k-1")
-    };
-    let invalid = "INVALID_ARGUMENT";
-    let ok_body = r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B"}"#;
-    let bearer = format!("Bearer {PROXY_TOKEN}");
+const INVALID: &str = "INVALID_ARGUMENT";
+const OK_BODY: &str = r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B"}"#;
+
+/// A create-payout request with `body` and an idempotency key.
+fn payout(body: &str) -> BadRequest {
+    BadRequest::new("create", Method::POST, "/v1/payouts", body).header("idempotency-key", "k-1")
+}
+
+/// A POST to `/v1/payouts/{id}/{action}` with an empty body.
+fn payout_action(name: &'static str, id: i64, action: &str) -> BadRequest {
+    BadRequest::new(name, Method::POST, format!("/v1/payouts/{id}/{action}"), "")
+}
+
+/// Wrong credentials or proofs for creating, claiming and re-fencing payout `id`.
+fn credential_cases(id: i64) -> Vec<BadRequest> {
     let exec = format!("Bearer {EXECUTOR_TOKEN}");
-    let cases = vec![
-        payout(ok_body)
+    vec![
+        payout(OK_BODY)
             .header("authorization", exec.clone())
             .expect(401, "UNAUTHENTICATED", "PAYMENT_CREATOR_TOKEN"),
-        BadRequest::new(
-            "claim with the creator's credential",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "1")
-        .header("authorization", format!("Bearer {CREATOR_TOKEN}"))
-        .expect(401, "UNAUTHENTICATED", "PAYOUT_EXECUTOR_TOKEN"),
-        BadRequest::new(
-            "claim without a proof",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "1")
-        .header("x-fencing-proof", "")
-        .expect(403, "PROOF_INVALID", "X-Fencing-Proof"),
-        BadRequest::new(
-            "claim with another payout's proof",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "1")
-        .header("x-fencing-proof", proof(id + 1, 1))
-        .expect(403, "PROOF_INVALID", "does not sign"),
-        BadRequest::new(
-            "re-fence with the executor's credential",
-            post.clone(),
-            format!("/v1/payouts/{id}/refence"),
-            "",
-        )
-        .header("x-fencing-token", "1")
-        .header("authorization", exec)
-        .expect(401, "UNAUTHENTICATED", "PAYMENT_ADMIN_TOKEN"),
-        payout(ok_body)
+        payout_action("claim with the creator's credential", id, "claim")
+            .header("x-fencing-token", "1")
+            .header("authorization", format!("Bearer {CREATOR_TOKEN}"))
+            .expect(401, "UNAUTHENTICATED", "PAYOUT_EXECUTOR_TOKEN"),
+        payout_action("claim without a proof", id, "claim")
+            .header("x-fencing-token", "1")
+            .header("x-fencing-proof", "")
+            .expect(403, "PROOF_INVALID", "X-Fencing-Proof"),
+        payout_action("claim with another payout's proof", id, "claim")
+            .header("x-fencing-token", "1")
+            .header("x-fencing-proof", proof(id + 1, 1))
+            .expect(403, "PROOF_INVALID", "does not sign"),
+        payout_action("re-fence with the executor's credential", id, "refence")
+            .header("x-fencing-token", "1")
+            .header("authorization", exec)
+            .expect(401, "UNAUTHENTICATED", "PAYMENT_ADMIN_TOKEN"),
+    ]
+}
+
+/// Malformed create-payout requests: headers, body fields, framing, idempotency reuse.
+fn create_cases() -> Vec<BadRequest> {
+    vec![
+        payout(OK_BODY)
             .without("idempotency-key")
-            .expect(400, invalid, "Idempotency-Key"),
+            .expect(400, INVALID, "Idempotency-Key"),
         payout(r#"{"amount_minor":0,"currency":"EUR","beneficiary":"B"}"#).expect(
             400,
-            invalid,
+            INVALID,
             "amount_minor",
         ),
         payout(r#"{"amount_minor":-3,"currency":"EUR","beneficiary":"B"}"#).expect(
             400,
-            invalid,
+            INVALID,
             "amount_minor",
         ),
         payout(r#"{"amount_minor":"5","currency":"EUR","beneficiary":"B"}"#).expect(
             400,
-            invalid,
+            INVALID,
             "amount_minor",
         ),
         payout(r#"{"amount_minor":5,"currency":"eur","beneficiary":"B"}"#)
-            .expect(400, invalid, "currency"),
+            .expect(400, INVALID, "currency"),
         payout(r#"{"amount_minor":5,"currency":"EURO","beneficiary":"B"}"#)
-            .expect(400, invalid, "currency"),
+            .expect(400, INVALID, "currency"),
         payout(r#"{"amount_minor":5,"currency":"EUR","beneficiary":" "}"#).expect(
             400,
-            invalid,
+            INVALID,
             "beneficiary",
         ),
         payout(r#"{"amount_minor":5,"currency":"EUR","beneficiary":"B","memo":"x"}"#)
-            .expect(400, invalid, "memo"),
-        payout(r#"{"amount_minor":5,"#).expect(400, invalid, "EOF"),
-        payout(ok_body).without("content-type").expect(
+            .expect(400, INVALID, "memo"),
+        payout(r#"{"amount_minor":5,"#).expect(400, INVALID, "EOF"),
+        payout(OK_BODY).without("content-type").expect(
             415,
             "UNSUPPORTED_MEDIA_TYPE",
             "Content-Type",
@@ -158,86 +146,80 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
             .expect(413, "PAYLOAD_TOO_LARGE", "bytes"),
         BadRequest::new(
             "idempotency key reused with another body",
-            post.clone(),
+            Method::POST,
             "/v1/payouts",
             r#"{"amount_minor":9,"currency":"EUR","beneficiary":"Ada"}"#,
         )
         .header("idempotency-key", "existing")
-        .expect(400, invalid, "Idempotency-Key"),
-        BadRequest::new(
-            "claim without token",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .expect(400, invalid, "X-Fencing-Token"),
-        BadRequest::new(
-            "claim with a word for a token",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "abc")
-        .expect(400, invalid, "X-Fencing-Token"),
-        BadRequest::new(
-            "claim with token 0",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "0")
-        .expect(400, invalid, "X-Fencing-Token"),
-        BadRequest::new(
-            "claim with a token above bigint",
-            post.clone(),
-            format!("/v1/payouts/{id}/claim"),
-            "",
-        )
-        .header("x-fencing-token", "9223372036854775808")
-        .expect(400, invalid, "X-Fencing-Token"),
+        .expect(400, INVALID, "Idempotency-Key"),
+    ]
+}
+
+/// Claims of payout `id` (or of bad or unknown payouts) with missing or malformed tokens.
+fn claim_cases(id: i64) -> Vec<BadRequest> {
+    vec![
+        payout_action("claim without token", id, "claim").expect(400, INVALID, "X-Fencing-Token"),
+        payout_action("claim with a word for a token", id, "claim")
+            .header("x-fencing-token", "abc")
+            .expect(400, INVALID, "X-Fencing-Token"),
+        payout_action("claim with token 0", id, "claim")
+            .header("x-fencing-token", "0")
+            .expect(400, INVALID, "X-Fencing-Token"),
+        payout_action("claim with a token above bigint", id, "claim")
+            .header("x-fencing-token", "9223372036854775808")
+            .expect(400, INVALID, "X-Fencing-Token"),
         BadRequest::new(
             "claim a non-numeric payout",
-            post.clone(),
+            Method::POST,
             "/v1/payouts/x/claim",
             "",
         )
         .header("x-fencing-token", "1")
-        .expect(400, invalid, "payout_id"),
+        .expect(400, INVALID, "payout_id"),
         BadRequest::new(
             "claim an unknown payout",
-            post.clone(),
+            Method::POST,
             "/v1/payouts/999999/claim",
             "",
         )
         .header("x-fencing-token", "1")
         .expect(404, "PAYOUT_UNKNOWN", "999999"),
-        BadRequest::new(
-            "reserve without the proxy's token",
-            post.clone(),
-            format!("/v1/payouts/{id}/submissions"),
-            "",
-        )
-        .header("x-fencing-token", "1")
-        .header("authorization", "")
-        .expect(401, "UNAUTHENTICATED", "bearer"),
+    ]
+}
+
+/// The rail proxy's endpoints for payout `id`: missing credential, bad outcomes.
+fn submission_cases(id: i64) -> Vec<BadRequest> {
+    let bearer = format!("Bearer {PROXY_TOKEN}");
+    vec![
+        payout_action("reserve without the proxy's token", id, "submissions")
+            .header("x-fencing-token", "1")
+            .header("authorization", "")
+            .expect(401, "UNAUTHENTICATED", "bearer"),
         BadRequest::new(
             "record IN_FLIGHT as an outcome",
-            post.clone(),
+            Method::POST,
             format!("/v1/payouts/{id}/submission/outcome"),
             r#"{"outcome":"IN_FLIGHT"}"#,
         )
         .header("x-fencing-token", "1")
         .header("authorization", bearer.clone())
-        .expect(400, invalid, "outcome"),
+        .expect(400, INVALID, "outcome"),
         BadRequest::new(
             "record an unknown outcome",
-            post.clone(),
+            Method::POST,
             format!("/v1/payouts/{id}/submission/outcome"),
             r#"{"outcome":"MAYBE"}"#,
         )
         .header("x-fencing-token", "1")
         .header("authorization", bearer)
-        .expect(400, invalid, "outcome"),
+        .expect(400, INVALID, "outcome"),
+    ]
+}
+
+/// Reads and listings with the wrong credential or malformed parameters.
+fn read_cases(id: i64) -> Vec<BadRequest> {
+    let get = Method::GET;
+    vec![
         BadRequest::new(
             "read without a credential",
             get.clone(),
@@ -264,12 +246,12 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
         .expect(401, "UNAUTHENTICATED", "PAYMENT_READER_TOKEN"),
         BadRequest::new("read payout abc", get.clone(), "/v1/payouts/abc", "").expect(
             400,
-            invalid,
+            INVALID,
             "payout_id",
         ),
         BadRequest::new("list without claimable", get.clone(), "/v1/payouts", "").expect(
             400,
-            invalid,
+            INVALID,
             "claimable",
         ),
         BadRequest::new(
@@ -278,82 +260,105 @@ async fn bad_requests_get_documented_json_errors_and_write_nothing() {
             "/v1/payouts?claimable=true&limit=0",
             "",
         )
-        .expect(400, invalid, "limit"),
+        .expect(400, INVALID, "limit"),
         BadRequest::new(
             "list with a stray parameter",
-            get.clone(),
+            get,
             "/v1/payouts?claimable=true&colour=red",
             "",
         )
-        .expect(400, invalid, "colour"),
-        BadRequest::new(
+        .expect(400, INVALID, "colour"),
+    ]
+}
+
+/// An offer request named `name` with `body`.
+fn offer(name: &'static str, body: &str) -> BadRequest {
+    BadRequest::new(name, Method::POST, "/v1/offers", body)
+}
+
+/// Offer requests with a bad executor, limit, duration, skip list or stray field.
+fn offer_cases() -> Vec<BadRequest> {
+    let too_many_skips = format!(
+        r#"{{"executor":"e1","limit":5,"offer_ms":1000,"skip":[{}]}}"#,
+        vec!["1"; 1_001].join(",")
+    );
+    vec![
+        offer(
             "offer to nobody",
-            post.clone(),
-            "/v1/offers",
             r#"{"executor":"","limit":5,"offer_ms":1000}"#,
         )
-        .expect(400, invalid, "executor"),
-        BadRequest::new(
+        .expect(400, INVALID, "executor"),
+        offer(
             "offer to a name with a control character",
-            post.clone(),
-            "/v1/offers",
             "{\"executor\":\"exec\\u0007utor\",\"limit\":5,\"offer_ms\":1000}",
         )
-        .expect(400, invalid, "executor"),
-        BadRequest::new(
-            "offer skipping too many payouts",
-            post.clone(),
-            "/v1/offers",
-            format!(
-                r#"{{"executor":"e1","limit":5,"offer_ms":1000,"skip":[{}]}}"#,
-                vec!["1"; 1_001].join(",")
-            )
-            .leak(),
-        )
-        .expect(400, invalid, "skip"),
-        BadRequest::new(
+        .expect(400, INVALID, "executor"),
+        offer("offer skipping too many payouts", too_many_skips.leak())
+            .expect(400, INVALID, "skip"),
+        offer(
             "offer 0 payouts",
-            post.clone(),
-            "/v1/offers",
             r#"{"executor":"e1","limit":0,"offer_ms":1000}"#,
         )
-        .expect(400, invalid, "limit"),
-        BadRequest::new(
+        .expect(400, INVALID, "limit"),
+        offer(
             "offer for 50 ms",
-            post.clone(),
-            "/v1/offers",
             r#"{"executor":"e1","limit":5,"offer_ms":50}"#,
         )
-        .expect(400, invalid, "offer_ms"),
-        BadRequest::new(
+        .expect(400, INVALID, "offer_ms"),
+        offer(
             "offer for longer than a lease can be",
-            post.clone(),
-            "/v1/offers",
             r#"{"executor":"e1","limit":5,"offer_ms":60001}"#,
         )
-        .expect(400, invalid, "offer_ms"),
-        BadRequest::new(
+        .expect(400, INVALID, "offer_ms"),
+        offer(
             "offer with a stray field",
-            post.clone(),
-            "/v1/offers",
             r#"{"executor":"e1","limit":5,"offer_ms":1000,"colour":"red"}"#,
         )
-        .expect(400, invalid, "colour"),
+        .expect(400, INVALID, "colour"),
+    ]
+}
+
+/// Unknown payouts and routes, and a method a route does not take.
+fn routing_cases() -> Vec<BadRequest> {
+    vec![
         BadRequest::new(
             "post an unknown payout",
-            post.clone(),
+            Method::POST,
             "/v1/payouts/424242/post",
             "",
         )
         .header("x-fencing-token", "1")
         .expect(404, "PAYOUT_UNKNOWN", "424242"),
-        BadRequest::new("wrong method", delete, "/v1/payouts", "").expect(
+        BadRequest::new("wrong method", Method::DELETE, "/v1/payouts", "").expect(
             405,
             "METHOD_NOT_ALLOWED",
             "Method",
         ),
-        BadRequest::new("unknown route", get, "/v1/nothing", "").expect(404, "NOT_FOUND", "route"),
-    ];
+        BadRequest::new("unknown route", Method::GET, "/v1/nothing", "").expect(
+            404,
+            "NOT_FOUND",
+            "route",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn bad_requests_get_documented_json_errors_and_write_nothing() {
+    let service = start().await;
+    let id = create(&service.base, "existing").await;
+    let before = counts(&service.db_url).await;
+    let cases: Vec<BadRequest> = [
+        credential_cases(id),
+        create_cases(),
+        claim_cases(id),
+        submission_cases(id),
+        read_cases(id),
+        offer_cases(),
+        routing_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     assert!(cases.len() >= 10);
     let cases: Vec<BadRequest> = cases.into_iter().map(as_its_role).collect();
     let failures = check_all(&service.base, &cases).await;
