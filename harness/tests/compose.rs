@@ -36,7 +36,32 @@ async fn s5_a_partitioned_executor_gives_up_its_lock_in_time_and_writes_nothing(
     let mut stack = Stack::start(StackOptions::default(), None).await.unwrap();
     let ids = stack.create_payouts("s5", 1).await.unwrap();
     let id = ids[0];
-    // A holds the lock through a slow (but in-budget) rail call.
+    let cut_at = cut_a_off_mid_submit(&mut stack, id).await;
+    assert_a_declares_the_loss_in_time(&stack, cut_at).await;
+
+    stack.start_executor("executor-b", &[]).await.unwrap();
+    let settled = stack
+        .wait_terminal(&ids, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        settled[0].state,
+        PayoutState::Settled,
+        "B settled the payout"
+    );
+    assert_a_writes_nothing_once_reconnected(&stack, id, cut_at, settled[0].fence).await;
+    assert_eq!(
+        stack.rail_received(id).await.unwrap().len(),
+        1,
+        "I1: the rail saw the payout once"
+    );
+    let ledger = stack.ledger().await.unwrap();
+    assert_eq!((ledger.postings, ledger.settled_payouts), (1, 1));
+}
+
+/// Starts executor A on payout `id` with a slow (but in-budget) rail call, and cuts it off
+/// the network while it holds the lock mid-submit; when it was cut.
+async fn cut_a_off_mid_submit(stack: &mut Stack, id: i64) -> SystemTime {
     stack
         .rail_fault(&Fault {
             payout_id: Some(id),
@@ -49,10 +74,19 @@ async fn s5_a_partitioned_executor_gives_up_its_lock_in_time_and_writes_nothing(
         (stack.payout(id).await.ok()?.state == PayoutState::Submitted).then_some(())
     })
     .await;
-    let a = stack.executors[0].process.container().unwrap();
-    a.disconnect().unwrap();
-    let cut_at = SystemTime::now();
+    stack.executors[0]
+        .process
+        .container()
+        .unwrap()
+        .disconnect()
+        .unwrap();
+    SystemTime::now()
+}
 
+/// A declares its lock lost by its own clock within ttl × (1 − margin) + one heartbeat
+/// period of `cut_at`, and says whose, which session, which backend and why.
+async fn assert_a_declares_the_loss_in_time(stack: &Stack, cut_at: SystemTime) {
+    let a = stack.executors[0].process.container().unwrap();
     let period = Duration::from_secs_f64(TTL.as_secs_f64() * (1.0 - MARGIN) / 3.0);
     let bound = TTL.mul_f64(1.0 - MARGIN) + period;
     let lost = poll_until(
@@ -74,36 +108,20 @@ async fn s5_a_partitioned_executor_gives_up_its_lock_in_time_and_writes_nothing(
     for field in ["owner", "session", "backend", "reason"] {
         assert!(!lost[field].is_null(), "session_lost lacks {field}: {lost}");
     }
+}
 
-    stack.start_executor("executor-b", &[]).await.unwrap();
-    let settled = stack
-        .wait_terminal(&ids, Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(
-        settled[0].state,
-        PayoutState::Settled,
-        "B settled the payout"
-    );
-
-    let fence_before = settled[0].fence;
-    stack.executors[0]
-        .process
-        .container()
-        .unwrap()
-        .connect()
-        .unwrap();
+/// Reconnects A: it answers again, has posted nothing since `cut_at`, and payout `id` is as
+/// B left it (settled, fence `fence_before`).
+async fn assert_a_writes_nothing_once_reconnected(
+    stack: &Stack,
+    id: i64,
+    cut_at: SystemTime,
+    fence_before: i64,
+) {
+    let a = stack.executors[0].process.container().unwrap();
+    a.connect().unwrap();
     // Reconnected, A may get another address (B may hold its old one by now).
-    let a_url = format!(
-        "http://{}:8084",
-        stack.executors[0]
-            .process
-            .container()
-            .unwrap()
-            .ip()
-            .unwrap()
-    );
-    // A reconnected: it answers again, and has written nothing since the cut.
+    let a_url = format!("http://{}:8084", a.ip().unwrap());
     poll_until("A to answer again", Duration::from_secs(30), || async {
         stack
             .metric(&a_url, "payout_execute_seconds_count", &[])
@@ -140,13 +158,6 @@ async fn s5_a_partitioned_executor_gives_up_its_lock_in_time_and_writes_nothing(
         (PayoutState::Settled, fence_before),
         "nothing moved"
     );
-    assert_eq!(
-        stack.rail_received(id).await.unwrap().len(),
-        1,
-        "I1: the rail saw the payout once"
-    );
-    let ledger = stack.ledger().await.unwrap();
-    assert_eq!((ledger.postings, ledger.settled_payouts), (1, 1));
 }
 
 /// Prometheus' base URL in compose.yaml (published on loopback only).
