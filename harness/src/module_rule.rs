@@ -7,8 +7,12 @@
 //! - `lock-client` never depends on `lock-server` or the HTTP kit;
 //! - `fence-kit` never depends on `lock-server`, `lock-store` or `lock-client`: a resource
 //!   owner adopts it without the lock service's code;
-//! - `lock-sim` never depends on `lock-server`: it runs `lock-store` (the contract, the memory
-//!   store and the replica's pure decisions), not the service with its I/O stack.
+//! - `lock-sim` never depends on `lock-server` or `lock-client`: it runs `lock-core` (the SDK's
+//!   decisions) and `lock-store` (the contract, the memory store and the replica's pure
+//!   decisions), not the SDK's or the service's I/O stack;
+//! - `lock-core` depends on `lock-api` only among workspace crates, and neither it nor
+//!   `lock-sim` reaches a crate that does I/O or needs a runtime ([`NO_IO_CRATES`], checked on
+//!   `cargo tree` by [`io_crates_in`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +34,22 @@ pub const CLIENTS_NEVER_REACH: &[&str] = &[
     "rail-stub",
     "harness",
 ];
+
+/// Crates whose dependency trees hold no I/O: the SDK's decisions and the simulation of them.
+pub const NO_IO_CRATES: &[&str] = &["lock-core", "lock-sim"];
+/// Third-party crates that do I/O or need an async runtime: none of them may be in the tree of
+/// a crate of [`NO_IO_CRATES`].
+pub const IO_DEPENDENCIES: &[&str] = &["tokio", "reqwest", "nix", "hyper", "mio", "rustls"];
+
+/// The crates of [`IO_DEPENDENCIES`] named in `tree`, the output of `cargo tree -e normal
+/// --prefix none --format {p}` (one `name vX.Y.Z ...` per line).
+pub fn io_crates_in(tree: &str) -> BTreeSet<String> {
+    tree.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| IO_DEPENDENCIES.contains(name))
+        .map(str::to_owned)
+        .collect()
+}
 
 /// Every breach of the rule in `metadata` (the JSON of `cargo metadata --format-version 1`),
 /// as human-readable lines. Empty means the rule holds.
@@ -103,12 +123,21 @@ pub fn violations(metadata: &Value) -> Vec<String> {
         ("lock-client", "lock-server"),
         ("lock-client", "service-kit"),
         ("lock-sim", "lock-server"),
+        ("lock-sim", "lock-client"),
         ("fence-kit", "lock-server"),
         ("fence-kit", "lock-store"),
         ("fence-kit", "lock-client"),
     ] {
         if reachable(crate_name).contains(never) {
             found.push(format!("{crate_name} depends on {never}"));
+        }
+    }
+    let core_allowed = ["lock-api"];
+    for dep in all_edges.get("lock-core").into_iter().flatten() {
+        if !core_allowed.contains(&dep.as_str()) {
+            found.push(format!(
+                "lock-core depends on {dep}; allowed: {core_allowed:?}"
+            ));
         }
     }
     found

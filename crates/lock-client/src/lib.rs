@@ -38,11 +38,9 @@
 //! ```
 
 mod background;
-mod backoff;
 mod client;
 mod clock;
 mod config;
-pub mod core;
 mod heartbeat;
 pub mod metrics;
 #[cfg(feature = "service")]
@@ -51,7 +49,6 @@ mod session;
 pub mod testing;
 mod transport;
 
-pub use backoff::{ceiling as backoff_ceiling, full_jitter};
 pub use client::{ClientError, LockClient};
 pub use clock::{Clock, FakeClock, Sleep, SystemClock, deadline_passed, nanos_until};
 pub use config::{
@@ -59,6 +56,8 @@ pub use config::{
     LockClientConfig,
 };
 pub use lock_api::{LockError, LockHandle, LockLost, LossReason};
+pub use lock_core as core;
+pub use lock_core::backoff::{ceiling as backoff_ceiling, full_jitter};
 pub use session::LockClientSession;
 pub use tls_kit::ClientTls;
 pub use transport::{

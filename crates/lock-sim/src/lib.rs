@@ -1,7 +1,7 @@
 //! Deterministic simulation of the SDK, the lock store and the fenced resource.
 //!
 //! Each seed is one single-threaded, discrete-event run in virtual time of: N clients, each
-//! the SDK's real sans-IO core (`lock_client::core`: the session core and the acquire loop)
+//! the SDK's real sans-IO core (`lock_core`: the session core and the acquire loop)
 //! running the executor's protocol (acquire → claim → guard → remaining covers the hop →
 //! submit → guard → post → release, with a scheduling point between every guard and its
 //! write); two lock-server replicas over lock-store's `MemoryStore` on virtual time; the

@@ -564,8 +564,13 @@ impl LockService {
 
     /// The store's live grants at `now`: key, session, token, and the request each is for.
     pub fn live_grants(&self, now: Nanos) -> Vec<(LockKey, SessionId, FencingToken)> {
+        // A checker's read: the store's clock is left where the last store call set it, so
+        // that reading never changes what the next call sees.
+        let before = self.env.true_now();
         self.env.set_now(now);
-        self.store.live_grants()
+        let grants = self.store.live_grants();
+        self.env.set_now(before);
+        grants
     }
 
     /// A waiting acquire gave up: its queue place goes now.

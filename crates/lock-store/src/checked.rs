@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
-use tokio::sync::watch;
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
@@ -180,7 +179,11 @@ impl ClockCheckedStore {
 }
 
 /// Reads the store's clock every [`CLOCK_SAMPLE_INTERVAL`] until `stop` turns true.
-pub async fn watch_clock(store: Arc<ClockCheckedStore>, mut stop: watch::Receiver<bool>) {
+#[cfg(feature = "sampler")]
+pub async fn watch_clock(
+    store: Arc<ClockCheckedStore>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut ticker = tokio::time::interval(CLOCK_SAMPLE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use clap::error::ErrorKind;
 
+#[cfg(feature = "runtime")]
 /// A probe's budget for connecting and for each read and write: under the health check's
 /// own timeout (2 s in deploy/Dockerfile), so a hung service fails the probe, not the check.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_500);
@@ -34,8 +35,8 @@ pub struct ServeTls {
 /// Parses `C` from the process's arguments and environment, or exits; `--probe URL` runs the
 /// probe and exits.
 pub fn parse_or_exit<C: Parser>(program: &str) -> C {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, url] = args.as_slice()
+    #[cfg(feature = "runtime")]
+    if let [flag, url] = std::env::args().skip(1).collect::<Vec<_>>().as_slice()
         && flag == "--probe"
     {
         probe_and_exit(program, url);
@@ -63,6 +64,7 @@ pub fn parse_or_exit<C: Parser>(program: &str) -> C {
     }
 }
 
+#[cfg(feature = "runtime")]
 fn probe_and_exit(program: &str, url: &str) -> ! {
     let ca = std::env::var_os("TLS_CA_FILE").filter(|v| !v.is_empty());
     match tls_kit::probe(url, ca.as_deref().map(std::path::Path::new), PROBE_TIMEOUT) {

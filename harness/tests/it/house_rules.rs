@@ -4,6 +4,7 @@
 //! | rule | why |
 //! |---|---|
 //! | the module rule (`modules`; C5 `ct5-modules`, also `deny.toml`) | the executor and lockctl reach the lock service through the SDK only, so nothing bypasses its safety logic; the simulation and the fence kit stay free of the service's I/O |
+//! | `lock-core` and `lock-sim` reach no crate that does I/O or needs a runtime (`modules`, on `cargo tree`) | the decisions every SDK runs are proven by a simulation that swaps only I/O; a runtime in the core would let a decision wait on the world |
 //! | the map is true and short (`map`) | a newcomer reads `docs/ARCHITECTURE.md` first; a map that names missing files or grows into a manual misleads |
 //! | one job per source file, at most 700 lines (`map`) | a file past that holds more than one room |
 //! | no import circles among a crate's modules, through `crate::`, `super::`, `self::` paths and a parent's use of its child (`map`; resolver and fixtures in `harness::imports`) | a circle is one room split over files |
@@ -342,6 +343,34 @@ mod modules {
         assert_eq!(violations(&metadata), Vec::<String>::new());
     }
 
+    /// The normal-dependency tree of `package`, features resolved for it alone.
+    fn tree_of(package: &str) -> String {
+        let output = std::process::Command::new(env!("CARGO"))
+            .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+            .args(["--format", "{p}", "--offline"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo tree");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "cargo tree -p {package}: {stderr}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    #[test]
+    fn the_core_and_the_simulation_reach_no_io_crate() {
+        for package in harness::module_rule::NO_IO_CRATES {
+            let tree = tree_of(package);
+            assert!(tree.lines().count() > 1, "read {package}'s tree: {tree}");
+            let found = harness::module_rule::io_crates_in(&tree);
+            assert!(found.is_empty(), "{package} reaches {found:?}:\n{tree}");
+        }
+        // The check bites: the SDK's own tree holds tokio, reqwest and nix.
+        let sdk = harness::module_rule::io_crates_in(&tree_of("lock-client"));
+        for io in ["tokio", "reqwest", "nix"] {
+            assert!(sdk.contains(io), "lock-client's tree without {io}: {sdk:?}");
+        }
+    }
+
     #[test]
     fn the_check_fails_on_a_graph_that_breaks_the_rule() {
         let fixture: serde_json::Value =
@@ -430,16 +459,18 @@ mod sdk_sources {
 
     #[test]
     fn no_blocking_sleep_and_no_wall_clock_in_the_sdk() {
-        let dir = super::map::root().join("crates/lock-client/src");
-        let files = super::map::rust_files(&dir);
+        let files: Vec<_> = ["crates/lock-client/src", "crates/lock-core/src"]
+            .iter()
+            .flat_map(|dir| super::map::rust_files(&super::map::root().join(dir)))
+            .collect();
         let mut found = Vec::new();
         for path in &files {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             found.extend(violations(&name, &std::fs::read_to_string(path).unwrap()));
         }
         assert!(
-            files.len() >= 12,
-            "read the SDK sources, its core too ({} files)",
+            files.len() >= 17,
+            "read the SDK's sources and its core's ({} files)",
             files.len()
         );
         assert!(found.is_empty(), "{found:?}");

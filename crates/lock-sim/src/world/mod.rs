@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
-use lock_client::core::{AcquireLoop, Attempt, Renewal, Sent, SessionCore, TickGrid};
+use lock_core::{AcquireLoop, Attempt, Renewal, Sent, SessionCore, TickGrid};
 
 use crate::bank::{Answer, Bank, RailFault, Write};
 use crate::check::{Coverage, Violation};

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lock_api::{ErrorCode, FencingToken, LockKey, LossReason, RetryVerdict, SessionId};
-use lock_client::AcquirePolicy;
-use lock_client::core::{
-    AcquireLoop, Attempt, Next, SessionCore, TickGrid, Unhold, acquire, heartbeat_period,
+use lock_core::{
+    AcquireLoop, AcquirePolicy, Attempt, Next, SessionCore, TickGrid, Unhold, acquire,
+    heartbeat_period,
 };
 use lock_store::RequestId;
 

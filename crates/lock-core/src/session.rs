@@ -1,36 +1,15 @@
-//! The SDK's safety logic as a pure state machine (sans-IO): one session's grant registry,
-//! the conservative deadline arithmetic, the heartbeat's renew decisions and grid, and loss
-//! detection. Inputs are `now_nanos` readings of the caller's monotonic clock and the
-//! replies the caller received; outputs are decisions (what to send on a tick, how long to
-//! wait) and the losses to deliver. No I/O, no clock reads, no threads, no async, no locks.
-//!
-//! The acquire loop's decisions live in [`acquire`], the deadline arithmetic in `deadline`,
-//! the heartbeat's grid in `tick_grid`. Two drivers run this exact code:
-//! `LockClientSession` with the heartbeat thread (over a `Transport` and a `Clock`), and the
-//! deterministic simulation (`crates/lock-sim`). Every instant a deadline counts from is
-//! stamped here, when the core plans the request ([`Sent`], [`acquire::Attempt`]): a driver
-//! hands the stamp back with the answer and never supplies the time itself.
-//!
-//! Readings are `u64` nanoseconds that may wrap; every comparison goes through
-//! [`deadline_passed`] / [`nanos_until`].
+//! One session's grant registry: the conservative deadlines of the session and of each
+//! grant, the heartbeat's renew decisions on its grid, holds, settling, and the losses to
+//! deliver. [`SessionCore`] owns it; a driver feeds it replies and `now_nanos` readings.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lock_api::{ErrorCode, FencingToken, LockKey, LockLost, LossReason};
 
-use crate::clock::{deadline_passed, nanos_until};
-
-pub mod acquire;
-mod deadline;
-mod tick_grid;
-
-pub use acquire::{AcquireLoop, AfterFailure, Attempt, Next, grant_basis_nanos};
-pub use deadline::{
-    HEARTBEAT_DIVISOR, MIN_HEARTBEAT_PERIOD_MS, RENEW_BELOW_PERIODS, heartbeat_period,
-    remaining_after_tick, stop_grace_limit, usable_nanos,
-};
-pub use tick_grid::TickGrid;
+use crate::acquire::{self, Attempt};
+use crate::deadline::{RENEW_BELOW_PERIODS, usable_nanos};
+use crate::time::{deadline_passed, nanos_until};
 
 /// One held grant.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use lock_api::{ErrorCode, LossReason, RetryVerdict};
 
 use crate::backoff;
+use crate::deadline::usable_nanos;
 
 /// What a waiting acquire leaves of the request timeout for the server's last store call and the
 /// answer's way back.
@@ -126,7 +127,7 @@ pub fn grant_basis_nanos(
     safety_margin: f64,
 ) -> u64 {
     let measured = received_nanos.wrapping_sub(send_nanos);
-    let credit = super::usable_nanos(safety_margin, waited_ms);
+    let credit = usable_nanos(safety_margin, waited_ms);
     let basis = send_nanos.wrapping_add(credit.min(measured));
     // The basis lies between the send and the answer, and credits no more of the server's
     // wait than what is left of it after the margin.
@@ -201,7 +202,7 @@ impl AcquireLoop {
     /// Whether the loop's last attempt went unanswered (C2 §L4): the server may have granted
     /// it to a caller that has stopped listening. A driver that gives up then settles: one
     /// try without waiting answers such a grant again (same session, same token), and
-    /// [`crate::core::SessionCore::settling`] says whether to release it at once.
+    /// [`crate::SessionCore::settling`] says whether to release it at once.
     pub fn ended_unanswered(&self) -> bool {
         self.unanswered
     }

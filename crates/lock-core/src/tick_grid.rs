@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::nanos_until;
+use crate::time::nanos_until;
 
 /// The heartbeat's tick grid: ticks stay on a grid (a slow tick does not push the next one
 /// back); after a stall longer than a period, a fresh grid starts from now.
