@@ -1,6 +1,7 @@
 //! The harness: end-to-end suites, fault experiments, the demo and benchmarks.
 //!
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
+//! - [`serve_lock`]: one lock-server on a throwaway database for test suites outside Rust.
 //! - [`imports`]: the import graph of a crate's modules and its circles (a house rule).
 //! - [`bench`], [`bench_load`], [`bench_scale`]: benchmarks (`harness bench locks`: granted
 //!   locks through the SDK, raw HTTP, pgbench and etcd's lock API; `harness bench pipeline`;
@@ -24,5 +25,6 @@ pub mod history;
 pub mod imports;
 pub mod metrics;
 pub mod module_rule;
+pub mod serve_lock;
 pub mod stack;
 pub mod timeline;

@@ -29,6 +29,9 @@ enum Command {
         #[command(subcommand)]
         which: Bench,
     },
+    /// One lock-server on a throwaway PostgreSQL for test suites outside Rust: prints its URL
+    /// and credential as one JSON line, runs until stdin closes.
+    ServeLock,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,6 +53,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(options) => harness::demo::run(&options).await,
         Command::Chaos(options) => harness::chaos::run(&options).await.map(|_| ()),
+        Command::ServeLock => harness::serve_lock::run().await,
         Command::Bench {
             which: Bench::Locks(options),
         } => run_locks(&options).await,

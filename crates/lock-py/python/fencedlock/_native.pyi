@@ -1,0 +1,88 @@
+"""Typing of the native module (crates/lock-py/src): what `fencedlock` re-exports."""
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import final
+
+class LockServiceError(Exception):
+    """Every error of the lock SDK."""
+
+class ConfigError(LockServiceError):
+    """The client's settings are unusable."""
+
+class InvalidArgument(LockServiceError):
+    """The service refused the caller's input."""
+
+class LockContended(LockServiceError):
+    """Another session held the lock for the whole wait."""
+
+class LockLost(LockServiceError):
+    """The lock may be lost: stop writing under it."""
+
+    key: str
+    fencing_token: int
+    reason: str
+    detail: str | None
+
+class SessionLost(LockServiceError):
+    """The session is gone; open another."""
+
+class Throttled(LockServiceError):
+    """Over the credential's request rate or session quota; retry later."""
+
+class Unavailable(LockServiceError):
+    """The service or the network failed; the call may or may not have been applied."""
+
+@final
+class Client:
+    def __init__(
+        self,
+        endpoints: Sequence[str] | None = None,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        unsafe_plaintext_http: bool | None = None,
+        session_ttl: float | None = None,
+        request_timeout: float | None = None,
+    ) -> None: ...
+    def session(self, owner: str | None = None) -> Session: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Client: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+@final
+class Session:
+    def lock(self, key: str, *, ttl: float = 10.0, wait: float = 0.0) -> Lock: ...
+    def on_lock_lost(self, listener: Callable[[LockLost], object]) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Session: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+@final
+class Lock:
+    @property
+    def key(self) -> str: ...
+    @property
+    def fencing_token(self) -> int: ...
+    @property
+    def proof(self) -> str | None: ...
+    def ensure_held(self) -> None: ...
+    def remaining(self) -> float: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> Lock: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...

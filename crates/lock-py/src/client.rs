@@ -1,0 +1,139 @@
+//! `Client`: one lock client (its heartbeat thread, its HTTP pool) and the tokio runtime the
+//! SDK's calls run on. Settings come from keyword arguments, else from the environment
+//! spellings lockctl and the Rust SDK read (`LOCK_ENDPOINTS`, `LOCK_CLIENT_TOKEN`,
+//! `TLS_CA_FILE`, `UNSAFE_PLAINTEXT_HTTP`, ...), through the Rust SDK's own parser.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lock_client::{LockClient, LockClientConfig};
+use pyo3::prelude::*;
+
+use crate::errors::{ConfigError, client_error, lock_error};
+use crate::session::Session;
+use crate::slot::Runtime;
+
+/// Worker threads of a client's runtime: the SDK's calls are I/O bound, and the heartbeat
+/// runs on a thread of its own.
+const RUNTIME_WORKERS: usize = 2;
+
+/// A lock client. Close it (or use it as a context manager) to stop its heartbeat thread.
+#[pyclass(module = "fencedlock._native")]
+pub(crate) struct Client {
+    runtime: Runtime,
+    client: Mutex<Option<Arc<LockClient>>>,
+}
+
+#[pymethods]
+impl Client {
+    /// A client of the lock-servers at `endpoints` (else `LOCK_ENDPOINTS`), presenting
+    /// `token` (else `LOCK_CLIENT_TOKEN`). Plain `http://` endpoints are refused unless
+    /// `unsafe_plaintext_http` (else `UNSAFE_PLAINTEXT_HTTP`) says otherwise.
+    #[new]
+    #[pyo3(signature = (endpoints=None, *, token=None, ca_file=None, unsafe_plaintext_http=None, session_ttl=None, request_timeout=None))]
+    fn new(
+        endpoints: Option<Vec<String>>,
+        token: Option<String>,
+        ca_file: Option<String>,
+        unsafe_plaintext_http: Option<bool>,
+        session_ttl: Option<f64>,
+        request_timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut given = HashMap::new();
+        if let Some(endpoints) = endpoints {
+            given.insert("LOCK_ENDPOINTS", endpoints.join(","));
+        }
+        for (key, value) in [("LOCK_CLIENT_TOKEN", token), ("TLS_CA_FILE", ca_file)] {
+            if let Some(value) = value {
+                given.insert(key, value);
+            }
+        }
+        if let Some(plain) = unsafe_plaintext_http {
+            given.insert("UNSAFE_PLAINTEXT_HTTP", plain.to_string());
+        }
+        for (key, seconds) in [
+            ("LOCK_SESSION_TTL", session_ttl),
+            ("LOCK_CLIENT_REQUEST_TIMEOUT", request_timeout),
+        ] {
+            if let Some(seconds) = seconds {
+                given.insert(key, duration_setting(key, seconds)?);
+            }
+        }
+        let lookup = |key: &str| given.get(key).cloned().or_else(|| std::env::var(key).ok());
+        let config = LockClientConfig::from_env(lookup)
+            .map_err(|err| ConfigError::new_err(err.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_WORKERS)
+            .thread_name("fencedlock-io")
+            .enable_all()
+            .build()
+            .map_err(|err| ConfigError::new_err(format!("cannot start the runtime: {err}")))?;
+        let client = {
+            let _entered = runtime.enter();
+            LockClient::new(config).map_err(client_error)?
+        };
+        Ok(Self {
+            runtime: Arc::new(runtime),
+            client: Mutex::new(Some(Arc::new(client))),
+        })
+    }
+
+    /// Opens a session owned by `owner` (default `python:{host}:{pid}`): it heartbeats on the
+    /// client's thread until closed.
+    #[pyo3(signature = (owner=None))]
+    fn session(&self, py: Python<'_>, owner: Option<String>) -> PyResult<Session> {
+        let client = self.live()?;
+        let owner = owner.unwrap_or_else(default_owner);
+        let runtime = Arc::clone(&self.runtime);
+        let opened = py.detach(|| runtime.block_on(client.open_session(&owner)));
+        Ok(Session::new(opened.map_err(lock_error)?, runtime))
+    }
+
+    /// Stops the heartbeat thread; sessions still open stop heartbeating and expire.
+    fn close(&self, py: Python<'_>) {
+        let client = self
+            .client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(client) = client.and_then(|c| Arc::try_unwrap(c).ok()) {
+            py.detach(|| client.close());
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) {
+        self.close(py);
+    }
+}
+
+impl Client {
+    fn live(&self) -> PyResult<Arc<LockClient>> {
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| ConfigError::new_err("the client is closed"))
+    }
+}
+
+/// `seconds` as the duration spelling `key` takes (`"1500ms"`); a clear error for a
+/// negative, infinite or NaN value.
+fn duration_setting(key: &str, seconds: f64) -> PyResult<String> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(ConfigError::new_err(format!(
+            "{key}: {seconds} is not a positive number of seconds"
+        )));
+    }
+    Ok(format!("{}ms", (seconds * 1_000.0).ceil()))
+}
+
+/// `python:{host}:{pid}`: who holds a lock, as `lockctl inspect` shows it.
+fn default_owner() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+    format!("python:{host}:{}", std::process::id())
+}

@@ -1,0 +1,105 @@
+//! `Session`: one lock-service session, heartbeated by its client's thread, and the locks
+//! taken under it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_api::LockKey;
+use lock_client::{AcquirePolicy, LockClientSession};
+use pyo3::prelude::*;
+
+use crate::errors::{InvalidArgument, LockContended, lock_error, lock_lost};
+use crate::lock::Lock;
+use crate::slot::{Runtime, SessionSlot};
+
+/// Backoff of an acquire that waits: the SDK's defaults, within the caller's `wait`.
+const WAIT_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
+
+/// An open session. Close it (or use it as a context manager) to release what it holds.
+#[pyclass(module = "fencedlock._native")]
+pub(crate) struct Session {
+    slot: Arc<SessionSlot>,
+}
+
+impl Session {
+    pub(crate) fn new(session: LockClientSession, runtime: Runtime) -> Self {
+        Self {
+            slot: SessionSlot::new(session, runtime),
+        }
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// Acquires `key` for a lease of `ttl` seconds, waiting up to `wait` seconds in the
+    /// server's FIFO queue (0: try once). Raises `LockContended` when another session held
+    /// it for the whole wait. Use the lock as a context manager to release it on exit.
+    #[pyo3(signature = (key, *, ttl=10.0, wait=0.0))]
+    fn lock(&self, py: Python<'_>, key: &str, ttl: f64, wait: f64) -> PyResult<Lock> {
+        let key = LockKey::parse(key).map_err(|e| InvalidArgument::new_err(e.to_string()))?;
+        let ttl = seconds("ttl", ttl, false)?;
+        let wait = seconds("wait", wait, true)?;
+        let policy = if wait.is_zero() {
+            AcquirePolicy::TRY_ONCE
+        } else {
+            AcquirePolicy {
+                budget: wait,
+                ..WAIT_POLICY
+            }
+        };
+        let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));
+        let acquired = py.detach(|| runtime.block_on(session.acquire(&key, ttl, &policy)));
+        match acquired.map_err(lock_error)? {
+            Some(handle) => Ok(Lock::new(Arc::clone(&self.slot), &session, handle)),
+            None => Err(LockContended::new_err(format!(
+                "{key} was held by another session for the whole wait ({} s)",
+                wait.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Calls `listener(lost)` once for each lock of this session that may be lost, on the
+    /// client's heartbeat thread, with a `LockLost` exception describing it. It must return
+    /// quickly; what it raises is printed and dropped.
+    fn on_lock_lost(&self, listener: Py<PyAny>) -> PyResult<()> {
+        let session = self.slot.live()?;
+        session.on_lock_lost(move |lost| {
+            Python::attach(|py| {
+                let err = lock_lost(lost);
+                if let Err(raised) = listener.call1(py, (err.value(py),)) {
+                    raised.print(py);
+                }
+            });
+        });
+        Ok(())
+    }
+
+    /// Closes the session: the server releases what it still holds.
+    fn close(&self, py: Python<'_>) {
+        if let Some(session) = self.slot.take() {
+            let runtime = self.slot.runtime();
+            py.detach(|| runtime.block_on(session.close()));
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) {
+        self.close(py);
+    }
+}
+
+/// `value` seconds as a duration: positive (or zero when `zero_ok`) and finite, else
+/// `InvalidArgument` naming `what`.
+fn seconds(what: &str, value: f64, zero_ok: bool) -> PyResult<Duration> {
+    let fits = value.is_finite() && (value > 0.0 || (zero_ok && value == 0.0));
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|_| fits)
+        .ok_or_else(|| {
+            InvalidArgument::new_err(format!("{what}: {value} is not a valid number of seconds"))
+        })
+}
