@@ -596,14 +596,11 @@ impl LockClientSession {
     /// recorded in [`lock_guard_headroom_seconds`](crate::metrics::GUARD_HEADROOM_SECONDS).
     pub fn remaining(&self, handle: &LockHandle) -> Result<Duration, LockLost> {
         let now = self.shared.clock.now_nanos();
-        let left = self
-            .shared
-            .state()
-            .core()
-            .remaining(handle.lock_key(), handle.fencing_token(), now)
-            .map_err(|reason| {
-                LockLost::new(handle.lock_key().clone(), handle.fencing_token(), reason)
-            })?;
+        let left =
+            self.shared
+                .state()
+                .core()
+                .remaining(handle.lock_key(), handle.fencing_token(), now)?;
         // Only passed checks: a failed one has no headroom, and its loss is counted elsewhere.
         // The low quantiles show how close guarded writes come to the deadline before any is lost.
         metrics::histogram!(m::GUARD_HEADROOM_SECONDS, "backend" => self.shared.backend.as_str())

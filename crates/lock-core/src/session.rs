@@ -444,21 +444,26 @@ impl SessionCore {
     }
 
     /// Time left at `now_nanos` before `key`/`token`'s conservative deadline (the earlier of
-    /// the grant's and the session's), or why it is lost.
+    /// the grant's and the session's), or the loss: why, and what the server said of it (a
+    /// revoke's by whom and why).
     pub fn remaining(
         &mut self,
         key: &LockKey,
         token: FencingToken,
         now_nanos: u64,
-    ) -> Result<Duration, LossReason> {
+    ) -> Result<Duration, LockLost> {
         self.expire(now_nanos);
+        let gone = || {
+            let reason = self.lost.unwrap_or(LossReason::SessionClosed);
+            LockLost::new(key.clone(), token, reason)
+        };
         let grant = self
             .grants
             .get(key)
             .filter(|g| g.token == token)
-            .ok_or(self.lost.unwrap_or(LossReason::SessionClosed))?;
-        if let Some(reason) = grant.lost {
-            return Err(reason);
+            .ok_or_else(gone)?;
+        if let Some(lost) = grant.loss(key) {
+            return Err(lost);
         }
         let session_left = nanos_until(now_nanos, self.session_deadline_nanos);
         let grant_left = nanos_until(now_nanos, grant.deadline_nanos);

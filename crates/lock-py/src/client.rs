@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lock_client::{LockClient, LockClientConfig};
+use lock_api::{LockKey, RevokeReason};
+use lock_client::{Credential, LockClient, LockClientConfig};
 use pyo3::prelude::*;
 
-use crate::errors::{ConfigError, client_error, lock_error};
+use crate::errors::{ConfigError, InvalidArgument, client_error, lock_error};
 use crate::session::Session;
 use crate::slot::Runtime;
 
@@ -87,6 +88,29 @@ impl Client {
         let runtime = Arc::clone(&self.runtime);
         let opened = py.detach(|| runtime.block_on(client.open_session(&owner)));
         Ok(Session::new(opened.map_err(lock_error)?, runtime))
+    }
+
+    /// An operator's revoke of `key`, presenting `admin_token` (the lock-server's
+    /// `LOCK_ADMIN_TOKEN`), with `reason` for the holder to read (`maintenance: ...`,
+    /// `incident: ...`): the revoked grant's fencing token, or `None` when nothing was held.
+    #[pyo3(signature = (key, *, admin_token, reason=None))]
+    fn revoke(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        admin_token: String,
+        reason: Option<String>,
+    ) -> PyResult<Option<u64>> {
+        let client = self.live()?;
+        let key = LockKey::parse(key).map_err(|e| InvalidArgument::new_err(e.to_string()))?;
+        let reason = reason
+            .map(RevokeReason::parse)
+            .transpose()
+            .map_err(|e| InvalidArgument::new_err(e.to_string()))?;
+        let admin = Credential::new(admin_token);
+        let runtime = Arc::clone(&self.runtime);
+        let revoked = py.detach(|| runtime.block_on(client.revoke(&key, &admin, reason.as_ref())));
+        Ok(revoked.map_err(lock_error)?.fencing_token.map(|t| t.0))
     }
 
     /// Stops the heartbeat thread; sessions still open stop heartbeating and expire.

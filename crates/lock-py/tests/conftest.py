@@ -22,6 +22,7 @@ class Server:
 
     url: str
     client_token: str
+    admin_token: str
     pid: int
     log: str
 
@@ -58,6 +59,8 @@ def server() -> Iterator[Server]:
         process.wait(timeout=30)
         pytest.fail(f"harness serve-lock exited with {process.returncode} before it was ready")
     ready = json.loads(line)
-    yield Server(ready["url"], ready["client_token"], int(ready["pid"]), ready["log"])
+    yield Server(
+        ready["url"], ready["client_token"], ready["admin_token"], int(ready["pid"]), ready["log"]
+    )
     process.stdin.close()
     assert process.wait(timeout=60) == 0, "harness serve-lock failed to stop cleanly"

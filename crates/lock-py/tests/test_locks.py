@@ -44,6 +44,15 @@ def parked_waiters(server: Server) -> float:
     pytest.fail("lock_waiters is absent from /metrics")
 
 
+def is_lost(lock: fencedlock.Lock) -> bool:
+    """Whether `lock.ensure_held()` raises `LockLost` now."""
+    try:
+        lock.ensure_held()
+    except fencedlock.LockLost:
+        return True
+    return False
+
+
 @contextmanager
 def frozen(pid: int) -> Iterator[None]:
     """The process `pid` stopped (SIGSTOP) for the block, continued after it."""
@@ -93,14 +102,7 @@ def test_a_lock_is_lost_by_the_clients_own_clock_when_the_server_stops(server: S
         with frozen(server.pid):
             started = time.monotonic()
 
-            def lost() -> bool:
-                try:
-                    lock.ensure_held()
-                except fencedlock.LockLost:
-                    return True
-                return False
-
-            poll_until("ensure_held to raise LockLost", lost)
+            poll_until("ensure_held to raise LockLost", lambda: is_lost(lock))
             # The SDK stops believing before the server's lease (1 s) ends.
             assert time.monotonic() - started < 1.0
             poll_until("the loss listener to be called", lambda: bool(losses))
@@ -110,6 +112,25 @@ def test_a_lock_is_lost_by_the_clients_own_clock_when_the_server_stops(server: S
         assert raised.value.fencing_token == lock.fencing_token
         assert raised.value.reason in {"deadline_passed", "session_expired", "session_unknown"}
         assert losses[0].key == key
+
+
+def test_a_revoke_reaches_the_holder_with_its_reason(server: Server) -> None:
+    key = fresh_key()
+    with server.client(session_ttl=1.0) as client, client.session() as session:
+        lock = session.lock(key, ttl=1.0)
+        revoked = client.revoke(
+            key, admin_token=server.admin_token, reason="maintenance: pytest drains the key"
+        )
+        assert revoked == lock.fencing_token
+        assert client.revoke(key, admin_token=server.admin_token) is None, "nothing held now"
+
+        poll_until("the holder to learn of the revoke", lambda: is_lost(lock))
+        with pytest.raises(fencedlock.LockLost) as raised:
+            lock.ensure_held()
+        assert raised.value.reason == "revoked"
+        assert raised.value.detail is not None and "pytest drains the key" in raised.value.detail
+        with pytest.raises(fencedlock.LockServiceError):
+            client.revoke(key, admin_token="not-the-admin-token")
 
 
 def test_bad_input_raises_the_sdks_own_exceptions(server: Server) -> None:

@@ -40,7 +40,8 @@ fn deadlines_are_send_time_plus_the_usable_lease_across_the_wrap() {
         Ok(Duration::from_millis(100))
     );
     assert_eq!(
-        c.remaining(&key("k"), FencingToken(4), START.wrapping_add(2_100 * MS)),
+        c.remaining(&key("k"), FencingToken(4), START.wrapping_add(2_100 * MS))
+            .map_err(|lost| lost.reason),
         Err(LossReason::DeadlinePassed)
     );
 }
@@ -89,7 +90,8 @@ fn session_loss_takes_every_grant_and_a_heartbeat_cannot_undo_it() {
     c.heartbeat_ok(Sent { nanos: START }, 10_000);
     assert_eq!(c.lost(), Some(LossReason::SessionExpired));
     assert_eq!(
-        c.remaining(&key("a"), FencingToken(1), START),
+        c.remaining(&key("a"), FencingToken(1), START)
+            .map_err(|lost| lost.reason),
         Err(LossReason::SessionExpired)
     );
     let losses = c.take_losses();
@@ -158,4 +160,24 @@ fn settling_releases_only_a_grant_nobody_here_holds_and_never_believes_it_again(
     assert!(grant(&mut c, "orphan", 9, 3_000).is_err());
     c.release_answered(&key("orphan"), FencingToken(9));
     assert!(grant(&mut c, "orphan", 10, 3_000).is_ok());
+}
+
+#[test]
+fn a_revoke_reaches_the_held_check_with_the_operators_words() {
+    let mut c = core();
+    grant(&mut c, "k", 4, 3_000).unwrap_or_else(|e| panic!("{e:?}"));
+    let now = START.wrapping_add(1_500 * MS); // 600 ms left, under two 400 ms periods
+    let plan = c.begin_tick(now, Duration::from_millis(400));
+    let renewal = plan
+        .renew
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("{plan:?}"));
+    let said = "revoked by ops: maintenance: draining the key";
+    assert!(!c.renew_failed(&renewal, Some(ErrorCode::LockRevoked), said));
+    let lost = c
+        .remaining(&key("k"), FencingToken(4), now)
+        .expect_err("a revoked grant is lost");
+    assert_eq!(lost.reason, LossReason::Revoked);
+    assert_eq!(lost.detail.as_deref(), Some(said));
 }

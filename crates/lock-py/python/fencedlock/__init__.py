@@ -13,6 +13,7 @@ its native module::
             write(payout=42, token=lock.fencing_token, proof=lock.proof)
 """
 
+from fencedlock import aio
 from fencedlock._native import (
     Client,
     ConfigError,
@@ -28,6 +29,7 @@ from fencedlock._native import (
 )
 
 __all__ = [
+    "aio",
     "Client",
     "ConfigError",
     "InvalidArgument",

@@ -77,8 +77,8 @@ impl World {
         let token = job.token?;
         match session.core.remaining(&job.key, token, now_local) {
             Ok(left) => Some(left),
-            Err(reason) => {
-                self.coverage.hit(match reason {
+            Err(lost) => {
+                self.coverage.hit(match lost.reason {
                     LossReason::DeadlinePassed => "a guard stopped a write: deadline passed",
                     LossReason::RenewRefused => "a guard stopped a write: renew refused",
                     _ => "a guard stopped a write: session lost",

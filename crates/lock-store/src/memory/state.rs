@@ -2,7 +2,7 @@
 //! decisions a write makes on them (grant, enqueue, leave, hand over). `MemoryStore` locks it
 //! and calls these; nothing else touches it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
@@ -57,18 +57,21 @@ pub(super) struct Waiter {
     pub(super) request: RequestId,
 }
 
+/// Every map keyed by lock key is ordered: the store hands freed keys over and reports them
+/// in key order, so a run on virtual time (the simulation) replays the same on every process.
+/// Sessions are only looked up, counted and pruned, never visited in an order that shows.
 #[derive(Debug, Default)]
 pub(super) struct State {
     pub(super) sessions: HashMap<SessionId, Session>,
-    pub(super) locks: HashMap<LockKey, Grant>,
+    pub(super) locks: BTreeMap<LockKey, Grant>,
     /// Last token per key; never removed, so tokens are never reused.
-    pub(super) fences: HashMap<LockKey, FencingToken>,
+    pub(super) fences: BTreeMap<LockKey, FencingToken>,
     /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
-    pub(super) delays: HashMap<LockKey, Delay>,
+    pub(super) delays: BTreeMap<LockKey, Delay>,
     /// Each key's queue, in arrival (`seq`) order.
-    pub(super) queues: HashMap<LockKey, Vec<Waiter>>,
+    pub(super) queues: BTreeMap<LockKey, Vec<Waiter>>,
     /// Each key's last revocation (one per key, as its fence).
-    pub(super) revocations: HashMap<LockKey, Revocation>,
+    pub(super) revocations: BTreeMap<LockKey, Revocation>,
     pub(super) next_seq: u64,
 }
 

@@ -1,0 +1,164 @@
+"""The asyncio API: the same client, sessions and locks as `fencedlock`, for event loops.
+
+Every call that waits (open, acquire, release, close, revoke) runs the native call on a
+worker thread (`asyncio.to_thread`; the native call releases the GIL), so the loop keeps
+running while it waits; the held-checks do not wait and stay plain methods::
+
+    from fencedlock import aio
+
+    async with aio.Client() as client, client.session() as session:
+        async with session.lock("payout:42", ttl=10.0, wait=2.0) as lock:
+            lock.ensure_held()
+            await write(token=lock.fencing_token, proof=lock.proof)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from types import TracebackType
+from typing import Generic, TypeVar
+
+from fencedlock import _native
+
+T = TypeVar("T")
+
+
+class _Opening(Generic[T]):
+    """What a call that opens something returns: await it for the thing, or use it as an
+    async context manager that closes the thing on exit."""
+
+    def __init__(self, open_: Callable[[], Awaitable[T]], close: Callable[[T], Awaitable[object]]):
+        self._open = open_
+        self._close = close
+        self._opened: T | None = None
+
+    def __await__(self) -> Generator[object, None, T]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> T:
+        self._opened = await self._open()
+        return self._opened
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._opened is not None:
+            await self._close(self._opened)
+
+
+class Lock:
+    """A held lock: send `fencing_token` and `proof` with every write it guards, and call
+    `ensure_held()` right before each."""
+
+    def __init__(self, native: _native.Lock) -> None:
+        self._native = native
+
+    @property
+    def key(self) -> str:
+        return self._native.key
+
+    @property
+    def fencing_token(self) -> int:
+        return self._native.fencing_token
+
+    @property
+    def proof(self) -> str | None:
+        return self._native.proof
+
+    def ensure_held(self) -> None:
+        """Raises `LockLost` once the lock may be lost."""
+        self._native.ensure_held()
+
+    def remaining(self) -> float:
+        """Seconds the lock is certainly still held for."""
+        return self._native.remaining()
+
+    async def release(self) -> None:
+        """Releases the lock; raises `LockLost` when it was lost before."""
+        await asyncio.to_thread(self._native.release)
+
+
+class Session:
+    """An open session."""
+
+    def __init__(self, native: _native.Session) -> None:
+        self._native = native
+
+    def lock(self, key: str, *, ttl: float = 10.0, wait: float = 0.0) -> _Opening[Lock]:
+        """Acquires `key` (see `fencedlock.Session.lock`); as a context manager, releases it
+        on exit."""
+
+        async def acquire() -> Lock:
+            return Lock(await asyncio.to_thread(self._native.lock, key, ttl=ttl, wait=wait))
+
+        async def release(lock: Lock) -> None:
+            await lock.release()
+
+        return _Opening(acquire, release)
+
+    def on_lock_lost(self, listener: Callable[[_native.LockLost], object]) -> None:
+        """Calls `listener` once per lost lock, on the SDK's heartbeat thread."""
+        self._native.on_lock_lost(listener)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._native.close)
+
+
+class Client:
+    """A lock client (see `fencedlock.Client` for the settings)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str] | None = None,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        unsafe_plaintext_http: bool | None = None,
+        session_ttl: float | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        self._native = _native.Client(
+            endpoints,
+            token=token,
+            ca_file=ca_file,
+            unsafe_plaintext_http=unsafe_plaintext_http,
+            session_ttl=session_ttl,
+            request_timeout=request_timeout,
+        )
+
+    def session(self, owner: str | None = None) -> _Opening[Session]:
+        """Opens a session; as a context manager, closes it on exit."""
+
+        async def open_() -> Session:
+            return Session(await asyncio.to_thread(self._native.session, owner))
+
+        async def close(session: Session) -> None:
+            await session.close()
+
+        return _Opening(open_, close)
+
+    async def revoke(
+        self, key: str, *, admin_token: str, reason: str | None = None
+    ) -> int | None:
+        """An operator's revoke (see `fencedlock.Client.revoke`)."""
+        return await asyncio.to_thread(
+            self._native.revoke, key, admin_token=admin_token, reason=reason
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._native.close)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
