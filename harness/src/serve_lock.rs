@@ -1,6 +1,7 @@
 //! `harness serve-lock`: one lock-server on a throwaway PostgreSQL database, for test suites
 //! that are not Rust (the Python SDK's pytest). It prints one JSON line, what a client needs
-//! (`url`, `client_token`), an operator's credential (`admin_token`, for revokes) and what a
+//! (`url`, `client_token`), an operator's credential (`admin_token`, for revokes), what a
+//! resource trusts (`public_keys`) and what a
 //! test needs to fault the server (`pid`, `log`), then runs until its standard input closes,
 //! and stops everything it started.
 
@@ -21,6 +22,7 @@ pub async fn run() -> anyhow::Result<()> {
         "url": server.url,
         "client_token": test_support::keys::LOCK_CLIENT_TOKEN,
         "admin_token": ADMIN_TOKEN,
+        "public_keys": test_support::keys::public_keys(),
         "pid": server.process.pid().as_raw(),
         "log": logs.path().join("lock-server.log"),
     });

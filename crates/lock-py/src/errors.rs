@@ -39,6 +39,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    ProofInvalid,
+    LockServiceError,
+    "A write's fencing proof is missing, malformed, signed by an untrusted key, or names another key or token."
+);
+create_exception!(
+    _native,
     SessionLost,
     LockServiceError,
     "The session is gone (expired, unknown, closed); open another."
@@ -64,6 +70,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
     m.add("LockContended", py.get_type::<LockContended>())?;
     m.add("LockLost", py.get_type::<LockLost>())?;
+    m.add("ProofInvalid", py.get_type::<ProofInvalid>())?;
     m.add("SessionLost", py.get_type::<SessionLost>())?;
     m.add("Throttled", py.get_type::<Throttled>())?;
     m.add("Unavailable", py.get_type::<Unavailable>())?;

@@ -2,13 +2,15 @@
 //! (`lock-client`), so a Python client runs the same decisions as a Rust one (`lock-core`:
 //! conservative deadlines, heartbeat grid, the bounded acquire loop) and the same heartbeat
 //! thread, TLS and credentials. Python sees [`Client`](client::Client),
-//! [`Session`](session::Session), [`Lock`](lock::Lock) and the exceptions of [`errors`];
+//! [`Session`](session::Session), [`Lock`](lock::Lock), the resource side's
+//! [`TrustedKeys`](fence::TrustedKeys) and the exceptions of [`errors`];
 //! the package `fencedlock` (python/) re-exports them with its typing stubs.
 //!
 //! Every call that waits (open, acquire, release, close) releases the GIL while it waits.
 
 mod client;
 mod errors;
+mod fence;
 mod lock;
 mod session;
 mod slot;
@@ -21,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<session::Session>()?;
     m.add_class::<lock::Lock>()?;
+    m.add_class::<fence::TrustedKeys>()?;
     errors::register(m)?;
     Ok(())
 }

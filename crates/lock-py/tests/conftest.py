@@ -23,6 +23,7 @@ class Server:
     url: str
     client_token: str
     admin_token: str
+    public_keys: str
     pid: int
     log: str
 
@@ -60,7 +61,12 @@ def server() -> Iterator[Server]:
         pytest.fail(f"harness serve-lock exited with {process.returncode} before it was ready")
     ready = json.loads(line)
     yield Server(
-        ready["url"], ready["client_token"], ready["admin_token"], int(ready["pid"]), ready["log"]
+        ready["url"],
+        ready["client_token"],
+        ready["admin_token"],
+        ready["public_keys"],
+        int(ready["pid"]),
+        ready["log"],
     )
     process.stdin.close()
     assert process.wait(timeout=60) == 0, "harness serve-lock failed to stop cleanly"

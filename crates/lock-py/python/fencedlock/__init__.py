@@ -22,9 +22,11 @@ from fencedlock._native import (
     LockContended,
     LockLost,
     LockServiceError,
+    ProofInvalid,
     Session,
     SessionLost,
     Throttled,
+    TrustedKeys,
     Unavailable,
 )
 
@@ -37,8 +39,10 @@ __all__ = [
     "LockContended",
     "LockLost",
     "LockServiceError",
+    "ProofInvalid",
     "Session",
     "SessionLost",
     "Throttled",
+    "TrustedKeys",
     "Unavailable",
 ]

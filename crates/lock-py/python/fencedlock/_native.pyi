@@ -24,6 +24,9 @@ class LockLost(LockServiceError):
     reason: str
     detail: str | None
 
+class ProofInvalid(LockServiceError):
+    """A write's fencing proof does not prove a trusted grant of its key and token."""
+
 class SessionLost(LockServiceError):
     """The session is gone; open another."""
 
@@ -87,3 +90,8 @@ class Lock:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool: ...
+
+@final
+class TrustedKeys:
+    def __init__(self, spec: str) -> None: ...
+    def verify(self, key: str, token: int, proof: str | None) -> str: ...
