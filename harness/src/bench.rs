@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lock_client::LockClientConfig;
+use lock_client::ClientBuilder;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use test_support::etcd::EtcdCluster;
@@ -319,7 +319,7 @@ struct BenchRun<'a> {
     /// A client presenting the client credential, for the raw HTTP side.
     http: reqwest::Client,
     /// The SDK's configuration against the main lock-server.
-    sdk_config: LockClientConfig,
+    sdk_config: ClientBuilder,
     /// How long each side runs.
     duration: Duration,
     log_dir: &'a Path,
@@ -332,7 +332,7 @@ impl BenchRun<'_> {
     /// spent meanwhile, in µs.
     async fn sdk_side_with_cpu_us(
         &self,
-        config: &LockClientConfig,
+        config: &ClientBuilder,
         server: &LockServer,
         clients: usize,
         hot: bool,
@@ -366,8 +366,7 @@ impl BenchRun<'_> {
             row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
         );
         if let Some(baseline) = &servers.baseline {
-            let mut config = self.sdk_config.clone();
-            config.endpoints = vec![baseline.url.clone()];
+            let config = self.sdk_config.clone().endpoints([baseline.url.clone()]);
             let (sdk, cpu) = self
                 .sdk_side_with_cpu_us(&config, baseline, clients, hot)
                 .await?;
@@ -375,9 +374,9 @@ impl BenchRun<'_> {
             println!("{}", row(clients, keys, side, &sdk, etcd_rate, Some(cpu)));
         }
         if let Some((over_tls, files)) = &servers.over_tls {
-            let mut config = self.sdk_config.clone();
-            config.endpoints = vec![over_tls.url.clone()];
-            config.tls = files.client();
+            let config = (self.sdk_config.clone())
+                .endpoints([over_tls.url.clone()])
+                .tls(files.client());
             let (sdk, cpu) = self
                 .sdk_side_with_cpu_us(&config, over_tls, clients, hot)
                 .await?;
@@ -434,8 +433,8 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         .tempdir()?;
     let servers = BenchServers::start(options, &stores, log_dir.path()).await?;
     let base = servers.main.url.clone();
-    let mut sdk_config = crate::stack::lock_client_config([base.clone()]);
-    sdk_config.session_ttl = Duration::from_secs(60);
+    let sdk_config =
+        crate::stack::lock_client_builder([base.clone()]).session_ttl(Duration::from_secs(60));
     let run = BenchRun {
         stores: &stores,
         servers: &servers,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use etcd_client::{Client, LockOptions};
 use lock_api::LockKey;
-use lock_client::{AcquirePolicy, LockClient, LockClientConfig};
+use lock_client::{AcquirePolicy, ClientBuilder};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Executor, PgConnection};
@@ -108,7 +108,7 @@ async fn join(
 
 /// Through the SDK: one `LockClient` (one heartbeat thread) and one session per client.
 pub async fn sdk_side(
-    config: &LockClientConfig,
+    config: &ClientBuilder,
     clients: usize,
     duration: Duration,
     hot: bool,
@@ -120,7 +120,7 @@ pub async fn sdk_side(
         let config = config.clone();
         tasks.spawn(async move {
             let key = LockKey::parse(key_of(hot, client))?;
-            let lock_client = LockClient::new(config)?;
+            let lock_client = config.build()?;
             let session = lock_client.open_session(&format!("bench-{client}")).await?;
             let lease = Duration::from_millis(BENCH_LEASE_MS);
             let mut tally = ClientTally::default();

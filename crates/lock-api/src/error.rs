@@ -175,6 +175,7 @@ pub enum RetryVerdict {
 /// Why a lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LossReason {
     /// The client's conservative local deadline passed.
     DeadlinePassed,
@@ -210,6 +211,7 @@ impl LossReason {
 /// A lock is lost. Terminal: never retryable, no write may follow it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("lock {lock_key} (token {fencing_token}) is lost: {reason:?}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct LockLost {
     /// The key that was held.
     pub lock_key: LockKey,
@@ -231,10 +233,18 @@ impl LockLost {
             detail: None,
         }
     }
+
+    /// The same loss with the server's words on it.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
 }
 
 /// The typed errors of the lock surface, as an SDK caller sees them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
     /// The lock is lost; terminal.
     #[error(transparent)]

@@ -3,13 +3,11 @@
 //! Everything a client and a server must agree on lives here and nowhere else: the validated
 //! [`LockKey`], the ordered [`FencingToken`], the JSON bodies of the lock surface
 //! (`docs/contracts/C3-http-surfaces.md`), the error codes with their HTTP statuses, the
-//! client's [`LockHandle`] record, and the typed errors an SDK caller sees ([`LockError`],
-//! [`LockLost`]), and the log [`Throttle`] the services and the executor share. This crate
-//! does no I/O.
+//! typed errors an SDK caller sees ([`LockError`], [`LockLost`]), and the log [`Throttle`]
+//! the services and the executor share. This crate does no I/O.
 
 mod credentials;
 mod error;
-mod handle;
 mod ids;
 mod limits;
 #[cfg(feature = "openapi")]
@@ -27,7 +25,6 @@ pub use credentials::{
     parse_credentials, secret_sha256,
 };
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
-pub use handle::{HandleOwner, LockHandle};
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, SessionTag};
 pub use limits::*;
 pub use proof::{

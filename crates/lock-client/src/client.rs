@@ -7,37 +7,42 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lock_api::{
-    AcquireRequest, CreateSessionRequest, ErrorCode, FencingToken, LockError, LockGrant, LockInfo,
-    LockKey, LockOutcome, OwnerId, ReleaseRequest, RetryVerdict, RevokeReason, SessionId,
-};
+use lock_api::{CreateSessionRequest, LockError, OwnerId, ReleaseRequest, RetryVerdict};
 use tokio::sync::mpsc;
 
+use crate::admin::AdminClient;
 use crate::background::Background;
-use crate::clock::{Clock, SystemClock};
-use crate::config::{AcquirePolicy, ConfigError, Credential, LockClientConfig};
+use crate::clock::Clock;
+use crate::config::{ClientConfig, ConfigError};
 use crate::core::acquire::throttled_open_retry;
-use crate::core::{AcquireLoop, Next, SessionCore, TickGrid};
+use crate::core::{SessionCore, TickGrid};
 use crate::heartbeat;
 use crate::session::{LockClientSession, Shared};
-use crate::transport::{Call, HttpTransport, Reply, Transport, TransportError};
+use crate::transport::{Call, Reply, Transport, TransportError};
 
 /// Numbers heartbeat threads: `lock-hb-1`, `lock-hb-2`, ...
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(1);
 
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
-    /// The configuration is unusable.
-    #[error(transparent)]
+    /// A setting is unusable; the source names its key.
+    #[error("the lock client's configuration is unusable")]
     Config(#[from] ConfigError),
     /// The HTTP client or the heartbeat thread could not be created.
-    #[error("cannot start the lock client: {0}")]
-    Start(String),
+    #[error("cannot start the lock client: {what}")]
+    Start {
+        /// What could not be started.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 struct Inner {
-    config: Arc<LockClientConfig>,
+    config: Arc<ClientConfig>,
     clock: Arc<dyn Clock>,
     app_transport: Arc<dyn Transport>,
     sessions: Mutex<Vec<Weak<Shared>>>,
@@ -87,52 +92,14 @@ impl std::fmt::Debug for LockClient {
 }
 
 impl LockClient {
-    /// A client over HTTP with the system clock.
-    pub fn new(config: LockClientConfig) -> Result<Self, ClientError> {
-        config.validate()?;
-        config.check_endpoints()?;
-        let app = HttpTransport::new(
-            config.request_timeout,
-            config.credential.as_ref(),
-            &config.tls,
-        )
-        .map_err(|e| ClientError::Start(e.to_string()))?;
-        let beat = HttpTransport::new(
-            config.request_timeout,
-            config.credential.as_ref(),
-            &config.tls,
-        )
-        .map_err(|e| ClientError::Start(e.to_string()))?;
-        Self::with_parts(
-            config,
-            Arc::new(SystemClock::new()),
-            Arc::new(app),
-            Arc::new(beat),
-        )
-    }
-
-    /// A client over one transport (tests, simulation) with the system clock.
-    pub fn with_transport(
-        config: LockClientConfig,
-        transport: Arc<dyn Transport>,
-    ) -> Result<Self, ClientError> {
-        Self::with_parts(
-            config,
-            Arc::new(SystemClock::new()),
-            transport.clone(),
-            transport,
-        )
-    }
-
-    /// A client from its parts: the clock, the transport application calls use, and the one
-    /// the heartbeat thread uses.
-    pub fn with_parts(
-        config: LockClientConfig,
+    /// A client from its parts: checked settings, the clock, the transport application calls
+    /// use, and the one the heartbeat thread uses.
+    pub(crate) fn start(
+        config: ClientConfig,
         clock: Arc<dyn Clock>,
         app_transport: Arc<dyn Transport>,
         heartbeat_transport: Arc<dyn Transport>,
     ) -> Result<Self, ClientError> {
-        config.validate()?;
         let (background, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             config: Arc::new(config),
@@ -152,7 +119,10 @@ impl LockClient {
         let thread = std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || run_heartbeat(thread_inner, heartbeat_transport, rx, stopped, grid))
-            .map_err(|e| ClientError::Start(format!("spawn the heartbeat thread: {e}")))?;
+            .map_err(|source| ClientError::Start {
+                what: "the heartbeat thread",
+                source: source.into(),
+            })?;
         Ok(Self {
             inner,
             thread: Some(thread),
@@ -161,9 +131,18 @@ impl LockClient {
         })
     }
 
-    /// The configuration in force.
-    pub fn config(&self) -> &LockClientConfig {
+    /// The settings in force.
+    pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// One-shot calls over this client's endpoints, credential and TLS.
+    pub fn admin(&self) -> AdminClient {
+        AdminClient::new(
+            self.inner.config.clone(),
+            self.inner.clock.clone(),
+            self.inner.app_transport.clone(),
+        )
     }
 
     /// The name of this client's heartbeat thread (`lock-hb-N`).
@@ -171,14 +150,16 @@ impl LockClient {
         &self.thread_name
     }
 
-    /// How many heartbeat ticks have completed (all sessions heartbeated, renewed, checked).
-    pub fn heartbeat_ticks(&self) -> u64 {
-        self.inner.ticks.load(Ordering::SeqCst)
-    }
-
     /// The heartbeat period in force now.
+    #[cfg(feature = "test-util")]
     pub fn heartbeat_period(&self) -> Duration {
         self.inner.period()
+    }
+
+    /// How many heartbeat ticks have completed (all sessions heartbeated, renewed, checked).
+    #[cfg(feature = "test-util")]
+    pub fn heartbeat_ticks(&self) -> u64 {
+        self.inner.ticks.load(Ordering::SeqCst)
     }
 
     /// Opens a session for `owner_id`, trying each endpoint once on `NOT_LEADER` or
@@ -269,166 +250,10 @@ impl LockClient {
         }))
     }
 
-    /// One-shot acquire for a session this process does not track (one opened elsewhere, e.g. by
-    /// `lockctl session open` and [`LockClientSession::detach`]): retries `LOCK_HELD` with
-    /// full-jitter backoff within `policy` (budget on the SDK's clock, `max_attempts`), moving
-    /// to the next endpoint after `NOT_LEADER` or no answer, as
-    /// [`LockClientSession::acquire`] does. `Ok(None)`: still held by another session when the
-    /// policy ran out.
-    ///
-    /// Returns the server's grant record, not a handle: nothing in this process heartbeats
-    /// the session or renews the lease, so the grant is good for at most
-    /// `lease_ms × (1 − safety margin)` from before this call, and the session's own TTL
-    /// bounds it too. A session that holds `key` already is answered its own grant again
-    /// (same token). Records no metrics (the session's backend is unknown here).
-    pub async fn acquire_as(
-        &self,
-        session: SessionId,
-        key: &LockKey,
-        ttl: Duration,
-        policy: &AcquirePolicy,
-    ) -> Result<Option<LockGrant>, LockError> {
-        let clock = &self.inner.clock;
-        let endpoints = &self.inner.config.endpoints;
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut acquiring =
-            AcquireLoop::new(policy, self.inner.config.request_timeout, clock.now_nanos());
-        let mut rng = fastrand::Rng::new();
-        let mut endpoint = 0usize;
-        loop {
-            let attempt = acquiring.attempt(clock.now_nanos());
-            let call = Call::Acquire(
-                key.clone(),
-                AcquireRequest {
-                    session_id: session,
-                    ttl_ms: Some(ttl_ms),
-                    wait_ms: attempt.wait_ms(),
-                    lock_delay_ms: None,
-                },
-            );
-            let err = match self
-                .inner
-                .app_transport
-                .send(&endpoints[endpoint % endpoints.len()], call)
-                .await
-            {
-                Ok(Reply::Grant(grant))
-                    if grant.lock_key == *key && grant.session_id == session =>
-                {
-                    return Ok(Some(grant));
-                }
-                Ok(other) => {
-                    return Err(LockError::Protocol {
-                        status: 200,
-                        message: format!("acquire answered {other:?}"),
-                    });
-                }
-                Err(err) => wire_error(err),
-            };
-            let after = acquiring.failed(clock.now_nanos(), err.retry(), &mut rng);
-            if after.rotate {
-                endpoint = endpoint.wrapping_add(1);
-            }
-            match after.next {
-                Next::Retry(sleep) => clock.sleep(sleep).await,
-                Next::Contended => return Ok(None),
-                Next::Fail => return Err(err),
-            }
-        }
-    }
-
-    /// One-shot release for a session this process does not track: compare-and-delete on `key`,
-    /// `token` and `session`. `Ok(true)`: the grant was deleted; `Ok(false)`: there was no
-    /// live grant of this key with this token and session (already released, expired,
-    /// revoked, or never this session's). Tries each endpoint once on `NOT_LEADER` or no
-    /// answer.
-    pub async fn release_as(
-        &self,
-        session: SessionId,
-        key: &LockKey,
-        token: FencingToken,
-    ) -> Result<bool, LockError> {
-        let call = Call::Release(
-            key.clone(),
-            ReleaseRequest {
-                session_id: session,
-                fencing_token: token,
-            },
-        );
-        match self.call_any(call).await? {
-            Reply::Released(answer) => Ok(answer.released),
-            other => Err(unexpected("release", &other)),
-        }
-    }
-
-    /// One-shot close: ends `session` on the server with all its grants (idempotent: an unknown
-    /// session is not an error). Unlike [`LockClientSession::close`] it reports a failure,
-    /// since nothing will retry it. Tries each endpoint once on `NOT_LEADER` or no answer.
-    pub async fn close_session(&self, session: SessionId) -> Result<(), LockError> {
-        match self.call_any(Call::DeleteSession(session)).await? {
-            Reply::Deleted => Ok(()),
-            other => Err(unexpected("close session", &other)),
-        }
-    }
-
-    /// Inspect: the key's live grant — token, owner and display expiry, never a session id — or
-    /// `None` when no live grant exists. For operators and tools: no client may decide
-    /// whether a write is safe from it (the fencing token does). Tries each endpoint once on
-    /// `NOT_LEADER` or no answer.
-    pub async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>, LockError> {
-        match self.call_any(Call::Inspect(key.clone())).await {
-            Ok(Reply::Info(info)) => Ok(Some(info)),
-            Ok(other) => Err(unexpected("inspect", &other)),
-            Err(NotHeld) => Ok(None),
-            Err(Failed(err)) => Err(err),
-        }
-    }
-
-    /// Revokes the key's live grant, if any, presenting `admin` (the operators'
-    /// `LOCK_ADMIN_TOKEN`) instead of the client's credential, with an optional `reason`. The
-    /// holder learns it at its next renewal (`LOCK_REVOKED` with who and why: its loss is
-    /// `LossReason::Revoked`); the token is never reused. Tries each endpoint once on
-    /// `NOT_LEADER` or no answer.
-    pub async fn revoke(
-        &self,
-        key: &LockKey,
-        admin: &Credential,
-        reason: Option<&RevokeReason>,
-    ) -> Result<LockOutcome, LockError> {
-        let call = Call::Revoke(key.clone(), admin.clone(), reason.cloned());
-        match self.call_any(call).await? {
-            Reply::Revoked(outcome) => Ok(outcome),
-            other => Err(unexpected("revoke", &other)),
-        }
-    }
-
-    /// Sends `call` to each endpoint in order until one answers anything but `NOT_LEADER`
-    /// or nothing.
-    async fn call_any(&self, call: Call) -> Result<Reply, OneShotError> {
-        let mut last = None;
-        for endpoint in &self.inner.config.endpoints {
-            match self.inner.app_transport.send(endpoint, call.clone()).await {
-                Ok(reply) => return Ok(reply),
-                Err(TransportError::Status { body, .. }) if body.code == ErrorCode::LockNotHeld => {
-                    return Err(NotHeld);
-                }
-                Err(err) => {
-                    let err = wire_error(err);
-                    if err.retry() != RetryVerdict::NextTick {
-                        return Err(Failed(err));
-                    }
-                    last = Some(err);
-                }
-            }
-        }
-        Err(Failed(last.unwrap_or(LockError::Unavailable {
-            message: "no endpoint configured".into(),
-        })))
-    }
-
     /// Test and fault-injection hook: the heartbeat thread stops doing anything (no heartbeats, no
     /// renewals, no loss delivery), as if its process were frozen. `check_still_held` still applies
     /// the local deadline. There is no way back: use it only to observe expiry.
+    #[cfg(feature = "test-util")]
     pub fn freeze_heartbeat(&self) {
         tracing::warn!(
             event = "heartbeat_frozen",
@@ -460,41 +285,6 @@ impl LockClient {
 impl Drop for LockClient {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Why a one-shot call failed: inspect's "no live grant" is an answer, not an error.
-enum OneShotError {
-    NotHeld,
-    Failed(LockError),
-}
-
-use OneShotError::{Failed, NotHeld};
-
-impl From<OneShotError> for LockError {
-    fn from(err: OneShotError) -> Self {
-        match err {
-            NotHeld => LockError::Protocol {
-                status: 404,
-                message: "LOCK_NOT_HELD".into(),
-            },
-            Failed(err) => err,
-        }
-    }
-}
-
-/// A transport failure as the caller sees it (no grant context: `LOCK_LOST` is `Protocol`).
-fn wire_error(err: TransportError) -> LockError {
-    match err {
-        TransportError::Unreachable(message) => LockError::Unavailable { message },
-        TransportError::Status { status, body } => LockError::from_wire(status, body, None),
-    }
-}
-
-fn unexpected(what: &str, reply: &Reply) -> LockError {
-    LockError::Protocol {
-        status: 200,
-        message: format!("{what} answered {reply:?}"),
     }
 }
 

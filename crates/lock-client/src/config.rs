@@ -1,23 +1,25 @@
-//! SDK configuration (`LockClientConfig`), with the keys and environment spellings of
-//! `docs/contracts/C5-config-build-and-naming.md`. The acquire policy (`AcquirePolicy`) lives
-//! with the loop that follows it (`core::acquire`) and is re-exported here.
+//! The settings of one client ([`ClientConfig`], read-only once built), with the keys and
+//! environment spellings of `docs/contracts/C5-config-build-and-naming.md`, and the rule
+//! that checks them. [`ClientBuilder`](crate::ClientBuilder) sets them; the acquire policy
+//! (`AcquirePolicy`) lives with the loop that follows it (`core::acquire`).
 
 use std::time::Duration;
 
 /// Default `lock.session.ttl`.
-pub const DEFAULT_SESSION_TTL_MS: u64 = 10_000;
+const DEFAULT_SESSION_TTL_MS: u64 = 10_000;
 /// Default `lock.default.ttl` (lease asked for when the caller names none).
-pub const DEFAULT_LOCK_TTL_MS: u64 = 10_000;
+const DEFAULT_LOCK_TTL_MS: u64 = 10_000;
 /// Default `lock.client.safety-margin`.
-pub const DEFAULT_SAFETY_MARGIN: f64 = 0.30;
+const DEFAULT_SAFETY_MARGIN: f64 = 0.30;
 /// Default per-request timeout.
-pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2_000;
-pub use crate::core::HEARTBEAT_DIVISOR;
-pub use crate::core::acquire::AcquirePolicy;
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2_000;
+/// Where a client with no `LOCK_ENDPOINTS` looks: one local replica, over TLS.
+const DEFAULT_ENDPOINT: &str = "https://127.0.0.1:8081";
 
 /// A configuration value that cannot be used; the message names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {reason}")]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The configuration key (and its environment spelling).
     pub key: &'static str,
@@ -25,35 +27,31 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-/// Settings of one `LockClient`. Build with [`LockClientConfig::new`] or
-/// [`LockClientConfig::from_env`], adjust fields, then [`LockClientConfig::validate`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct LockClientConfig {
-    /// Base URLs of lock-server replicas (`LOCK_ENDPOINTS`, comma separated). The session
-    /// moves to the next one on `NOT_LEADER` or an I/O error.
-    pub endpoints: Vec<String>,
-    /// `lock.session.ttl` (`LOCK_SESSION_TTL`): the session TTL asked for.
-    pub session_ttl: Duration,
-    /// `lock.default.ttl` (`LOCK_DEFAULT_TTL`): the lease asked for by default.
-    pub default_ttl: Duration,
-    /// `lock.client.safety-margin` (`LOCK_CLIENT_SAFETY_MARGIN`), in (0, 1): the share of
-    /// each granted lease the client gives up to be sure it stops before the server expires it.
-    pub safety_margin: f64,
-    /// `lock.client.heartbeat-period` (`LOCK_CLIENT_HEARTBEAT_PERIOD`): fixed period; when
-    /// `None`, min(session TTL, shortest live lease) × (1 − margin) / 3.
-    pub heartbeat_period: Option<Duration>,
-    /// `lock.client.request-timeout` (`LOCK_CLIENT_REQUEST_TIMEOUT`): budget of one HTTP call.
-    pub request_timeout: Duration,
-    /// `LOCK_CLIENT_TOKEN`: the bearer credential every call presents (the lock-server's
-    /// client role, for every call but revoke). Never printed.
-    pub credential: Option<Credential>,
-    /// `TLS_CA_FILE`: the CA every replica's certificate must chain to (with it, only
-    /// `https://` endpoints are called); `TLS_CLIENT_CERT_FILE` and `TLS_CLIENT_KEY_FILE`:
-    /// the certificate presented to replicas that verify clients (mutual TLS).
-    pub tls: tls_kit::ClientTls,
+impl ConfigError {
+    fn new(key: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            key,
+            reason: reason.into(),
+        }
+    }
 }
 
-/// A bearer credential: compared and cloned like a string, never printed.
+/// The settings of one [`LockClient`](crate::LockClient), as
+/// [`LockClient::config`](crate::LockClient::config) shows them: checked, read-only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) session_ttl: Duration,
+    pub(crate) default_ttl: Duration,
+    pub(crate) safety_margin: f64,
+    pub(crate) heartbeat_period: Option<Duration>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) credential: Option<Credential>,
+    pub(crate) tls: tls_kit::ClientTls,
+}
+
+/// A bearer credential (an operator's admin token, for [`revoke`](crate::admin::AdminClient::revoke)):
+/// compared and cloned like a string, never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credential(String);
 
@@ -64,7 +62,7 @@ impl Credential {
     }
 
     /// The secret itself, for the `Authorization` header.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -75,9 +73,9 @@ impl std::fmt::Debug for Credential {
     }
 }
 
-impl LockClientConfig {
+impl ClientConfig {
     /// Defaults for the given endpoints.
-    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub(crate) fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             session_ttl: Duration::from_millis(DEFAULT_SESSION_TTL_MS),
@@ -90,10 +88,9 @@ impl LockClientConfig {
         }
     }
 
-    /// Reads the environment spellings through `lookup` (e.g. `|k| std::env::var(k).ok()`);
-    /// absent keys keep their defaults.
-    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| "https://127.0.0.1:8081".into());
+    /// Reads the environment spellings through `lookup`; absent keys keep their defaults.
+    pub(crate) fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let endpoints = lookup("LOCK_ENDPOINTS").unwrap_or_else(|| DEFAULT_ENDPOINT.into());
         let mut config = Self::new(
             endpoints
                 .split(',')
@@ -103,9 +100,11 @@ impl LockClientConfig {
         let duration = |key: &'static str| -> Result<Option<Duration>, ConfigError> {
             lookup(key)
                 .map(|raw| {
-                    humantime::parse_duration(raw.trim()).map_err(|e| ConfigError {
-                        key,
-                        reason: format!("{raw:?} is not a duration like 10s or 500ms: {e}"),
+                    humantime::parse_duration(raw.trim()).map_err(|e| {
+                        ConfigError::new(
+                            key,
+                            format!("{raw:?} is not a duration like 10s or 500ms: {e}"),
+                        )
                     })
                 })
                 .transpose()
@@ -121,9 +120,11 @@ impl LockClientConfig {
         }
         config.heartbeat_period = duration("LOCK_CLIENT_HEARTBEAT_PERIOD")?;
         if let Some(raw) = lookup("LOCK_CLIENT_SAFETY_MARGIN") {
-            config.safety_margin = raw.trim().parse().map_err(|_| ConfigError {
-                key: "lock.client.safety-margin (LOCK_CLIENT_SAFETY_MARGIN)",
-                reason: format!("{raw:?} is not a number"),
+            config.safety_margin = raw.trim().parse().map_err(|_| {
+                ConfigError::new(
+                    "lock.client.safety-margin (LOCK_CLIENT_SAFETY_MARGIN)",
+                    format!("{raw:?} is not a number"),
+                )
             })?;
         }
         config.credential = lookup("LOCK_CLIENT_TOKEN")
@@ -136,13 +137,8 @@ impl LockClientConfig {
     }
 
     /// Checks every field; the error names the key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let fail = |key, reason: &str| {
-            Err(ConfigError {
-                key,
-                reason: reason.to_owned(),
-            })
-        };
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key, reason: &str| Err(ConfigError::new(key, reason));
         if self.endpoints.is_empty() {
             return fail("LOCK_ENDPOINTS", "at least one lock-server URL is required");
         }
@@ -175,23 +171,50 @@ impl LockClientConfig {
 
     /// Checks that every endpoint may be called over HTTP with this configuration's TLS:
     /// `https://`, or `http://` only with `tls.plaintext` (`UNSAFE_PLAINTEXT_HTTP`), since it
-    /// would send the credential in clear. [`crate::LockClient::new`] calls it.
-    pub fn check_endpoints(&self) -> Result<(), ConfigError> {
+    /// would send the credential in clear.
+    pub(crate) fn check_endpoints(&self) -> Result<(), ConfigError> {
         for endpoint in &self.endpoints {
             self.tls
                 .check_url("LOCK_ENDPOINTS", endpoint)
-                .map_err(|e| ConfigError {
-                    key: "LOCK_ENDPOINTS",
-                    reason: format!("{endpoint}: {}", e.message),
+                .map_err(|e| {
+                    ConfigError::new("LOCK_ENDPOINTS", format!("{endpoint}: {}", e.message))
                 })?;
         }
         Ok(())
     }
 
-    /// The usable part of a granted lease in nanoseconds: `lease × (1 − margin)`, with the
-    /// margin rounded up so the deadline errs early.
-    pub fn usable_nanos(&self, lease_ms: u64) -> u64 {
-        crate::core::usable_nanos(self.safety_margin, lease_ms)
+    /// Base URLs of the lock-server replicas (`LOCK_ENDPOINTS`). A session moves to the next
+    /// one on `NOT_LEADER` or no answer.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// `lock.session.ttl` (`LOCK_SESSION_TTL`): the session TTL asked for.
+    pub fn session_ttl(&self) -> Duration {
+        self.session_ttl
+    }
+
+    /// `lock.default.ttl` (`LOCK_DEFAULT_TTL`): the lease to ask for when a caller has no
+    /// reason to pick another.
+    pub fn default_ttl(&self) -> Duration {
+        self.default_ttl
+    }
+
+    /// `lock.client.safety-margin` (`LOCK_CLIENT_SAFETY_MARGIN`), in (0, 1): the share of each
+    /// granted lease the client gives up to be sure it stops before the server expires it.
+    pub fn safety_margin(&self) -> f64 {
+        self.safety_margin
+    }
+
+    /// `lock.client.request-timeout` (`LOCK_CLIENT_REQUEST_TIMEOUT`): budget of one HTTP call.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// What the client trusts and presents (`TLS_CA_FILE`, `TLS_CLIENT_CERT_FILE`,
+    /// `TLS_CLIENT_KEY_FILE`, `UNSAFE_PLAINTEXT_HTTP`).
+    pub fn tls(&self) -> &tls_kit::ClientTls {
+        &self.tls
     }
 
     /// What the heartbeat guarantees a caller: right after a tick, a live grant whose lease
@@ -204,14 +227,14 @@ impl LockClientConfig {
 
     /// The longest a supervisor may let a process run between the stop signal it sends at
     /// a lost grant's conservative deadline and the kill, for a lease of `lease`: half the
-    /// margin (see [`core::stop_grace_limit`](crate::core::stop_grace_limit)).
+    /// margin.
     pub fn stop_grace_limit(&self, lease: Duration) -> Duration {
         let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
         crate::core::stop_grace_limit(self.safety_margin, lease_ms)
     }
 
     /// The heartbeat period for a session TTL and the shortest live lease (if any).
-    pub fn heartbeat_period_for(
+    pub(crate) fn heartbeat_period_for(
         &self,
         session_ttl_ms: u64,
         shortest_lease_ms: Option<u64>,
@@ -230,14 +253,20 @@ mod tests {
 
     #[test]
     fn usable_part_is_exact_for_the_default_margin() {
-        let config = LockClientConfig::new(["http://x"]);
-        assert_eq!(config.usable_nanos(10_000), 7_000_000_000);
-        assert_eq!(config.usable_nanos(1_000), 700_000_000);
+        let config = ClientConfig::new(["http://x"]);
+        assert_eq!(
+            crate::core::usable_nanos(config.safety_margin, 10_000),
+            7_000_000_000
+        );
+        assert_eq!(
+            crate::core::usable_nanos(config.safety_margin, 1_000),
+            700_000_000
+        );
     }
 
     #[test]
     fn period_follows_the_shortest_lease() {
-        let config = LockClientConfig::new(["http://x"]);
+        let config = ClientConfig::new(["http://x"]);
         assert_eq!(
             config.heartbeat_period_for(9_000, None),
             Duration::from_millis(2_100)
@@ -258,7 +287,7 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        let config = LockClientConfig::from_env(env(&[
+        let config = ClientConfig::from_env(env(&[
             ("LOCK_ENDPOINTS", "http://a:1, http://b:2"),
             ("LOCK_SESSION_TTL", "6s"),
             ("LOCK_CLIENT_SAFETY_MARGIN", "0.25"),
@@ -268,23 +297,23 @@ mod tests {
         assert_eq!(config.session_ttl, Duration::from_secs(6));
         assert!((config.safety_margin - 0.25).abs() < f64::EPSILON);
         for margin in ["0", "1", "1.5", "-0.1", "abc"] {
-            let err = LockClientConfig::from_env(move |k| {
+            let err = ClientConfig::from_env(move |k| {
                 (k == "LOCK_CLIENT_SAFETY_MARGIN").then(|| margin.to_owned())
             })
             .unwrap_err();
             assert!(err.key.contains("safety-margin"), "{margin}: {err}");
         }
-        let err = LockClientConfig::from_env(env(&[("LOCK_SESSION_TTL", "ten")])).unwrap_err();
+        let err = ClientConfig::from_env(env(&[("LOCK_SESSION_TTL", "ten")])).unwrap_err();
         assert!(err.key.contains("LOCK_SESSION_TTL"));
     }
 
     #[test]
     fn plain_http_endpoints_need_the_opt_in() {
-        let default = LockClientConfig::from_env(|_| None).unwrap();
+        let default = ClientConfig::from_env(|_| None).unwrap();
         assert_eq!(default.endpoints, vec!["https://127.0.0.1:8081"]);
         assert_eq!(default.check_endpoints(), Ok(()));
         let plain = [("LOCK_ENDPOINTS", "https://a:1, http://b:2")];
-        let refused = LockClientConfig::from_env(move |k| {
+        let refused = ClientConfig::from_env(move |k| {
             plain
                 .iter()
                 .find(|(key, _)| *key == k)
@@ -302,20 +331,12 @@ mod tests {
             ("LOCK_ENDPOINTS", "http://b:2"),
             ("UNSAFE_PLAINTEXT_HTTP", "true"),
         ];
-        let config = LockClientConfig::from_env(move |k| {
+        let config = ClientConfig::from_env(move |k| {
             told.iter()
                 .find(|(key, _)| *key == k)
                 .map(|(_, v)| (*v).to_owned())
         })
         .unwrap();
         assert_eq!(config.check_endpoints(), Ok(()));
-        // A client without the opt-in is not built at all.
-        let mut config = LockClientConfig::new(["http://127.0.0.1:9"]);
-        assert!(matches!(
-            crate::LockClient::new(config.clone()),
-            Err(crate::ClientError::Config(_))
-        ));
-        config.tls.plaintext = true;
-        assert!(crate::LockClient::new(config).is_ok());
     }
 }

@@ -26,7 +26,7 @@ pub const ACQUIRE_OUTCOMES: [&str; 4] = ["granted", "reentrant", "contended", "e
 /// HELP text of every family the SDK emits, and each series of `backend` registered at zero
 /// (an absent series is not a zero). Called when a session opens, since the backend is known
 /// only from the answer that opened the session; repeating it is harmless.
-pub fn describe(backend: &'static str) {
+pub(crate) fn describe(backend: &'static str) {
     use metrics::{counter, describe_counter, describe_histogram, histogram};
     describe_counter!(
         SESSION_LOST_TOTAL,

@@ -14,23 +14,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_api::{
-    AcquireRequest, Backend, ErrorCode, FencingToken, HandleOwner, LockError, LockGrant,
-    LockHandle, LockKey, LockLost, LossReason, OwnerId, ReleaseRequest, SessionId,
+    AcquireRequest, Backend, ErrorCode, FencingToken, LockError, LockGrant, LockKey, LockLost,
+    LossReason, OwnerId, ReleaseRequest, SessionId,
 };
 use tokio::sync::mpsc;
 
 use crate::background::Background;
 use crate::clock::Clock;
-use crate::config::{AcquirePolicy, LockClientConfig};
+use crate::config::ClientConfig;
+use crate::core::AcquirePolicy;
 use crate::core::acquire;
 use crate::core::{
     AcquireLoop, Attempt, Held, Next, Refused, Renewal, Sent, SessionCore, TickPlan, Unhold,
 };
+use crate::handle::{HandleOwner, LockHandle};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
 /// A loss listener: runs on the heartbeat thread; must not block or do I/O.
-pub type Listener = Arc<dyn Fn(&LockLost) + Send + Sync>;
+pub(crate) type Listener = Arc<dyn Fn(&LockLost) + Send + Sync>;
 
 struct State {
     /// The pure safety state.
@@ -63,7 +65,7 @@ pub(crate) struct Shared {
     pub(crate) owner: OwnerId,
     pub(crate) backend: Backend,
     pub(crate) ttl_ms: u64,
-    pub(crate) config: Arc<LockClientConfig>,
+    pub(crate) config: Arc<ClientConfig>,
     pub(crate) clock: Arc<dyn Clock>,
     endpoint: AtomicUsize,
     state: Mutex<State>,
@@ -90,7 +92,7 @@ impl Shared {
         ttl_ms: u64,
         core: SessionCore,
         endpoint: usize,
-        config: Arc<LockClientConfig>,
+        config: Arc<ClientConfig>,
         clock: Arc<dyn Clock>,
         background: mpsc::UnboundedSender<Background>,
     ) -> Self {
@@ -303,10 +305,10 @@ impl LockClientSession {
         self.shared.id
     }
 
-    /// Which store backs the server (from the answer that opened the session), for metric
-    /// labels.
-    pub fn backend(&self) -> Backend {
-        self.shared.backend
+    /// Which store backs the server (`postgres`, `etcd` or `memory`, from the answer that
+    /// opened the session), for metric labels.
+    pub fn backend(&self) -> &'static str {
+        self.shared.backend.as_str()
     }
 
     /// The session TTL the server granted.

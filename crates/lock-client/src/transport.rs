@@ -13,23 +13,9 @@ use lock_api::{
     RenewRequest, RevokeReason, RevokeRequest, SessionId,
 };
 
+use tls_kit::{POOL_IDLE_TIMEOUT_MS, bearer_headers};
+
 use crate::config::Credential;
-
-/// How long an idle pooled connection is kept: below the servers' default header-read and
-/// idle timeout (10 s, `HTTP_HEADER_READ_TIMEOUT`), so a call never goes out on a connection
-/// the server is closing at that moment.
-pub const POOL_IDLE_TIMEOUT_MS: u64 = 5_000;
-
-/// Default headers presenting `secret` as `Authorization: Bearer`, marked sensitive (never
-/// printed by the HTTP stack); `None` when `secret` cannot be a header value. The one place
-/// our HTTP clients build a bearer header (the SDK, the executor, the harness).
-pub fn bearer_headers(secret: &str) -> Option<reqwest::header::HeaderMap> {
-    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {secret}")).ok()?;
-    value.set_sensitive(true);
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, value);
-    Some(headers)
-}
 
 /// One call of the lock surface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +41,7 @@ pub enum Call {
 
 impl Call {
     /// A short name for logs and metrics.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn name(&self) -> &'static str {
         match self {
             Self::CreateSession(_) => "create_session",

@@ -28,10 +28,10 @@ impl Grant {
     /// This grant of `key`'s loss as its holder sees it, when it is lost.
     fn loss(&self, key: &LockKey) -> Option<LockLost> {
         let reason = self.lost?;
-        let detail = self.lost_detail.clone();
-        Some(LockLost {
-            detail,
-            ..LockLost::new(key.clone(), self.token, reason)
+        let lost = LockLost::new(key.clone(), self.token, reason);
+        Some(match &self.lost_detail {
+            Some(detail) => lost.with_detail(detail.clone()),
+            None => lost,
         })
     }
 }

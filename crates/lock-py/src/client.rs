@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lock_api::{LockKey, RevokeReason};
-use lock_client::{Credential, LockClient, LockClientConfig};
+use lock_client::admin::Credential;
+use lock_client::{ClientBuilder, LockClient};
 use pyo3::prelude::*;
 
 use crate::errors::{ConfigError, InvalidArgument, client_error, lock_error};
@@ -61,8 +62,8 @@ impl Client {
             }
         }
         let lookup = |key: &str| given.get(key).cloned().or_else(|| std::env::var(key).ok());
-        let config = LockClientConfig::from_env(lookup)
-            .map_err(|err| ConfigError::new_err(err.to_string()))?;
+        let builder =
+            ClientBuilder::from_env(lookup).map_err(|err| ConfigError::new_err(err.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RUNTIME_WORKERS)
             .thread_name("fencedlock-io")
@@ -71,7 +72,7 @@ impl Client {
             .map_err(|err| ConfigError::new_err(format!("cannot start the runtime: {err}")))?;
         let client = {
             let _entered = runtime.enter();
-            LockClient::new(config).map_err(client_error)?
+            builder.build().map_err(client_error)?
         };
         Ok(Self {
             runtime: Arc::new(runtime),
@@ -109,7 +110,8 @@ impl Client {
             .map_err(|e| InvalidArgument::new_err(e.to_string()))?;
         let admin = Credential::new(admin_token);
         let runtime = Arc::clone(&self.runtime);
-        let revoked = py.detach(|| runtime.block_on(client.revoke(&key, &admin, reason.as_ref())));
+        let revoked =
+            py.detach(|| runtime.block_on(client.admin().revoke(&key, &admin, reason.as_ref())));
         Ok(revoked.map_err(lock_error)?.fencing_token.map(|t| t.0))
     }
 

@@ -107,5 +107,11 @@ pub(crate) fn lock_lost(lost: &lock_api::LockLost) -> PyErr {
 
 /// The exception for a client that could not start.
 pub(crate) fn client_error(err: ClientError) -> PyErr {
-    ConfigError::new_err(err.to_string())
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ConfigError::new_err(message)
 }

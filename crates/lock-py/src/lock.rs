@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lock_api::LockHandle;
 use lock_client::LockClientSession;
+use lock_client::LockHandle;
 use pyo3::prelude::*;
 
 use crate::errors::{LockLost, lock_lost};

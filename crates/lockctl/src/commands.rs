@@ -1,9 +1,11 @@
 //! The one-shot commands: `session open|close`, `acquire`, `release`, `inspect`, `revoke`.
-//! Each builds a `LockClient`, makes its calls through the SDK and closes the client.
+//! Each builds a client through the SDK (an `AdminClient` for one-shot calls, a `LockClient`
+//! when it opens a session), makes its calls and closes it.
 
 use std::time::Duration;
 
-use lock_client::{AcquirePolicy, ClientError, Credential, LockClient, LockClientConfig};
+use lock_client::admin::{AdminClient, Credential};
+use lock_client::{AcquirePolicy, ClientBuilder, ClientConfig, ClientError, ClientTls, LockClient};
 use serde_json::Value;
 
 use crate::cli::{AcquireArgs, CloseArgs, Global, KeyArgs, OpenArgs, ReleaseArgs, RevokeArgs};
@@ -13,44 +15,69 @@ use crate::output::{self, Fields};
 /// The environment key of the operators' credential (for revoke).
 pub const ADMIN_TOKEN_ENV: &str = "LOCK_ADMIN_TOKEN";
 
-/// The SDK's configuration: its environment keys as `LockClientConfig::from_env` reads
+/// The SDK's configuration: its environment keys as `ClientBuilder::from_env` reads
 /// them, the endpoints from `--endpoints` / `LOCK_ENDPOINTS`.
-pub fn config(global: &Global) -> Result<LockClientConfig, CtlError> {
-    let mut config = LockClientConfig::from_env(|key| {
+pub fn config(global: &Global) -> Result<ClientBuilder, CtlError> {
+    let lookup = |key: &str| match key {
         // The endpoints come from clap (flag, then the same variable).
-        (key != "LOCK_ENDPOINTS")
-            .then(|| std::env::var(key).ok())
-            .flatten()
-    })
-    .map_err(|e| CtlError::Config(e.to_string()))?;
-    config.endpoints = global
+        "LOCK_ENDPOINTS" => None,
+        "UNSAFE_PLAINTEXT_HTTP" if global.unsafe_plaintext_http => Some("true".to_owned()),
+        _ => std::env::var(key).ok(),
+    };
+    let builder = ClientBuilder::from_env(lookup).map_err(|e| CtlError::Config(e.to_string()))?;
+    let endpoints: Vec<String> = global
         .endpoints
         .iter()
         .map(|e| e.trim())
         .filter(|e| !e.is_empty())
         .map(str::to_owned)
         .collect();
-    if config.endpoints.is_empty() {
+    if endpoints.is_empty() {
         return Err(CtlError::Usage(
             "--endpoints (LOCK_ENDPOINTS): at least one lock-server URL is required".into(),
         ));
     }
-    config.tls.plaintext |= global.unsafe_plaintext_http;
-    for endpoint in &config.endpoints {
-        config
-            .tls
-            .check_url("--endpoints (LOCK_ENDPOINTS)", endpoint)
+    let tls = ClientTls::from_lookup(lookup);
+    for endpoint in &endpoints {
+        tls.check_url("--endpoints (LOCK_ENDPOINTS)", endpoint)
             .map_err(|e| CtlError::Usage(e.to_string()))?;
     }
-    Ok(config)
+    Ok(builder.endpoints(endpoints))
 }
 
-/// A client over HTTP.
-pub fn client(config: LockClientConfig) -> Result<LockClient, CtlError> {
-    LockClient::new(config).map_err(|e| match e {
+/// The settings `builder` would run with.
+pub fn settings(builder: &ClientBuilder) -> Result<ClientConfig, CtlError> {
+    builder
+        .config()
+        .map_err(|e| CtlError::Config(e.to_string()))
+}
+
+/// A client over HTTP, with its heartbeat thread.
+pub fn client(builder: ClientBuilder) -> Result<LockClient, CtlError> {
+    builder.build().map_err(start_error)
+}
+
+/// A client for one-shot calls (no session of its own, no heartbeat thread).
+pub fn admin(builder: ClientBuilder) -> Result<AdminClient, CtlError> {
+    builder.build_admin().map_err(start_error)
+}
+
+fn start_error(err: ClientError) -> CtlError {
+    match err {
         ClientError::Config(e) => CtlError::Config(e.to_string()),
-        ClientError::Start(e) => CtlError::Failed(e),
-    })
+        other => CtlError::Failed(error_chain(&other)),
+    }
+}
+
+/// `err` and its sources, as one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    line
 }
 
 /// The acquire policy of a wait budget: the SDK's backoff (`AcquirePolicy::DEFAULT`'s base
@@ -73,17 +100,17 @@ pub fn shown(duration: Duration) -> String {
 
 /// `session open`: opens a session, then detaches it (never closed here) and prints its id.
 pub async fn session_open(global: &Global, args: OpenArgs) -> Result<u8, CtlError> {
-    let mut config = config(global)?;
+    let mut builder = config(global)?;
     if let Some(ttl) = args.ttl {
-        config.session_ttl = ttl;
+        builder = builder.session_ttl(ttl);
     }
-    let client = client(config)?;
+    let client = client(builder)?;
     let session = client.open_session(args.owner.as_str()).await?;
     let fields: Fields = vec![
         ("session_id", session.id().expose().into()),
         ("ttl_ms", session.ttl_ms().into()),
         ("owner_id", args.owner.as_str().into()),
-        ("backend", session.backend().as_str().into()),
+        ("backend", session.backend().into()),
     ];
     session.detach();
     client.close();
@@ -93,9 +120,8 @@ pub async fn session_open(global: &Global, args: OpenArgs) -> Result<u8, CtlErro
 
 /// `session close`: closes the session on the server.
 pub async fn session_close(global: &Global, args: CloseArgs) -> Result<u8, CtlError> {
-    let client = client(config(global)?)?;
-    client.close_session(args.session).await?;
-    client.close();
+    let admin = admin(config(global)?)?;
+    admin.close_session(args.session).await?;
     let fields: Fields = vec![
         ("session_id", args.session.expose().into()),
         ("closed", true.into()),
@@ -104,16 +130,15 @@ pub async fn session_close(global: &Global, args: CloseArgs) -> Result<u8, CtlEr
     Ok(code::OK)
 }
 
-/// `acquire`: an acquire within the wait, through `LockClient::acquire_as`.
+/// `acquire`: an acquire within the wait, through `AdminClient::acquire_as`.
 pub async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, CtlError> {
-    let config = config(global)?;
-    let ttl = args.ttl.unwrap_or(config.default_ttl);
-    let client = client(config)?;
+    let builder = config(global)?;
+    let ttl = args.ttl.unwrap_or(settings(&builder)?.default_ttl());
+    let admin = admin(builder)?;
     let policy = wait_policy(args.wait);
-    let grant = client
+    let grant = admin
         .acquire_as(args.session, &args.key, ttl, &policy)
         .await?;
-    client.close();
     let Some(grant) = grant else {
         return Err(CtlError::NotAcquired {
             key: args.key,
@@ -131,13 +156,12 @@ pub async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, CtlError>
     Ok(code::OK)
 }
 
-/// `release`: a release, through `LockClient::release_as`.
+/// `release`: a release, through `AdminClient::release_as`.
 pub async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, CtlError> {
-    let client = client(config(global)?)?;
-    let released = client
+    let admin = admin(config(global)?)?;
+    let released = admin
         .release_as(args.session, &args.key, args.token)
         .await?;
-    client.close();
     let fields: Fields = vec![
         ("lock_key", args.key.as_str().into()),
         ("fencing_token", args.token.0.into()),
@@ -155,9 +179,7 @@ pub async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, CtlError>
 
 /// `inspect`: who holds the key. A free key is an answer (`held=false`), not an error.
 pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
-    let client = client(config(global)?)?;
-    let info = client.inspect(&args.key).await?;
-    client.close();
+    let info = admin(config(global)?)?.inspect(&args.key).await?;
     let fields: Fields = match info {
         Some(info) => vec![
             ("lock_key", info.lock_key.as_str().into()),
@@ -181,7 +203,7 @@ pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
 /// `revoke`: revokes the key's grant with `LOCK_ADMIN_TOKEN`. Nothing to revoke is an answer
 /// (`revoked=false`).
 pub async fn revoke(global: &Global, args: RevokeArgs) -> Result<u8, CtlError> {
-    let admin = std::env::var(ADMIN_TOKEN_ENV)
+    let admin_token = std::env::var(ADMIN_TOKEN_ENV)
         .ok()
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
@@ -191,11 +213,9 @@ pub async fn revoke(global: &Global, args: RevokeArgs) -> Result<u8, CtlError> {
                 "{ADMIN_TOKEN_ENV} is not set: revoke (L8) needs the operators' admin credential in the environment"
             ))
         })?;
-    let client = client(config(global)?)?;
-    let outcome = client
-        .revoke(&args.key, &admin, args.reason.as_ref())
+    let outcome = admin(config(global)?)?
+        .revoke(&args.key, &admin_token, args.reason.as_ref())
         .await?;
-    client.close();
     let fields: Fields = vec![
         ("lock_key", outcome.lock_key.as_str().into()),
         ("revoked", outcome.revoked.into()),

@@ -18,7 +18,7 @@ use lock_client::LockClient;
 use serde_json::Value;
 
 use crate::cli::{FenceCheckArgs, Global};
-use crate::commands::{client, config, wait_policy};
+use crate::commands::{client, config, settings, wait_policy};
 use crate::error::{CtlError, code};
 use crate::output::{self, Fields};
 
@@ -144,10 +144,9 @@ struct Verdict {
 
 /// `lockctl fence-check KEY URL`: runs the probes and prints one line per promise.
 pub async fn fence_check(global: &Global, args: FenceCheckArgs) -> Result<u8, CtlError> {
-    let mut config = config(global)?;
-    let resource = resource(&args, &config.tls)?;
-    config.session_ttl = args.lease;
-    let client = client(config)?;
+    let builder = config(global)?.session_ttl(args.lease);
+    let resource = resource(&args, settings(&builder)?.tls())?;
+    let client = client(builder)?;
     let verdicts = probe(&client, &resource, &args).await;
     client.close();
 
@@ -216,6 +215,7 @@ async fn take(
 ) -> Result<Held, CtlError> {
     let session = client.open_session(owner).await?.detach();
     let grant: LockGrant = client
+        .admin()
         .acquire_as(session, key, lease, &wait_policy(wait))
         .await?
         .ok_or_else(|| CtlError::NotAcquired {
@@ -385,8 +385,9 @@ async fn probe(
     verdicts.extend(takeover_verdicts(resource, &old, &new).await?);
     // The sessions would end a lease later by themselves; closing them frees the keys now,
     // and a failed close changes nothing the report says.
+    let admin = client.admin();
     for session in [old.session, elsewhere.session, new.session] {
-        let _ = client.close_session(session).await;
+        let _ = admin.close_session(session).await;
     }
     Ok(verdicts)
 }

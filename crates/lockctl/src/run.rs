@@ -18,7 +18,8 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_api::{LockHandle, LockLost, OwnerId};
+use lock_api::{LockLost, OwnerId};
+use lock_client::LockHandle;
 use lock_client::{LockClient, LockClientSession};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -83,12 +84,18 @@ enum Ended {
 /// `lockctl run`. Returns the exit code: CMD's own, or the failure's.
 pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     let json = global.json;
-    let mut config = commands::config(global)?;
-    let ttl = args.ttl.unwrap_or(config.default_ttl);
-    config.session_ttl = ttl;
+    let mut builder = commands::config(global)?;
+    let ttl = args
+        .ttl
+        .unwrap_or(commands::settings(&builder)?.default_ttl());
+    builder = builder.session_ttl(ttl);
     // Checked before anything starts against the TTL asked for, and again against the lease
     // granted (the server may clamp it shorter).
-    fit_grace(args.grace, config.stop_grace_limit(ttl), ttl)?;
+    fit_grace(
+        args.grace,
+        commands::settings(&builder)?.stop_grace_limit(ttl),
+        ttl,
+    )?;
     let owner = match args.owner {
         Some(ref owner) => owner.clone(),
         None => default_owner()?,
@@ -96,7 +103,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     // Installed first: from here on a SIGTERM or SIGINT is ours to handle, never a silent
     // death that leaves CMD unsupervised.
     let mut signals = Signals::install()?;
-    let client = commands::client(config)?;
+    let client = commands::client(builder)?;
     let session = client.open_session(owner.as_str()).await?;
     let handle = match acquire(&session, &mut signals, &args, ttl).await {
         Ok(handle) => handle,

@@ -1,5 +1,5 @@
 //! Executor settings: its own flags, plus the SDK's pinned keys read by
-//! `LockClientConfig::from_env` (`LOCK_ENDPOINTS`, `LOCK_SESSION_TTL`, `LOCK_DEFAULT_TTL`,
+//! `ClientBuilder::from_env` (`LOCK_ENDPOINTS`, `LOCK_SESSION_TTL`, `LOCK_DEFAULT_TTL`,
 //! `LOCK_CLIENT_SAFETY_MARGIN`, ...).
 
 use std::net::SocketAddr;

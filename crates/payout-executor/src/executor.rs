@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_api::{LockError, LockHandle, LockKey, LockLost, SessionId, Throttle};
-use lock_client::{AcquirePolicy, LockClient, LockClientConfig, LockClientSession};
+use lock_api::{LockError, LockKey, LockLost, SessionId, Throttle};
+use lock_client::{
+    AcquirePolicy, ClientBuilder, ClientConfig, LockClient, LockClientSession, LockHandle,
+};
 use tokio::task::{JoinError, JoinSet};
 
 use crate::config::{CONCURRENCY_MAX, Config, FaultStep};
@@ -152,9 +154,9 @@ pub struct Executor {
 
 impl Executor {
     /// Opens the process's one lock client and session.
-    pub async fn start(config: Config, lock_config: LockClientConfig) -> anyhow::Result<Self> {
-        check_urls(&config, &lock_config)?;
-        Self::with_client(config, LockClient::new(lock_config)?).await
+    pub async fn start(config: Config, lock_config: ClientBuilder) -> anyhow::Result<Self> {
+        check_urls(&config, &lock_config.config()?)?;
+        Self::with_client(config, lock_config.build()?).await
     }
 
     /// Opens the process's one session on `client` (tests pass one over an in-memory lock
@@ -162,7 +164,7 @@ impl Executor {
     pub async fn with_client(config: Config, client: LockClient) -> anyhow::Result<Self> {
         check_urls(&config, client.config())?;
         check_hop_budget(&config, client.config())?;
-        let lease = client.config().default_ttl;
+        let lease = client.config().default_ttl();
         let session = client.open_session(&config.executor_id).await?;
         let loss = SessionLossHandler::register(&session, config.executor_id.clone());
         let services = Services::new(
@@ -171,7 +173,7 @@ impl Executor {
             config.request_timeout,
             config.hop_budget,
             config.executor_token.as_deref(),
-            &client.config().tls,
+            client.config().tls(),
         )?;
         if config.fault_sigstop_rate > 0.0 {
             tracing::warn!(
@@ -478,7 +480,7 @@ impl Executor {
             let needed = self
                 .config
                 .hop_budget
-                .mul_f64(1.0 + self.client.config().safety_margin);
+                .mul_f64(1.0 + self.client.config().safety_margin());
             if remaining < needed {
                 tracing::info!(
                     event = "lease_short",
@@ -601,20 +603,20 @@ impl Executor {
 /// Every URL the executor sends its credentials to: `https://`, or plain `http://` only with
 /// `UNSAFE_PLAINTEXT_HTTP` (the lock client's [`lock_client::ClientTls`]); checked before any
 /// call.
-fn check_urls(config: &Config, lock: &LockClientConfig) -> anyhow::Result<()> {
-    lock.tls.check_url("PAYMENT_URL", &config.payment_url)?;
-    lock.tls
+fn check_urls(config: &Config, lock: &ClientConfig) -> anyhow::Result<()> {
+    lock.tls().check_url("PAYMENT_URL", &config.payment_url)?;
+    lock.tls()
         .check_url("RAIL_PROXY_URL", &config.rail_proxy_url)?;
     Ok(())
 }
 
 /// Refuses a configuration where no submit could ever pass the lease check: the SDK
 /// guarantees only `remaining_after_tick` of the shorter TTL right after a heartbeat.
-fn check_hop_budget(config: &Config, lock: &LockClientConfig) -> anyhow::Result<()> {
-    let margin = lock.safety_margin;
+fn check_hop_budget(config: &Config, lock: &ClientConfig) -> anyhow::Result<()> {
+    let margin = lock.safety_margin();
     let needed = config.hop_budget.mul_f64(1.0 + margin);
     // The SDK's own guarantee: what a live grant has left right after a heartbeat tick.
-    let worst_remaining = lock.remaining_after_tick(lock.session_ttl.min(lock.default_ttl));
+    let worst_remaining = lock.remaining_after_tick(lock.session_ttl().min(lock.default_ttl()));
     if needed > worst_remaining {
         anyhow::bail!(
             "rail.hop-budget (RAIL_HOP_BUDGET) {:?} needs {:?} of lease, but LOCK_SESSION_TTL/LOCK_DEFAULT_TTL leave as little as {:?} between heartbeats: lower the budget or raise the TTLs",

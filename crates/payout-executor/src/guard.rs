@@ -5,8 +5,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use lock_api::{FencingToken, LockHandle, LockLost};
+use lock_api::{FencingToken, LockLost};
 use lock_client::LockClientSession;
+use lock_client::LockHandle;
 
 use crate::loss::Watch;
 use crate::services::{CallError, Refusal};

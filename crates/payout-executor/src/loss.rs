@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use lock_api::{LockHandle, LockKey, LockLost};
+use lock_api::{LockKey, LockLost};
 use lock_client::LockClientSession;
+use lock_client::LockHandle;
 
 /// The in-flight payout of one grant: abandoned once the listener hears its grant is lost.
 #[derive(Debug, Clone)]
@@ -43,7 +44,7 @@ impl SessionLossHandler {
         let handler = Self::default();
         let watches = handler.watches.clone();
         let session_id = session.id();
-        let backend = session.backend().as_str();
+        let backend = session.backend();
         session.on_lock_lost(move |lost: &LockLost| {
             let watch = watches
                 .lock()

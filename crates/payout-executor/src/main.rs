@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use lock_client::LockClientConfig;
+use lock_client::ClientBuilder;
 use payout_executor::{Config, Executor, telemetry};
 
 #[tokio::main]
@@ -19,7 +19,7 @@ async fn main() {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = lock_client::service::recorder::install();
-    let lock_config = LockClientConfig::from_env(|k| std::env::var(k).ok())?;
+    let lock_config = ClientBuilder::from_env(|k| std::env::var(k).ok())?;
     let tls = lock_client::service::ServerTls::chosen(
         config.tls.cert.as_deref(),
         config.tls.key.as_deref(),

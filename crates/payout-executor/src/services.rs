@@ -100,7 +100,7 @@ pub struct Fence {
 impl Fence {
     /// The fence of `handle`'s grant as of now: its token and the newest proof the session
     /// holds for it (a renewal after a signing-key rotation brings one under the new key).
-    pub fn of(session: &lock_client::LockClientSession, handle: &lock_api::LockHandle) -> Self {
+    pub fn of(session: &lock_client::LockClientSession, handle: &lock_client::LockHandle) -> Self {
         Self {
             token: handle.fencing_token(),
             proof: session.fence_proof(handle),
@@ -129,16 +129,20 @@ impl Services {
         tls: &lock_client::ClientTls,
     ) -> anyhow::Result<Self> {
         let headers = match credential.filter(|c| !c.is_empty()) {
-            Some(credential) => lock_client::bearer_headers(credential).ok_or_else(|| {
-                anyhow::anyhow!("PAYOUT_EXECUTOR_TOKEN is not a valid header value")
-            })?,
+            Some(credential) => {
+                lock_client::service::bearer_headers(credential).ok_or_else(|| {
+                    anyhow::anyhow!("PAYOUT_EXECUTOR_TOKEN is not a valid header value")
+                })?
+            }
             None => reqwest::header::HeaderMap::new(),
         };
         Ok(Self {
             http: tls
                 .apply(reqwest::Client::builder())?
                 .timeout(request_timeout)
-                .pool_idle_timeout(Duration::from_millis(lock_client::POOL_IDLE_TIMEOUT_MS))
+                .pool_idle_timeout(Duration::from_millis(
+                    lock_client::service::POOL_IDLE_TIMEOUT_MS,
+                ))
                 .default_headers(headers)
                 .build()?,
             payment_url: payment_url.trim_end_matches('/').to_owned(),

@@ -7,6 +7,22 @@ use std::path::PathBuf;
 
 use crate::TlsError;
 
+/// How long an idle pooled connection is kept: below the servers' default header-read and
+/// idle timeout (10 s, `HTTP_HEADER_READ_TIMEOUT`), so a call never goes out on a connection
+/// the server is closing at that moment.
+pub const POOL_IDLE_TIMEOUT_MS: u64 = 5_000;
+
+/// Default headers presenting `secret` as `Authorization: Bearer`, marked sensitive (never
+/// printed by the HTTP stack); `None` when `secret` cannot be a header value. The one place
+/// our HTTP clients build a bearer header (the SDK, the executor, the harness).
+pub fn bearer_headers(secret: &str) -> Option<reqwest::header::HeaderMap> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {secret}")).ok()?;
+    value.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Some(headers)
+}
+
 /// What a client trusts, and what it presents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientTls {

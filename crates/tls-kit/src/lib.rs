@@ -24,7 +24,7 @@ mod probe;
 mod server;
 
 #[cfg(feature = "reqwest")]
-pub use client::{ClientTls, plaintext_allowed};
+pub use client::{ClientTls, POOL_IDLE_TIMEOUT_MS, bearer_headers, plaintext_allowed};
 pub use error::TlsError;
 pub use files::{read_certs, read_key};
 #[cfg(feature = "generate")]

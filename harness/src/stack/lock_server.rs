@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use lock_client::LockClientConfig;
+use lock_client::ClientBuilder;
 use test_support::{ServiceProcess, cargo_bin, free_port};
 
 use super::process::{Proc, READY_DEADLINE};
@@ -115,29 +115,28 @@ impl LockStoreAt {
 
 /// A lock-client configuration for lock-servers started by [`start_lock_server`] or a
 /// local stack: the test client credential.
-pub fn lock_client_config(
+pub fn lock_client_builder(
     endpoints: impl IntoIterator<Item = impl Into<String>>,
-) -> LockClientConfig {
-    lock_client_config_with(endpoints, test_support::keys::LOCK_CLIENT_TOKEN)
+) -> ClientBuilder {
+    lock_client_builder_with(endpoints, test_support::keys::LOCK_CLIENT_TOKEN)
 }
 
 /// A lock-client configuration presenting `credential`.
-pub(super) fn lock_client_config_with(
+pub(super) fn lock_client_builder_with(
     endpoints: impl IntoIterator<Item = impl Into<String>>,
     credential: &str,
-) -> LockClientConfig {
-    let mut config = LockClientConfig::new(endpoints);
-    config.credential = Some(lock_client::Credential::new(credential));
+) -> ClientBuilder {
     // A stack without TLS serves plain HTTP on loopback and tells its own processes so
     // (UNSAFE_PLAINTEXT_HTTP); its clients are told the same. A stack on TLS replaces this.
-    config.tls = lock_client::ClientTls::plaintext();
-    config
+    lock_client::LockClient::builder(endpoints)
+        .credential(credential)
+        .tls(lock_client::ClientTls::plaintext())
 }
 
 /// An HTTP client that presents the lock clients' credential (raw calls of tests and
 /// benchmarks, on every lock route but revoke).
 pub fn lock_http(credential: &str) -> anyhow::Result<reqwest::Client> {
-    let headers = lock_client::bearer_headers(credential)
+    let headers = tls_kit::bearer_headers(credential)
         .context("the lock client credential is not a valid header value")?;
     Ok(reqwest::Client::builder()
         .timeout(HTTP_TIMEOUT)

@@ -26,7 +26,8 @@ use lock_api::FenceSigner;
 use crate::compose;
 
 pub use lock_server::{
-    LockServer, LockStoreAt, lock_client_config, lock_http, spawn_lock_server_at, start_lock_server,
+    LockServer, LockStoreAt, lock_client_builder, lock_http, spawn_lock_server_at,
+    start_lock_server,
 };
 pub use process::{LogSource, Proc, READY_DEADLINE, pid_stopped};
 pub use secrets::Secrets;

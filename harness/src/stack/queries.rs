@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use lock_client::LockClientConfig;
+use lock_client::ClientBuilder;
 use payment_api::{Fault, LedgerSummary, Payout, Received, Submission};
 use reqwest::StatusCode;
 
 use super::Stack;
-use super::lock_server::lock_client_config_with;
+use super::lock_server::lock_client_builder_with;
 use super::process::Proc;
 use crate::audit::{Audit, DeclaredLoss, declared_losses};
 use crate::metrics::Metrics;
@@ -113,12 +113,12 @@ impl Stack {
     }
 
     /// A lock-client configuration for this stack's lock-servers and credential.
-    pub fn lock_client_config(&self) -> LockClientConfig {
-        let mut config = lock_client_config_with(self.lock_endpoints(), &self.secrets.lock_client);
-        if let Some(files) = &self.tls {
-            config.tls = files.client();
+    pub fn lock_client_builder(&self) -> ClientBuilder {
+        let builder = lock_client_builder_with(self.lock_endpoints(), &self.secrets.lock_client);
+        match &self.tls {
+            Some(files) => builder.tls(files.client()),
+            None => builder,
         }
-        config
     }
 
     /// A fenced write to `url` for `payout_id` presenting `token`, as an executor sends it.

@@ -100,7 +100,7 @@ async fn assert_poisoned_tried_once_then_quarantined(stack: &Stack, executor_url
 /// executor's credential cannot re-fence, a re-fence only raises, and once the fence is
 /// repaired in paydb (`db`) the operator's grant raises it.
 async fn operator_refences(stack: &Stack, db: &mut sqlx::PgConnection, repaired: i64) {
-    let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
+    let client = stack.lock_client_builder().build().unwrap();
     let session = client.open_session("operator").await.unwrap();
     let key = payment_api::payout_lock_key(repaired);
     let handle = session
@@ -973,7 +973,7 @@ async fn a10_a_token_issued_twice_by_a_restored_lock_store_is_fenced_out() {
         &lockdb,
     );
 
-    let client = lock_client::LockClient::new(stack.lock_client_config()).unwrap();
+    let client = stack.lock_client_builder().build().unwrap();
     let policy = lock_client::AcquirePolicy::DEFAULT;
     let ttl = Duration::from_secs(30);
     let a = client.open_session("holder-a").await.unwrap();

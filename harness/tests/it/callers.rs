@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use harness::metrics::Metrics;
 use harness::stack::{LockServer, Stack, StackOptions, lock_http, start_lock_server};
 use lock_api::{CredentialEntry, LockError, LockKey, OwnerRule};
-use lock_client::{AcquirePolicy, LockClient, LockClientConfig};
+use lock_client::{AcquirePolicy, LockClient};
 use serde_json::{Value, json};
 
 const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
@@ -30,10 +30,11 @@ fn credential(name: &str, roles: &[&str], owners: OwnerRule) -> (String, Credent
 }
 
 fn sdk(endpoints: Vec<String>, secret: &str) -> LockClient {
-    let mut config = LockClientConfig::new(endpoints);
-    config.credential = Some(lock_client::Credential::new(secret));
-    config.tls = lock_client::ClientTls::plaintext(); // the test's servers speak plain HTTP
-    LockClient::new(config).unwrap()
+    LockClient::builder(endpoints)
+        .credential(secret)
+        .tls(lock_client::ClientTls::plaintext()) // the test's servers speak plain HTTP
+        .build()
+        .unwrap()
 }
 
 /// The `event` lines of a JSON log that name `credential`.

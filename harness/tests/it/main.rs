@@ -8,6 +8,7 @@ mod fence_check;
 mod house_rules;
 mod lockctl;
 mod metrics_hygiene;
+mod public_api;
 mod rotation;
 mod scenarios;
 mod sdk;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use harness::stack::{Stack, StackOptions};
 use lock_api::{FenceSigner, LockKey};
-use lock_client::{AcquirePolicy, LockClient};
+use lock_client::AcquirePolicy;
 use payment_api::PayoutState;
 use test_support::poll_until;
 
@@ -32,7 +32,7 @@ async fn a_signing_key_rotates_under_live_traffic_without_a_refused_write() {
 
     // A grant held across the whole rotation, renewed by the SDK's heartbeat. Its key guards
     // no payout, so a claim with a valid proof answers 404 and one without answers 403.
-    let client = LockClient::new(stack.lock_client_config()).unwrap();
+    let client = stack.lock_client_builder().build().unwrap();
     let session = client.open_session("rotation-witness").await.unwrap();
     let key = LockKey::parse("payout:999999").unwrap();
     let handle = session

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use harness::stack::{Stack, StackOptions};
 use lock_api::LockKey;
-use lock_client::{AcquirePolicy, LockClient};
+use lock_client::AcquirePolicy;
 use nix::sys::signal::Signal;
 use payment_api::{Fault, FaultKind, Payout, PayoutState, SubmissionOutcome};
 use test_support::poll_until;
@@ -395,7 +395,7 @@ async fn s3_rail_timeouts_end_ambiguous_and_are_never_resubmitted() {
 
     // Whoever takes a fresh lock later, with a higher token, is refused at the resource and
     // at the proxy: ambiguity is terminal (I5), and the rail never sees the payouts again.
-    let client = LockClient::new(stack.lock_client_config()).unwrap();
+    let client = stack.lock_client_builder().build().unwrap();
     let session = client.open_session("s3-prober").await.unwrap();
     for id in ambiguous {
         let before = stack.payout(id).await.unwrap();

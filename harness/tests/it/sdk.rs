@@ -29,9 +29,10 @@ async fn server() -> (harness::stack::LockServer, tempfile::TempDir) {
 }
 
 fn client(url: &str) -> LockClient {
-    let mut config = harness::stack::lock_client_config([url]);
-    config.session_ttl = TTL;
-    LockClient::new(config).unwrap()
+    harness::stack::lock_client_builder([url])
+        .session_ttl(TTL)
+        .build()
+        .unwrap()
 }
 
 /// L7 for `key`: the grant's JSON, `None` when not held.

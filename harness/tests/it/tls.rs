@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lock_api::{LockError, LockKey};
-use lock_client::{AcquirePolicy, ClientTls, LockClient, LockClientConfig};
+use lock_client::{AcquirePolicy, ClientTls, LockClient};
 use nix::sys::signal::Signal;
 use test_support::ServiceProcess;
 use tls_kit::LocalCa;
@@ -68,12 +68,15 @@ async fn tls_server(
 }
 
 fn sdk(url: &str, ca: &Path) -> LockClient {
-    let mut config = LockClientConfig::new([url.to_owned()]);
-    config.credential = Some(lock_client::Credential::new(
-        test_support::keys::LOCK_CLIENT_TOKEN,
-    ));
-    config.tls.ca_file = Some(ca.to_owned());
-    LockClient::new(config).unwrap()
+    let tls = ClientTls {
+        ca_file: Some(ca.to_owned()),
+        ..ClientTls::default()
+    };
+    LockClient::builder([url.to_owned()])
+        .credential(test_support::keys::LOCK_CLIENT_TOKEN)
+        .tls(tls)
+        .build()
+        .unwrap()
 }
 
 async fn tls_refusals(url: &str, ca: &Path, reason: &str) -> f64 {
@@ -415,13 +418,12 @@ async fn a_client_certificate_is_a_credential_without_a_secret() {
     )
     .await;
     let sdk_as = |identity: Option<(PathBuf, PathBuf)>| {
-        let mut config = LockClientConfig::new([url.clone()]);
-        config.tls = ClientTls {
+        let tls = ClientTls {
             ca_file: Some(ca_file.clone()),
             identity,
             plaintext: false,
         };
-        LockClient::new(config).unwrap()
+        LockClient::builder([url.clone()]).tls(tls).build().unwrap()
     };
     let session = sdk_as(Some(client.clone()))
         .open_session("app-m-1")

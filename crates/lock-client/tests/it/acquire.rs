@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use lock_api::LockKey;
-use lock_client::{AcquirePolicy, Clock};
+use lock_client::AcquirePolicy;
+use lock_client::test_util::Clock;
 
 use crate::support::Rig;
 
@@ -124,7 +125,7 @@ async fn no_leader_anywhere_is_an_error_not_contention() {
     let session = rig.session("a").await;
     rig.service.fail_always(
         "acquire",
-        lock_client::testing::status(lock_api::ErrorCode::NotLeader, "read-only"),
+        lock_client::test_util::status(lock_api::ErrorCode::NotLeader, "read-only"),
     );
     let policy = AcquirePolicy {
         budget: Duration::from_millis(200),
@@ -155,7 +156,7 @@ async fn a_regrant_of_an_unanswered_releases_token_is_released_again_and_replace
     // The release gets no answer: it may still be in flight and delete a later grant.
     rig.service.fail_next(
         "release",
-        lock_client::TransportError::Unreachable("no answer".into()),
+        lock_client::test_util::TransportError::Unreachable("no answer".into()),
     );
     session.release(first).await.unwrap();
     assert_eq!(
@@ -191,7 +192,7 @@ async fn the_handle_carries_the_servers_proof() {
         .await
         .unwrap()
         .unwrap();
-    let expected = lock_client::testing::rig_proof(&key, first.fencing_token());
+    let expected = lock_client::test_util::rig_proof(&key, first.fencing_token());
     assert_eq!(first.fence_proof(), Some(expected.as_str()));
     let again = a
         .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lock_api::ErrorCode;
-use lock_client::TransportError;
-use lock_client::testing::status;
+use lock_client::test_util::TransportError;
+use lock_client::test_util::status;
 
 use crate::support::Rig;
 

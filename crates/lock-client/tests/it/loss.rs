@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_api::{ErrorCode, LockHandle, LockKey, LockLost, LossReason};
-use lock_client::testing::status;
-use lock_client::{AcquirePolicy, LockClientSession, TransportError};
+use lock_api::{ErrorCode, LockKey, LockLost, LossReason};
+use lock_client::LockHandle;
+use lock_client::test_util::TransportError;
+use lock_client::test_util::status;
+use lock_client::{AcquirePolicy, LockClientSession};
 use test_support::poll_until;
 
 use crate::support::Rig;

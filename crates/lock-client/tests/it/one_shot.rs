@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use lock_api::{ErrorCode, FencingToken, LockError, LockKey};
-use lock_client::testing::{rig_proof, status};
-use lock_client::{AcquirePolicy, Clock, Credential};
+use lock_client::AcquirePolicy;
+use lock_client::admin::Credential;
+use lock_client::test_util::Clock;
+use lock_client::test_util::{rig_proof, status};
 
 use crate::support::Rig;
 
@@ -33,7 +35,10 @@ async fn a_detached_session_lives_on_and_acquire_as_waits_within_its_budget() {
     let before = rig.service.count("acquire");
     let start = rig.clock.now_nanos();
     let outcome = rig
-        .drive(STEP, rig.client.acquire_as(kept, &key, LEASE, &policy))
+        .drive(
+            STEP,
+            rig.client.admin().acquire_as(kept, &key, LEASE, &policy),
+        )
         .await;
     let spent = Duration::from_nanos(rig.clock.now_nanos().wrapping_sub(start));
     assert_eq!(
@@ -51,6 +56,7 @@ async fn a_detached_session_lives_on_and_acquire_as_waits_within_its_budget() {
     holder.release(held).await.unwrap();
     let grant = rig
         .client
+        .admin()
         .acquire_as(kept, &key, LEASE, &AcquirePolicy::TRY_ONCE)
         .await
         .unwrap()
@@ -60,6 +66,7 @@ async fn a_detached_session_lives_on_and_acquire_as_waits_within_its_budget() {
     assert_eq!(grant.proof, Some(rig_proof(&key, FencingToken(2))));
     let again = rig
         .client
+        .admin()
         .acquire_as(kept, &key, LEASE, &AcquirePolicy::TRY_ONCE)
         .await
         .unwrap()
@@ -71,18 +78,21 @@ async fn a_detached_session_lives_on_and_acquire_as_waits_within_its_budget() {
 
     assert!(
         !rig.client
+            .admin()
             .release_as(kept, &key, FencingToken(1))
             .await
             .unwrap()
     );
     assert!(
         rig.client
+            .admin()
             .release_as(kept, &key, grant.fencing_token)
             .await
             .unwrap()
     );
     assert!(
         !rig.client
+            .admin()
             .release_as(kept, &key, grant.fencing_token)
             .await
             .unwrap()
@@ -96,19 +106,21 @@ async fn close_session_ends_it_and_later_calls_are_refused() {
     let kept = rig.session("kept").await.detach();
     let key = LockKey::parse("k").unwrap();
     rig.client
+        .admin()
         .acquire_as(kept, &key, LEASE, &AcquirePolicy::TRY_ONCE)
         .await
         .unwrap()
         .unwrap();
-    rig.client.close_session(kept).await.unwrap();
+    rig.client.admin().close_session(kept).await.unwrap();
     assert_eq!(rig.service.holder(&key), None, "its grants ended with it");
     let err = rig
         .client
+        .admin()
         .acquire_as(kept, &key, LEASE, &AcquirePolicy::DEFAULT)
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::SessionUnknown { .. }), "{err:?}");
-    rig.client.close_session(kept).await.unwrap();
+    rig.client.admin().close_session(kept).await.unwrap();
 }
 
 #[tokio::test]
@@ -116,22 +128,28 @@ async fn inspect_shows_the_holder_and_revoke_ends_its_grant() {
     let rig = Rig::new(QUIET);
     let session = rig.session("worker-7").await;
     let key = LockKey::parse("payout:7").unwrap();
-    assert_eq!(rig.client.inspect(&key).await.unwrap(), None);
+    assert_eq!(rig.client.admin().inspect(&key).await.unwrap(), None);
     let handle = session
         .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
         .await
         .unwrap()
         .unwrap();
-    let info = rig.client.inspect(&key).await.unwrap().expect("held");
+    let info = rig
+        .client
+        .admin()
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("held");
     assert_eq!(info.fencing_token, handle.fencing_token());
     assert_eq!(info.owner_id.as_str(), "worker-7");
 
     let admin = Credential::new("operators");
-    let outcome = rig.client.revoke(&key, &admin, None).await.unwrap();
+    let outcome = rig.client.admin().revoke(&key, &admin, None).await.unwrap();
     assert!(outcome.revoked);
     assert_eq!(outcome.fencing_token, Some(handle.fencing_token()));
-    assert_eq!(rig.client.inspect(&key).await.unwrap(), None);
-    let outcome = rig.client.revoke(&key, &admin, None).await.unwrap();
+    assert_eq!(rig.client.admin().inspect(&key).await.unwrap(), None);
+    let outcome = rig.client.admin().revoke(&key, &admin, None).await.unwrap();
     assert_eq!((outcome.revoked, outcome.fencing_token), (false, None));
     assert!(
         session.release(handle).await.is_err(),
@@ -146,7 +164,7 @@ async fn one_shot_calls_move_to_the_next_endpoint_and_stop_on_final_errors() {
     let key = LockKey::parse("k").unwrap();
     rig.service
         .fail_next("inspect", status(ErrorCode::NotLeader, "draining"));
-    assert_eq!(rig.client.inspect(&key).await.unwrap(), None);
+    assert_eq!(rig.client.admin().inspect(&key).await.unwrap(), None);
     assert_eq!(
         rig.service.count("inspect"),
         2,
@@ -155,7 +173,7 @@ async fn one_shot_calls_move_to_the_next_endpoint_and_stop_on_final_errors() {
 
     rig.service
         .fail_always("inspect", status(ErrorCode::StoreUnavailable, "down"));
-    let err = rig.client.inspect(&key).await.unwrap_err();
+    let err = rig.client.admin().inspect(&key).await.unwrap_err();
     assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
     assert_eq!(rig.service.count("inspect"), 4, "each endpoint once");
     rig.service.heal();
@@ -164,6 +182,7 @@ async fn one_shot_calls_move_to_the_next_endpoint_and_stop_on_final_errors() {
         .fail_next("revoke", status(ErrorCode::Unauthenticated, "wrong token"));
     let err = rig
         .client
+        .admin()
         .revoke(&key, &Credential::new("wrong"), None)
         .await
         .unwrap_err();

@@ -1,3 +1,3 @@
-//! The shared rig lives in `lock_client::testing` (the executor's tests use it too).
+//! The shared rig lives in `lock_client::test_util` (the executor's tests use it too).
 
-pub use lock_client::testing::Rig;
+pub use lock_client::test_util::Rig;

@@ -576,9 +576,8 @@ impl World {
                 LossReason::SessionExpired => "a loss: session expired",
                 LossReason::SessionUnknown => "a loss: session unknown",
                 LossReason::RenewRefused => "a loss: renew refused",
-                LossReason::SessionClosed | LossReason::NotHeld | LossReason::Revoked => {
-                    "a loss: other"
-                }
+                // SessionClosed, NotHeld, Revoked, and any reason added later.
+                _ => "a loss: other",
             });
         }
         if let Some(reason) = lost_session {

@@ -17,9 +17,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
 use lock_api::{LockKey, LossReason};
+use lock_client::LockClient;
 use lock_client::metrics::GUARD_HEADROOM_SECONDS;
-use lock_client::testing::{MemoryTransport, RIG_START_NANOS};
-use lock_client::{FakeClock, LockClient, LockClientConfig};
+use lock_client::test_util::FakeClock;
+use lock_client::test_util::{MemoryTransport, RIG_START_NANOS};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use payout_executor::guard::{WRITE_HEADROOM_SECONDS, WRITE_STEPS};
 use payout_executor::{Config, Executor};
@@ -183,19 +184,14 @@ struct Running {
 async fn start(url: &str, concurrency: Option<u32>) -> (Running, RigParts) {
     let clock = FakeClock::new(RIG_START_NANOS);
     let service = Arc::new(MemoryTransport::new());
-    let mut lock_config = LockClientConfig::new(["http://replica-a", "http://replica-b"]);
-    // The fake services speak plain HTTP on loopback, said so.
-    lock_config.tls = lock_client::ClientTls::plaintext();
-    lock_config.session_ttl = LEASE;
-    lock_config.default_ttl = LEASE;
-    lock_config.heartbeat_period = Some(PERIOD);
-    let client = LockClient::with_parts(
-        lock_config,
-        Arc::new(clock.clone()),
-        service.clone(),
-        service.clone(),
-    )
-    .unwrap();
+    let client = LockClient::builder(["http://replica-a", "http://replica-b"])
+        // The fake services speak plain HTTP on loopback, said so.
+        .tls(lock_client::ClientTls::plaintext())
+        .session_ttl(LEASE)
+        .default_ttl(LEASE)
+        .heartbeat_period(PERIOD)
+        .build_with(Arc::new(clock.clone()), service.clone(), service.clone())
+        .unwrap();
     let mut args = vec![
         "payout-executor".to_owned(),
         "--executor-id".into(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_api::{LockKey, LossReason};
 use lock_client::AcquirePolicy;
-use lock_client::testing::Rig;
+use lock_client::test_util::Rig;
 use payout_executor::guard::guard;
 use payout_executor::loss::SessionLossHandler;
 

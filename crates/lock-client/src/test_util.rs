@@ -1,5 +1,5 @@
-//! An in-memory lock service behind the [`Transport`] seam, for unit tests, doc examples and the
-//! simulation. Grants, tokens per key, same-session re-grants, renew, compare-and-delete release
+//! Test helpers (feature `test-util`): an in-memory lock service behind the [`Transport`]
+//! seam, the clocks, and a rig that runs a real client on a fake clock. Grants, tokens per key, same-session re-grants, renew, compare-and-delete release
 //! and sessions behave as the lock-server's do; leases never expire on their own (tests drive loss
 //! with faults and a [`FakeClock`]); inspect and revoke answer too (revoke accepts any credential).
 //! Faults: fail the next call of a kind, fail every call of a kind, clamp leases, delay replies on
@@ -21,10 +21,10 @@ use lock_api::{
 use std::sync::Arc;
 
 use crate::client::LockClient;
-use crate::clock::{Clock, FakeClock};
-use crate::config::LockClientConfig;
+pub use crate::clock::{Clock, Sleep, SystemClock};
+pub use crate::fake_clock::FakeClock;
 use crate::session::LockClientSession;
-use crate::transport::{Call, Reply, Transport, TransportError};
+pub use crate::transport::{Call, Reply, Transport, TransportError};
 
 /// A clock start close to `u64::MAX`, so every test on a [`Rig`] also crosses the wrap-around.
 pub const RIG_START_NANOS: u64 = u64::MAX - 1_500_000_000;
@@ -51,15 +51,10 @@ impl Rig {
     pub fn new(period: Duration) -> Self {
         let clock = FakeClock::new(RIG_START_NANOS);
         let service = Arc::new(MemoryTransport::new());
-        let mut config = LockClientConfig::new(["http://replica-a", "http://replica-b"]);
-        config.heartbeat_period = Some(period);
-        let client = LockClient::with_parts(
-            config,
-            Arc::new(clock.clone()),
-            service.clone(),
-            service.clone(),
-        )
-        .unwrap_or_else(|e| panic!("a rig's configuration is valid: {e}"));
+        let client = LockClient::builder(["http://replica-a", "http://replica-b"])
+            .heartbeat_period(period)
+            .build_with(Arc::new(clock.clone()), service.clone(), service.clone())
+            .unwrap_or_else(|e| panic!("a rig's configuration is valid: {e}"));
         Self {
             clock,
             service,

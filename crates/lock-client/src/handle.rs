@@ -9,16 +9,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ids::{FencingToken, LockKey, SessionId};
+use lock_api::{FencingToken, LockKey, SessionId};
 
 /// Told when a handle is dropped without having been released (the SDK releases it).
-pub trait HandleOwner: Send + Sync + fmt::Debug {
+pub(crate) trait HandleOwner: Send + Sync + fmt::Debug {
     /// `key` with `token` was dropped unreleased.
     fn dropped_unreleased(&self, key: &LockKey, token: FencingToken);
 }
 
-/// One held grant. Not `Clone`: each acquire returns its own handle, and each handle is
-/// released once (by the SDK's `release`, or in the background when dropped).
+/// One held grant, as [`LockClientSession::acquire`](crate::LockClientSession::acquire)
+/// returns it. Not `Clone`: each acquire returns its own handle, and each handle is released
+/// once (by [`LockClientSession::release`](crate::LockClientSession::release), or in the
+/// background when dropped).
 pub struct LockHandle {
     lock_key: LockKey,
     fencing_token: FencingToken,
@@ -31,7 +33,7 @@ pub struct LockHandle {
 
 impl LockHandle {
     /// A handle over a grant. `client_deadline_nanos` is shared with whoever renews it.
-    pub fn new(
+    pub(crate) fn new(
         lock_key: LockKey,
         fencing_token: FencingToken,
         lease_ms: u64,
@@ -51,7 +53,7 @@ impl LockHandle {
     }
 
     /// The same handle carrying the lock-server's proof of the grant.
-    pub fn with_proof(mut self, proof: Option<String>) -> Self {
+    pub(crate) fn with_proof(mut self, proof: Option<String>) -> Self {
         self.proof = proof;
         self
     }
@@ -89,7 +91,7 @@ impl LockHandle {
     }
 
     /// Detaches the owner: the handle is being released explicitly.
-    pub fn disarm(mut self) -> (LockKey, FencingToken) {
+    pub(crate) fn disarm(mut self) -> (LockKey, FencingToken) {
         self.owner = None;
         (self.lock_key.clone(), self.fencing_token)
     }
