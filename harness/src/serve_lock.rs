@@ -1,7 +1,8 @@
 //! `harness serve-lock`: one lock-server on a throwaway PostgreSQL database, for test suites
 //! that are not Rust (the Python SDK's pytest). It prints one JSON line, what a client needs
 //! (`url`, `client_token`), an operator's credential (`admin_token`, for revokes), what a
-//! resource trusts (`public_keys`) and what a
+//! resource trusts (`public_keys`), a second fresh database for the suite's own resources
+//! (`database_url`: the fence kit's tests, not the lock-server's) and what a
 //! test needs to fault the server (`pid`, `log`), then runs until its standard input closes,
 //! and stops everything it started.
 
@@ -18,11 +19,13 @@ pub async fn run() -> anyhow::Result<()> {
     let logs = tempfile::Builder::new().prefix("serve-lock-").tempdir()?;
     let admin = [("LOCK_ADMIN_TOKEN", ADMIN_TOKEN.to_owned())];
     let server = start_lock_server("lock-server", &database.url, &admin, logs.path()).await?;
+    let resources = test_support::fresh_database().await;
     let ready = serde_json::json!({
         "url": server.url,
         "client_token": test_support::keys::LOCK_CLIENT_TOKEN,
         "admin_token": ADMIN_TOKEN,
         "public_keys": test_support::keys::public_keys(),
+        "database_url": resources.url,
         "pid": server.process.pid().as_raw(),
         "log": logs.path().join("lock-server.log"),
     });

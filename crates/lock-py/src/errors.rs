@@ -1,11 +1,15 @@
 //! The exceptions a Python user catches, one hierarchy under `LockServiceError`, and the
-//! mapping from the SDK's errors to them (the only place that knows it).
+//! mapping from the SDK's and fence-kit's errors to them (the only place that knows it). The
+//! refusals a resource sends (`InvalidArgument`, `ProofInvalid`, `FencedOut`) carry the wire's
+//! `code` and `http_status` as class attributes, from `lock-api`'s `ErrorCode`.
 
-use lock_api::LockError;
+use fence_kit::FenceError;
+use lock_api::{ErrorCode, LockError};
 use lock_client::ClientError;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 
 create_exception!(
     _native,
@@ -45,6 +49,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    FencedOut,
+    LockServiceError,
+    "A fenced write's grant no longer holds the resource's fence: a newer grant claimed it."
+);
+create_exception!(
+    _native,
     SessionLost,
     LockServiceError,
     "The session is gone (expired, unknown, closed); open another."
@@ -67,14 +77,53 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("LockServiceError", py.get_type::<LockServiceError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
-    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    add_refusal(
+        m,
+        "InvalidArgument",
+        py.get_type::<InvalidArgument>(),
+        ErrorCode::InvalidArgument,
+    )?;
     m.add("LockContended", py.get_type::<LockContended>())?;
     m.add("LockLost", py.get_type::<LockLost>())?;
-    m.add("ProofInvalid", py.get_type::<ProofInvalid>())?;
+    add_refusal(
+        m,
+        "ProofInvalid",
+        py.get_type::<ProofInvalid>(),
+        ErrorCode::ProofInvalid,
+    )?;
+    add_refusal(
+        m,
+        "FencedOut",
+        py.get_type::<FencedOut>(),
+        ErrorCode::FencedOut,
+    )?;
     m.add("SessionLost", py.get_type::<SessionLost>())?;
     m.add("Throttled", py.get_type::<Throttled>())?;
     m.add("Unavailable", py.get_type::<Unavailable>())?;
     Ok(())
+}
+
+/// Adds a refusal's exception with its wire `code` and `http_status` as class attributes, so
+/// a web layer renders it as `{"code","message"}` with the status the Rust resources send.
+fn add_refusal(
+    m: &Bound<'_, PyModule>,
+    name: &str,
+    exception: Bound<'_, PyType>,
+    code: ErrorCode,
+) -> PyResult<()> {
+    exception.setattr("code", code.as_str())?;
+    exception.setattr("http_status", code.http_status())?;
+    m.add(name, exception)
+}
+
+/// The exception for a fenced write's refusal: its message is fence-kit's (it names the
+/// header, or the token and the fence).
+pub(crate) fn fence_error(err: FenceError) -> PyErr {
+    match err.code {
+        ErrorCode::FencedOut => FencedOut::new_err(err.message),
+        ErrorCode::ProofInvalid => ProofInvalid::new_err(err.message),
+        _ => InvalidArgument::new_err(err.message),
+    }
 }
 
 /// The exception for an SDK error.

@@ -3,7 +3,8 @@
 //! conservative deadlines, heartbeat grid, the bounded acquire loop) and the same heartbeat
 //! thread, TLS and credentials. Python sees [`Client`](client::Client),
 //! [`Session`](session::Session), [`Lock`](lock::Lock), the resource side's
-//! [`TrustedKeys`](fence::TrustedKeys) and the exceptions of [`errors`];
+//! [`TrustedKeys`](fence::TrustedKeys) with its [`ProvenWrite`](fence::ProvenWrite), the
+//! PostgreSQL fence's SQL and refusals ([`postgres`]) and the exceptions of [`errors`];
 //! the package `fencedlock` (python/) re-exports them with its typing stubs.
 //!
 //! Every call that waits (open, acquire, release, close) releases the GIL while it waits.
@@ -12,6 +13,7 @@ mod client;
 mod errors;
 mod fence;
 mod lock;
+mod postgres;
 mod session;
 mod slot;
 
@@ -24,6 +26,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::Session>()?;
     m.add_class::<lock::Lock>()?;
     m.add_class::<fence::TrustedKeys>()?;
+    m.add_class::<fence::ProvenWrite>()?;
     errors::register(m)?;
+    postgres::register(m)?;
     Ok(())
 }

@@ -1,7 +1,9 @@
-"""Fixtures: a real lock-server on a throwaway PostgreSQL (`harness serve-lock`)."""
+"""Fixtures: a real lock-server on a throwaway PostgreSQL (`harness serve-lock`), with a
+second fresh database for the fence kit's resources, and the binaries the tests run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +17,19 @@ import fencedlock
 
 REPO = Path(__file__).resolve().parents[3]
 
+TEST_TOOLS = ("psycopg", "fastapi", "uvicorn", "httpx")
+"""The fence kit's extras and the test tools, which the tests need (never skipped)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stops the run, saying what to install, when a test tool is missing."""
+    missing = [name for name in TEST_TOOLS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise pytest.UsageError(
+            f"missing Python packages {missing}: "
+            "pip install 'psycopg[binary]' fastapi uvicorn httpx"
+        )
+
 
 @dataclass(frozen=True)
 class Server:
@@ -24,6 +39,7 @@ class Server:
     client_token: str
     admin_token: str
     public_keys: str
+    database_url: str
     pid: int
     log: str
 
@@ -37,12 +53,25 @@ class Server:
         )
 
 
+def debug_binary(name: str, variable: str) -> Path:
+    """The binary `name`: the environment's `variable`, else the workspace's debug build."""
+    path = Path(os.environ.get(variable, REPO / "target" / "debug" / name))
+    if not path.is_file():
+        pytest.fail(
+            f"no {name} binary at {path}: run "
+            "`cargo build --workspace --bin harness --bin lockctl` first"
+        )
+    return path
+
+
 def harness_binary() -> Path:
     """The harness that starts the server: `FENCEDLOCK_HARNESS`, else the debug build."""
-    path = Path(os.environ.get("FENCEDLOCK_HARNESS", REPO / "target" / "debug" / "harness"))
-    if not path.is_file():
-        pytest.fail(f"no harness binary at {path}: run `cargo build -p harness` first")
-    return path
+    return debug_binary("harness", "FENCEDLOCK_HARNESS")
+
+
+def lockctl_binary() -> Path:
+    """lockctl, whose `fence-check` is the fence kit's conformance check."""
+    return debug_binary("lockctl", "FENCEDLOCK_LOCKCTL")
 
 
 @pytest.fixture(scope="session")
@@ -65,6 +94,7 @@ def server() -> Iterator[Server]:
         ready["client_token"],
         ready["admin_token"],
         ready["public_keys"],
+        ready["database_url"],
         int(ready["pid"]),
         ready["log"],
     )

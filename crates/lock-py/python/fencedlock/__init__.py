@@ -11,18 +11,24 @@ its native module::
         with session.lock("payout:42", ttl=10.0, wait=2.0) as lock:
             lock.ensure_held()
             write(payout=42, token=lock.fencing_token, proof=lock.proof)
+
+The resource side: `TrustedKeys` verifies a write's proof offline; `fencedlock.psycopg` (the
+PostgreSQL fence) and `fencedlock.fastapi` (the headers, the refusals as JSON) are imported
+on their own, with the extras `fencedlock[psycopg]` and `fencedlock[fastapi]`.
 """
 
 from fencedlock import aio
 from fencedlock._native import (
     Client,
     ConfigError,
+    FencedOut,
     InvalidArgument,
     Lock,
     LockContended,
     LockLost,
     LockServiceError,
     ProofInvalid,
+    ProvenWrite,
     Session,
     SessionLost,
     Throttled,
@@ -34,12 +40,14 @@ __all__ = [
     "aio",
     "Client",
     "ConfigError",
+    "FencedOut",
     "InvalidArgument",
     "Lock",
     "LockContended",
     "LockLost",
     "LockServiceError",
     "ProofInvalid",
+    "ProvenWrite",
     "Session",
     "SessionLost",
     "Throttled",

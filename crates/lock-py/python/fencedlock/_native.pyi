@@ -2,7 +2,9 @@
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import final
+from typing import ClassVar, final
+
+from typing_extensions import LiteralString
 
 class LockServiceError(Exception):
     """Every error of the lock SDK."""
@@ -11,7 +13,13 @@ class ConfigError(LockServiceError):
     """The client's settings are unusable."""
 
 class InvalidArgument(LockServiceError):
-    """The service refused the caller's input."""
+    """The service refused the caller's input (a resource: a header missing, repeated or
+    malformed; a bad argument to the fence)."""
+
+    code: ClassVar[str]
+    """`INVALID_ARGUMENT`, as a resource sends it."""
+    http_status: ClassVar[int]
+    """400."""
 
 class LockContended(LockServiceError):
     """Another session held the lock for the whole wait."""
@@ -26,6 +34,19 @@ class LockLost(LockServiceError):
 
 class ProofInvalid(LockServiceError):
     """A write's fencing proof does not prove a trusted grant of its key and token."""
+
+    code: ClassVar[str]
+    """`PROOF_INVALID`."""
+    http_status: ClassVar[int]
+    """403."""
+
+class FencedOut(LockServiceError):
+    """A fenced write's grant no longer holds the resource's fence: a newer grant claimed it."""
+
+    code: ClassVar[str]
+    """`FENCED_OUT`."""
+    http_status: ClassVar[int]
+    """409."""
 
 class SessionLost(LockServiceError):
     """The session is gone; open another."""
@@ -92,6 +113,25 @@ class Lock:
     ) -> bool: ...
 
 @final
+class ProvenWrite:
+    """A fenced write whose proof verified."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def grant(self) -> str: ...
+
+@final
 class TrustedKeys:
     def __init__(self, spec: str) -> None: ...
     def verify(self, key: str, token: int, proof: str | None) -> str: ...
+    def verify_headers(
+        self, key: str, tokens: Sequence[str], proofs: Sequence[str]
+    ) -> ProvenWrite: ...
+
+POSTGRES_MIGRATION: LiteralString
+"""fence-kit's PostgreSQL fence: `fence_kit_fences` and `fence_check(...)` (idempotent)."""
+
+def postgres_refusal(sqlstate: str, message: str) -> LockServiceError | None: ...
