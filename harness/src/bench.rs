@@ -122,7 +122,8 @@ pub(crate) struct Stores {
     _postgres: Option<ThrowawayCluster>,
     /// lockdb's URL and the pgbench binary (PostgreSQL backend).
     pgbench: Option<(String, std::path::PathBuf)>,
-    _etcd: Option<EtcdCluster>,
+    /// The etcd member (whenever an `etcd` binary is installed).
+    etcd_member: Option<EtcdCluster>,
     /// A client of the etcd member, for etcd's lock API.
     etcd: Option<etcd_client::Client>,
     /// Where the lock-server keeps its state.
@@ -195,10 +196,20 @@ impl Stores {
             _work: work,
             _postgres: postgres,
             pgbench,
-            _etcd: etcd,
+            etcd_member: etcd,
             etcd: etcd_client,
             lock_store,
         })
+    }
+
+    /// lockdb's URL (PostgreSQL backend).
+    pub(crate) fn database_url(&self) -> Option<&str> {
+        self.pgbench.as_ref().map(|(url, _)| url.as_str())
+    }
+
+    /// The etcd member's client URLs, when one was started.
+    pub(crate) fn etcd_endpoints(&self) -> Option<Vec<String>> {
+        self.etcd_member.as_ref().map(EtcdCluster::endpoints)
     }
 }
 
@@ -238,7 +249,7 @@ fn row(
 }
 
 /// The environment every bench lock-server gets, then `extra`, with the limits out of the way.
-fn bench_server_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+pub(crate) fn bench_server_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("LOCK_DB_MAX_CONNECTIONS", BENCH_DB_CONNECTIONS.to_string()),
         ("LOCK_SESSION_TTL", "60s".into()),
@@ -628,7 +639,7 @@ fn replica_cpu_seconds(stack: &crate::stack::Stack) -> anyhow::Result<Vec<f64>> 
 }
 
 /// Microseconds of CPU (user + system) process `pid` has used so far (its CPU clock).
-fn cpu_micros(pid: nix::unistd::Pid) -> anyhow::Result<f64> {
+pub(crate) fn cpu_micros(pid: nix::unistd::Pid) -> anyhow::Result<f64> {
     use nix::time::{ClockId, clock_gettime};
     let clock = ClockId::pid_cpu_clock_id(pid).context("the CPU clock of a process")?;
     let spent = clock_gettime(clock).context("read a process's CPU clock")?;

@@ -4,7 +4,7 @@
 //!
 //! - [`sdk_side`]: one `LockClient` and session per client, `acquire` with
 //!   `AcquirePolicy::DEFAULT` (its own jittered retries within a 2 s budget), then `release`:
-//!   the path users take.
+//!   the path users take. [`sdk_side_with`] takes another policy (`harness bench python`).
 //! - [`http_side`]: raw acquire and release over HTTP, a refused acquire retried at once.
 //! - [`pgbench_side`]: the lock-server's own SQL driven by `pgbench`.
 //! - [`etcd_lock_side`]: etcd's lock API (`lock` with a lease, `unlock`): etcd queues waiters.
@@ -106,12 +106,25 @@ async fn join(
     Ok((tallies, started.elapsed()))
 }
 
-/// Through the SDK: one `LockClient` (one heartbeat thread) and one session per client.
+/// Through the SDK: one `LockClient` (one heartbeat thread) and one session per client,
+/// each acquire with `AcquirePolicy::DEFAULT`.
 pub async fn sdk_side(
     config: &ClientBuilder,
     clients: usize,
     duration: Duration,
     hot: bool,
+) -> anyhow::Result<SideFigures> {
+    sdk_side_with(config, clients, duration, hot, AcquirePolicy::DEFAULT).await
+}
+
+/// As [`sdk_side`], each acquire with `policy` (`TRY_ONCE`: what `wait=0` asks of the Python
+/// SDK).
+pub async fn sdk_side_with(
+    config: &ClientBuilder,
+    clients: usize,
+    duration: Duration,
+    hot: bool,
+    policy: AcquirePolicy,
 ) -> anyhow::Result<SideFigures> {
     let started = Instant::now();
     let deadline = started + duration;
@@ -126,10 +139,7 @@ pub async fn sdk_side(
             let mut tally = ClientTally::default();
             while Instant::now() < deadline {
                 let begun = Instant::now();
-                match session
-                    .acquire(&key, lease, &AcquirePolicy::DEFAULT)
-                    .await?
-                {
+                match session.acquire(&key, lease, &policy).await? {
                     Some(handle) => {
                         tally.waits_us.push(begun.elapsed().as_micros() as u64);
                         session.release(handle).await.map_err(|lost| {

@@ -1,8 +1,9 @@
 //! `harness` binary: `harness demo`, `harness chaos`, `harness bench locks`,
-//! `harness bench pipeline`, `harness bench scale`.
+//! `harness bench pipeline`, `harness bench scale`, `harness bench python`.
 
 use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
+use harness::bench_python::{PythonBenchOptions, run_python};
 use harness::bench_scale::{ScaleBenchOptions, run_scale};
 use harness::chaos::ChaosOptions;
 use harness::demo::DemoOptions;
@@ -45,6 +46,9 @@ enum Bench {
     /// How cost grows: 100,000 sessions and 1,000,000 held keys, the reaper's passes, and
     /// 1,000 concurrent clients at rest and while the reaper deletes a tenth of the grants.
     Scale(ScaleBenchOptions),
+    /// Lock cycles per second of the Python SDK (fencedlock) next to the Rust SDK, tooz on
+    /// PostgreSQL and on etcd, and python-redis-lock on Redis, at 1 and 8 clients.
+    Python(PythonBenchOptions),
 }
 
 #[tokio::main]
@@ -63,6 +67,9 @@ async fn main() -> std::process::ExitCode {
         Command::Bench {
             which: Bench::Scale(options),
         } => run_scale(&options).await,
+        Command::Bench {
+            which: Bench::Python(options),
+        } => run_python(&options).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -9,7 +9,7 @@ use pyo3::PyResult;
 
 use crate::errors::SessionLost;
 
-/// The runtime a client's calls run on.
+/// The runtime a client's calls run on (current-thread: each call on its caller's thread).
 pub(crate) type Runtime = Arc<tokio::runtime::Runtime>;
 
 /// One session, shared by its Python objects.
