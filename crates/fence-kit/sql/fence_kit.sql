@@ -6,6 +6,9 @@
 --   * a claim (p_claim = true) passes with a token above the fence, or the grant that set the
 --     fence again; it raises the fence to the presented token and grant;
 --   * a later write (p_claim = false) passes only from the grant that set the fence;
+--   * a reader's action (p_shared = true, a read/write lock's shared grant) passes with a
+--     token above the fence (the last writer's claim) and never moves it; it takes the fence
+--     row FOR SHARE, so readers run side by side and a writer's claim waits for them;
 --   * an empty fence grant (a fence set before grants were named) matches any grant of its
 --     token.
 -- The fence row is taken FOR UPDATE, so concurrent writers of one resource queue on it
@@ -26,11 +29,13 @@ CREATE TABLE IF NOT EXISTS fence_kit_fences (
 
 -- The grant has no default: CREATE OR REPLACE cannot drop one, so the function goes first.
 DROP FUNCTION IF EXISTS fence_check(text, bigint, text, boolean);
+DROP FUNCTION IF EXISTS fence_check(text, bigint, text, boolean, boolean);
 CREATE FUNCTION fence_check(
     p_resource text,
     p_token    bigint,
     p_grant    text,
-    p_claim    boolean DEFAULT false
+    p_claim    boolean DEFAULT false,
+    p_shared   boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -49,8 +54,21 @@ BEGIN
         RAISE EXCEPTION 'fence_check: a grant id is required (the grant of the write''s proof)'
             USING ERRCODE = '22023';
     END IF;
+    IF p_claim AND p_shared THEN
+        RAISE EXCEPTION 'fence_check: a claim is a writer''s, never shared'
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO fence_kit_fences (resource, token) VALUES (p_resource, 0)
         ON CONFLICT (resource) DO NOTHING;
+    IF p_shared THEN
+        SELECT * INTO fence FROM fence_kit_fences WHERE resource = p_resource FOR SHARE;
+        IF p_token > fence.token THEN
+            RETURN fence.token;
+        END IF;
+        RAISE EXCEPTION 'fenced out: reader token % of % predates the writer fence %',
+            p_token, p_resource, fence.token
+            USING ERRCODE = 'FENCE';
+    END IF;
     SELECT * INTO fence FROM fence_kit_fences WHERE resource = p_resource FOR UPDATE;
     held := p_token = fence.token AND (fence.grant_id = '' OR p_grant = fence.grant_id);
     IF p_claim AND (p_token > fence.token OR held) THEN

@@ -4,7 +4,9 @@
 //! feature `axum`.
 
 use http::{HeaderMap, HeaderValue};
-use lock_api::{FENCING_PROOF_HEADER, FenceVerifier, FencingToken, GrantId, LockKey};
+use lock_api::{
+    FENCING_PROOF_HEADER, FenceVerifier, FencingToken, GrantId, GrantScope, LockKey, ProofError,
+};
 
 use crate::error::FenceError;
 
@@ -77,26 +79,51 @@ impl FencedWrite {
         Ok(Self { token, proof })
     }
 
-    /// Whether the proof is a trusted key's signature of a grant of `lock_key` with this
-    /// token: the proven write when it is. A missing, malformed, foreign-key, other-key,
-    /// relabelled or forged proof is `PROOF_INVALID`, before any fence logic.
+    /// Whether the proof is a trusted key's signature of an exclusive grant of `lock_key`
+    /// with this token: the proven write when it is. A missing, malformed, foreign-key,
+    /// other-key, relabelled or forged proof is `PROOF_INVALID`, before any fence logic; so
+    /// is a genuine proof of a permit or a share, which a resource written for a mutex must
+    /// not take.
     pub fn verify(
         self,
         verifier: &FenceVerifier,
         lock_key: &LockKey,
     ) -> Result<ProvenFence, FenceError> {
+        let token = self.token;
+        match self.verify_scoped(verifier, lock_key)? {
+            (proven, GrantScope::Exclusive) => Ok(proven),
+            (_, scope) => {
+                let err = ProofError::NotExclusive(scope.as_text());
+                tracing::warn!(event = "proof_refused", lock_key = %lock_key, token = token.0, error = %err, "a fenced write without a valid proof");
+                Err(FenceError::proof(err))
+            }
+        }
+    }
+
+    /// [`verify`](Self::verify) for a resource that also takes permits and shares (ADR
+    /// 0007): the proven write and what its grant holds of the key. Fence a permit on
+    /// `scope.fenced_resource(lock_key)` with the claim and holder rules, a reader's action
+    /// with [`FenceRule::Shared`](crate::FenceRule::Shared).
+    pub fn verify_scoped(
+        self,
+        verifier: &FenceVerifier,
+        lock_key: &LockKey,
+    ) -> Result<(ProvenFence, GrantScope), FenceError> {
         let proof = self.proof.ok_or_else(|| {
             FenceError::proof("header is required: the lock-server's proof of the grant")
         })?;
-        let grant = verifier.verify(lock_key, self.token, &proof).map_err(|err| {
-            tracing::warn!(event = "proof_refused", lock_key = %lock_key, token = self.token.0, error = %err, "a fenced write without a valid proof");
-            FenceError::proof(err)
-        })?;
-        Ok(ProvenFence {
+        let (grant, scope) = verifier
+            .verify_scoped(lock_key, self.token, &proof)
+            .map_err(|err| {
+                tracing::warn!(event = "proof_refused", lock_key = %lock_key, token = self.token.0, error = %err, "a fenced write without a valid proof");
+                FenceError::proof(err)
+            })?;
+        let proven = ProvenFence {
             token: self.token,
             grant,
             proof,
-        })
+        };
+        Ok((proven, scope))
     }
 }
 

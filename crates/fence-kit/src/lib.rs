@@ -33,7 +33,7 @@ pub use headers::{
 };
 pub use keys::TrustedKeys;
 pub use lock_api::{
-    FENCING_PROOF_HEADER, FenceVerifier, FencingToken, GrantId, LockKey, ProofError,
+    FENCING_PROOF_HEADER, FenceVerifier, FencingToken, GrantId, GrantScope, LockKey, ProofError,
 };
 pub use rule::{
     Case, FenceRefusal, FenceRule, GrantFence, Lifecycle, Open, cases, check_fence, check_open,

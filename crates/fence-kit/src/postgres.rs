@@ -10,7 +10,8 @@
 use crate::error::FenceError;
 use lock_api::ErrorCode;
 
-/// The SQL that creates `fence_kit_fences` and `fence_check(resource, token, grant, claim)`.
+/// The SQL that creates `fence_kit_fences` and
+/// `fence_check(resource, token, grant, claim, shared)`.
 pub const MIGRATION: &str = include_str!("../sql/fence_kit.sql");
 
 /// The SQLSTATE `fence_check` raises when a write is fenced out.
@@ -22,6 +23,10 @@ pub const INVALID_SQLSTATE: &str = "22023";
 /// The statement a writer runs: `$1` resource, `$2` token, `$3` the proof's grant id (text),
 /// `$4` whether this write is the claim. Returns the fence after the write.
 pub const CHECK_SQL: &str = "SELECT fence_check($1, $2, $3, $4)";
+
+/// The statement a reader of a read/write lock runs (`FenceRule::Shared`): `$1` resource,
+/// `$2` token, `$3` the proof's grant id. Returns the fence, which it never moves.
+pub const SHARED_CHECK_SQL: &str = "SELECT fence_check($1, $2, $3, false, true)";
 
 /// The typed refusal for a database error raised by `fence_check`, `None` for any other
 /// error (which stays the writer's own).

@@ -7,6 +7,12 @@
 //! The three promises: a claim takes a token at or above the fence and raises the fence to
 //! it; every later write comes only from the grant that claimed last; a stale token is
 //! refused before the resource says it has ended, so a zombie always learns it was fenced.
+//!
+//! A read/write lock's readers (ADR 0007) act with [`FenceRule::Shared`]: the fence is the
+//! last writer's claim, and a reader passes only with a token above it, so a reader granted
+//! before the current writer is refused; it never moves the fence. A semaphore's permit is
+//! fenced per slot by the claim and holder rules, on the resource its proof's scope names
+//! (`GrantScope::fenced_resource`).
 
 use crate::error::FenceError;
 
@@ -18,6 +24,9 @@ pub enum FenceRule {
     Claim,
     /// Every later write: only the grant that claimed last (the current fence holder).
     Holder,
+    /// A reader's action: a token above the fence (the last writer's claim); the fence
+    /// stays where it is.
+    Shared,
 }
 
 /// A fence, or a write's claim to one: a token and the grant it was issued to (the grant id
@@ -93,6 +102,7 @@ pub fn check_fence<S: Lifecycle>(
         && match rule {
             FenceRule::Claim => presented.token > fence.token || presented.set(&fence),
             FenceRule::Holder => presented.set(&fence),
+            FenceRule::Shared => presented.token > fence.token,
         };
     if !allowed {
         return Err(FenceRefusal::FencedOut { fence: fence.token });
@@ -144,7 +154,7 @@ pub struct Case {
 pub fn cases() -> Vec<Case> {
     const GRANTS: [&str; 3] = ["", "a", "b"];
     let mut cases = Vec::new();
-    for rule in [FenceRule::Claim, FenceRule::Holder] {
+    for rule in [FenceRule::Claim, FenceRule::Holder, FenceRule::Shared] {
         for fence_token in 0..=3 {
             for fence_grant in GRANTS {
                 if fence_token == 0 && !fence_grant.is_empty() {
@@ -159,6 +169,7 @@ pub fn cases() -> Vec<Case> {
                                     token > fence_token || (token == fence_token && same_grant)
                                 }
                                 FenceRule::Holder => token == fence_token && same_grant,
+                                FenceRule::Shared => token > fence_token,
                             };
                         cases.push(Case {
                             rule,
@@ -230,6 +241,30 @@ mod tests {
             check_fence(FenceRule::Claim, at(1, "g1"), GrantFence::UNCLAIMED, Open),
             Ok(()),
             "a resource never claimed"
+        );
+    }
+
+    #[test]
+    fn a_reader_passes_only_above_the_last_writers_claim_and_never_moves_it() {
+        let writer = at(5, "w5");
+        assert_eq!(
+            check_fence(FenceRule::Shared, at(6, "r6"), writer, Open),
+            Ok(())
+        );
+        assert_eq!(
+            check_fence(FenceRule::Shared, at(4, "r4"), writer, Open),
+            Err(FenceRefusal::FencedOut { fence: 5 }),
+            "a reader granted before the writer"
+        );
+        assert_eq!(
+            check_fence(FenceRule::Shared, at(5, "w5"), writer, Open),
+            Err(FenceRefusal::FencedOut { fence: 5 }),
+            "the writer's own grant is no reader's"
+        );
+        assert_eq!(
+            check_fence(FenceRule::Shared, at(1, "r1"), GrantFence::UNCLAIMED, Open),
+            Ok(()),
+            "no writer yet"
         );
     }
 

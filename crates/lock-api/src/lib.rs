@@ -28,8 +28,9 @@ pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerd
 pub use ids::{FencingToken, LockKey, OwnerId, SessionId, SessionTag};
 pub use limits::*;
 pub use proof::{
-    FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, KEY_ID_MAX_BYTES,
-    PROOF_VERSION, ProofError, signed_message,
+    FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, GrantScope,
+    KEY_ID_MAX_BYTES, PROOF_VERSION, ProofError, SCOPED_PROOF_VERSION, signed_message,
+    signed_scoped_message,
 };
 pub use revoke::{REVOKE_REASON_LABELS, REVOKE_REASON_MAX_BYTES, RevokeReason, RevokeRequest};
 pub use text::{Unreadable, is_hidden_char, unreadable};

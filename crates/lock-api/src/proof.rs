@@ -16,6 +16,13 @@
 //! digest of the session, key and token (the same grant re-answered to its session keeps its
 //! id); it reveals nothing of the session id, which is a capability.
 //!
+//! A grant that holds less than its whole key (a semaphore's permit, a reader's share: ADR
+//! 0007) carries a `v3.{key_id}.{scope}.{grant}.{signature}` proof, which also signs its
+//! [`GrantScope`]: a resource then fences a permit per slot and refuses a reader's write.
+//! [`FenceVerifier::verify`] takes only exclusive grants (v2, or v3 `exclusive`), so a
+//! resource written for a mutex refuses a permit or a share; [`FenceVerifier::verify_scoped`]
+//! answers the scope.
+//!
 //! This module is the only place that knows the proof's format.
 
 use std::collections::BTreeMap;
@@ -31,6 +38,8 @@ use crate::ids::{FencingToken, LockKey, SessionId};
 pub const FENCING_PROOF_HEADER: &str = "x-fencing-proof";
 /// The proof format's version, first in both the proof and the signed message.
 pub const PROOF_VERSION: &str = "v2";
+/// The version of a proof that also signs its grant's [`GrantScope`].
+pub const SCOPED_PROOF_VERSION: &str = "v3";
 /// Bytes of a grant id (128 bits: two grants of one key never collide by chance).
 pub const GRANT_ID_BYTES: usize = 16;
 /// Longest key id: short enough to log, long enough for a date and a counter.
@@ -57,9 +66,61 @@ pub enum ProofError {
         /// The token presented.
         token: u64,
     },
+    /// A genuine proof of a grant that holds less than the key (a permit, a share), where
+    /// the resource takes only exclusive grants.
+    #[error("the proof is of a {0} grant; this write needs the key held exclusively")]
+    NotExclusive(String),
     /// A signing or verifying key setting is unusable.
     #[error("{0}")]
     Config(String),
+}
+
+/// What a grant holds of its key (ADR 0007).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GrantScope {
+    /// The key alone: a mutex, or the writer of a read/write lock.
+    Exclusive,
+    /// A share of the key, beside other readers.
+    Shared,
+    /// One permit of a semaphore key.
+    Permit {
+        /// Its slot, below the key's permit count.
+        slot: u32,
+    },
+}
+
+impl GrantScope {
+    /// Its text form, as a v3 proof carries and signs it: `exclusive`, `shared`, `permit-{slot}`.
+    pub fn as_text(self) -> String {
+        match self {
+            Self::Exclusive => "exclusive".to_owned(),
+            Self::Shared => "shared".to_owned(),
+            Self::Permit { slot } => format!("permit-{slot}"),
+        }
+    }
+
+    /// Parses [`as_text`](Self::as_text)'s form.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "exclusive" => Some(Self::Exclusive),
+            "shared" => Some(Self::Shared),
+            _ => {
+                let slot = text.strip_prefix("permit-")?;
+                let canonical = !slot.starts_with('0') || slot == "0";
+                let slot = slot.parse().ok().filter(|_| canonical)?;
+                Some(Self::Permit { slot })
+            }
+        }
+    }
+
+    /// The resource a fence keeps for a grant of `lock_key` in this scope: the key itself,
+    /// or for a permit its own slot (`{key}#permit-{slot}`), fenced as a mutex is.
+    pub fn fenced_resource(self, lock_key: &LockKey) -> String {
+        match self {
+            Self::Permit { slot } => format!("{}#permit-{slot}", lock_key.as_str()),
+            Self::Exclusive | Self::Shared => lock_key.as_str().to_owned(),
+        }
+    }
 }
 
 /// One grant's identity: which session was granted which key with which token. Two grants
@@ -115,6 +176,24 @@ pub fn signed_message(
         "lock-fence/{PROOF_VERSION}\n{key_id}\n{}\n{}\n{grant}",
         lock_key.as_str(),
         token.0
+    )
+    .into_bytes()
+}
+
+/// The bytes a v3 proof signs: [`signed_message`]'s lines under its own version, and the
+/// scope.
+pub fn signed_scoped_message(
+    key_id: &str,
+    lock_key: &LockKey,
+    token: FencingToken,
+    grant: &GrantId,
+    scope: GrantScope,
+) -> Vec<u8> {
+    format!(
+        "lock-fence/{SCOPED_PROOF_VERSION}\n{key_id}\n{}\n{}\n{grant}\n{}",
+        lock_key.as_str(),
+        token.0,
+        scope.as_text()
     )
     .into_bytes()
 }
@@ -201,6 +280,73 @@ impl FenceSigner {
     }
 }
 
+impl FenceSigner {
+    /// The v3 proof of `grant`, a grant of `lock_key` with `token` holding `scope` of it.
+    pub fn sign_scoped(
+        &self,
+        lock_key: &LockKey,
+        token: FencingToken,
+        grant: &GrantId,
+        scope: GrantScope,
+    ) -> String {
+        let message = signed_scoped_message(&self.key_id, lock_key, token, grant, scope);
+        let signature = self.key.sign(&message);
+        format!(
+            "{SCOPED_PROOF_VERSION}.{}.{}.{grant}.{}",
+            self.key_id,
+            scope.as_text(),
+            URL_SAFE_NO_PAD.encode(signature.to_bytes())
+        )
+    }
+}
+
+/// A proof's parts, before its signature is checked.
+struct ProofParts<'a> {
+    key_id: &'a str,
+    scope: Option<GrantScope>,
+    grant: GrantId,
+    signature: &'a str,
+}
+
+impl<'a> ProofParts<'a> {
+    /// `v2.{key_id}.{grant}.{signature}` (no scope) or `v3.{key_id}.{scope}.{grant}.{signature}`.
+    fn parse(proof: &'a str) -> Result<Self, ProofError> {
+        if proof.len() > PROOF_MAX_BYTES {
+            return Err(ProofError::Malformed("longer than any proof"));
+        }
+        let parts: Vec<&str> = proof.split('.').collect();
+        let (key_id, scope, grant, signature) = match parts[..] {
+            [PROOF_VERSION, key_id, grant, signature] => (key_id, None, grant, signature),
+            [SCOPED_PROOF_VERSION, key_id, scope, grant, signature] => {
+                let scope =
+                    GrantScope::parse(scope).ok_or(ProofError::Malformed("unknown grant scope"))?;
+                (key_id, Some(scope), grant, signature)
+            }
+            [PROOF_VERSION | SCOPED_PROOF_VERSION, ..] => {
+                return Err(ProofError::Malformed(
+                    "expected v2.{key_id}.{grant}.{signature} or v3.{key_id}.{scope}.{grant}.{signature}",
+                ));
+            }
+            _ => return Err(ProofError::Malformed("unknown proof version")),
+        };
+        let grant =
+            GrantId::parse(grant).ok_or(ProofError::Malformed("the grant id is not 16 bytes"))?;
+        Ok(Self {
+            key_id,
+            scope,
+            grant,
+            signature,
+        })
+    }
+
+    fn message(&self, lock_key: &LockKey, token: FencingToken) -> Vec<u8> {
+        match self.scope {
+            None => signed_message(self.key_id, lock_key, token, &self.grant),
+            Some(scope) => signed_scoped_message(self.key_id, lock_key, token, &self.grant, scope),
+        }
+    }
+}
+
 /// The public keys a resource trusts, by key id. Several ids allow rotation: add the new
 /// key everywhere, switch the lock-servers to it, drop the old one once no grant it signed
 /// is live.
@@ -246,48 +392,44 @@ impl FenceVerifier {
         self.keys.keys().map(String::as_str)
     }
 
-    /// Whether `proof` is a trusted key's signature of a grant of `lock_key` with `token`:
-    /// that grant's id when it is.
+    /// Whether `proof` is a trusted key's signature of an exclusive grant of `lock_key` with
+    /// `token`: that grant's id when it is. A genuine proof of a permit or a share is
+    /// refused ([`ProofError::NotExclusive`]).
     pub fn verify(
         &self,
         lock_key: &LockKey,
         token: FencingToken,
         proof: &str,
     ) -> Result<GrantId, ProofError> {
-        if proof.len() > PROOF_MAX_BYTES {
-            return Err(ProofError::Malformed("longer than any proof"));
+        match self.verify_scoped(lock_key, token, proof)? {
+            (grant, GrantScope::Exclusive) => Ok(grant),
+            (_, scope) => Err(ProofError::NotExclusive(scope.as_text())),
         }
-        let mut parts = proof.split('.');
-        let (Some(version), Some(key_id), Some(grant), Some(signature), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(ProofError::Malformed(
-                "expected v2.{key_id}.{grant}.{signature}",
-            ));
-        };
-        if version != PROOF_VERSION {
-            return Err(ProofError::Malformed("unknown proof version"));
-        }
-        let grant =
-            GrantId::parse(grant).ok_or(ProofError::Malformed("the grant id is not 16 bytes"))?;
-        let key = self.keys.get(key_id).ok_or_else(|| {
-            ProofError::UnknownKey(key_id.chars().take(KEY_ID_MAX_BYTES).collect())
+    }
+
+    /// Whether `proof` is a trusted key's signature of a grant of `lock_key` with `token`:
+    /// that grant's id and what it holds of the key (a v2 proof's grant is exclusive).
+    pub fn verify_scoped(
+        &self,
+        lock_key: &LockKey,
+        token: FencingToken,
+        proof: &str,
+    ) -> Result<(GrantId, GrantScope), ProofError> {
+        let parts = ProofParts::parse(proof)?;
+        let key = self.keys.get(parts.key_id).ok_or_else(|| {
+            ProofError::UnknownKey(parts.key_id.chars().take(KEY_ID_MAX_BYTES).collect())
         })?;
         let bytes = URL_SAFE_NO_PAD
-            .decode(signature)
+            .decode(parts.signature)
             .map_err(|_| ProofError::Malformed("the signature is not base64url"))?;
         let signature = Signature::from_slice(&bytes)
             .map_err(|_| ProofError::Malformed("the signature is not 64 bytes"))?;
-        key.verify(&signed_message(key_id, lock_key, token, &grant), &signature)
+        key.verify(&parts.message(lock_key, token), &signature)
             .map_err(|_| ProofError::BadSignature {
                 lock_key: lock_key.as_str().to_owned(),
                 token: token.0,
             })?;
-        Ok(grant)
+        Ok((parts.grant, parts.scope.unwrap_or(GrantScope::Exclusive)))
     }
 }
 
@@ -435,6 +577,95 @@ mod tests {
         assert!(
             !format!("{from_text:?}").contains("AQEB"),
             "the secret is not printed"
+        );
+    }
+
+    /// A permit's or a share's proof signs its scope: it verifies with it, a mutex's check
+    /// refuses it, and a scope relabelled in the text no longer verifies.
+    #[test]
+    fn a_scoped_proof_signs_what_its_grant_holds() {
+        let k1 = signer("k1", 1);
+        let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
+        let (sem, token) = (key("sem:pool"), FencingToken(12));
+        let grant = GrantId::derive(SessionId(uuid::Uuid::from_u128(3)), &sem, token);
+        for scope in [
+            GrantScope::Shared,
+            GrantScope::Permit { slot: 0 },
+            GrantScope::Permit { slot: 17 },
+        ] {
+            let proof = k1.sign_scoped(&sem, token, &grant, scope);
+            assert!(
+                proof.starts_with(&format!("v3.k1.{}.", scope.as_text())),
+                "{proof}"
+            );
+            assert_eq!(
+                verifier.verify_scoped(&sem, token, &proof),
+                Ok((grant, scope))
+            );
+            assert_eq!(
+                verifier.verify(&sem, token, &proof),
+                Err(ProofError::NotExclusive(scope.as_text()))
+            );
+        }
+        let permit = k1.sign_scoped(&sem, token, &grant, GrantScope::Permit { slot: 1 });
+        let relabelled = permit.replacen("permit-1", "permit-2", 1);
+        assert!(matches!(
+            verifier.verify_scoped(&sem, token, &relabelled),
+            Err(ProofError::BadSignature { .. })
+        ));
+        let shared_as_exclusive = k1
+            .sign_scoped(&sem, token, &grant, GrantScope::Shared)
+            .replacen(".shared.", ".exclusive.", 1);
+        assert!(matches!(
+            verifier.verify(&sem, token, &shared_as_exclusive),
+            Err(ProofError::BadSignature { .. })
+        ));
+        // A v3 proof of an exclusive grant (a writer) is what a mutex's check takes; a v2
+        // proof is exclusive.
+        let writer = k1.sign_scoped(&sem, token, &grant, GrantScope::Exclusive);
+        assert_eq!(verifier.verify(&sem, token, &writer), Ok(grant));
+        let mutex = k1.sign(&sem, token, &grant);
+        assert_eq!(
+            verifier.verify_scoped(&sem, token, &mutex),
+            Ok((grant, GrantScope::Exclusive))
+        );
+    }
+
+    #[test]
+    fn scopes_have_one_spelling_and_permits_fence_their_own_slot() {
+        for scope in [
+            GrantScope::Exclusive,
+            GrantScope::Shared,
+            GrantScope::Permit { slot: 0 },
+            GrantScope::Permit { slot: 255 },
+        ] {
+            assert_eq!(GrantScope::parse(&scope.as_text()), Some(scope));
+        }
+        for bad in [
+            "",
+            "permit-",
+            "permit-01",
+            "permit--1",
+            "permit-x",
+            "Shared",
+            "reader",
+        ] {
+            assert_eq!(GrantScope::parse(bad), None, "{bad:?}");
+        }
+        let sem = key("sem:pool");
+        assert_eq!(
+            GrantScope::Permit { slot: 3 }.fenced_resource(&sem),
+            "sem:pool#permit-3"
+        );
+        assert_eq!(GrantScope::Shared.fenced_resource(&sem), "sem:pool");
+        let k1 = signer("k1", 1);
+        let verifier = FenceVerifier::parse(&k1.verifier_entry()).expect("parses");
+        let grant = GrantId::derive(SessionId(uuid::Uuid::from_u128(3)), &sem, FencingToken(1));
+        let proof = k1.sign_scoped(&sem, FencingToken(1), &grant, GrantScope::Shared);
+        let unknown = proof.replacen(".shared.", ".reader.", 1);
+        assert_eq!(
+            verifier.verify_scoped(&sem, FencingToken(1), &unknown),
+            Err(ProofError::Malformed("unknown grant scope"))
         );
     }
 }

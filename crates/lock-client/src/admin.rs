@@ -42,12 +42,13 @@ impl AdminClient {
         }
     }
 
-    /// One-shot acquire for a session this process does not track (one opened elsewhere, e.g. by
-    /// `lockctl session open` and [`LockClientSession::detach`](crate::LockClientSession::detach)): retries `LOCK_HELD` with
-    /// full-jitter backoff within `policy` (budget on the SDK's clock, `max_attempts`), moving
-    /// to the next endpoint after `NOT_LEADER` or no answer, as
-    /// [`LockClientSession::acquire`](crate::LockClientSession::acquire) does. `Ok(None)`: still held by another session when the
-    /// policy ran out.
+    /// One-shot acquire for a session this process does not track (one opened elsewhere, e.g.
+    /// by `lockctl session open` and
+    /// [`LockClientSession::detach`](crate::LockClientSession::detach)): retries `LOCK_HELD`
+    /// with full-jitter backoff within `policy` (budget on the SDK's clock, `max_attempts`),
+    /// moving to the next endpoint after `NOT_LEADER` or no answer, as
+    /// [`LockClientSession::acquire`](crate::LockClientSession::acquire) does. `Ok(None)`:
+    /// still held by another session when the policy ran out.
     ///
     /// Returns the server's grant record, not a handle: nothing in this process heartbeats
     /// the session or renews the lease, so the grant is good for at most
@@ -133,8 +134,9 @@ impl AdminClient {
         }
     }
 
-    /// One-shot close: ends `session` on the server with all its grants (idempotent: an unknown
-    /// session is not an error). Unlike [`LockClientSession::close`](crate::LockClientSession::close) it reports a failure,
+    /// One-shot close: ends `session` on the server with all its grants (idempotent: an
+    /// unknown session is not an error). Unlike
+    /// [`LockClientSession::close`](crate::LockClientSession::close) it reports a failure,
     /// since nothing will retry it. Tries each endpoint once on `NOT_LEADER` or no answer.
     pub async fn close_session(&self, session: SessionId) -> Result<(), LockError> {
         match self.call_any(Call::DeleteSession(session)).await? {

@@ -17,7 +17,8 @@ use crate::transport::HttpTransport;
 /// use std::time::Duration;
 /// use lock_client::{ClientTls, LockClient};
 ///
-/// let builder = LockClient::builder(["https://locks-a.internal:8443", "https://locks-b.internal:8443"])
+/// let endpoints = ["https://locks-a.internal:8443", "https://locks-b.internal:8443"];
+/// let builder = LockClient::builder(endpoints)
 ///     .credential("the client token")
 ///     .tls(ClientTls { ca_file: Some("/etc/locks/ca.pem".into()), ..ClientTls::default() })
 ///     .session_ttl(Duration::from_secs(15));

@@ -50,8 +50,9 @@ pub struct ClientConfig {
     pub(crate) tls: tls_kit::ClientTls,
 }
 
-/// A bearer credential (an operator's admin token, for [`revoke`](crate::admin::AdminClient::revoke)):
-/// compared and cloned like a string, never printed.
+/// A bearer credential (an operator's admin token, for
+/// [`revoke`](crate::admin::AdminClient::revoke)): compared and cloned like a string, never
+/// printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credential(String);
 

@@ -73,17 +73,23 @@ pub fn decide(view: &KeyView, caller: SessionId) -> Decision {
             })
         };
     }
-    if view.ahead > 0 {
-        return Decision::Refuse(Refusal::Queued { ahead: view.ahead });
-    }
-    if view.delay_left_ms > 0 {
-        return Decision::Refuse(Refusal::Delayed {
-            remaining_ms: view.delay_left_ms,
-        });
+    if let Some(refusal) = queued_or_delayed(view.ahead, view.delay_left_ms) {
+        return Decision::Refuse(refusal);
     }
     let token = FencingToken(view.last_token + 1);
     assert!(token.0 > view.last_token, "tokens only rise");
     Decision::Grant { token }
+}
+
+/// What holds back a caller that nothing holding the key keeps out, for every primitive:
+/// sessions queued ahead of it first (FIFO), then a lock-delay in force.
+pub(crate) fn queued_or_delayed(ahead: u64, delay_left_ms: u64) -> Option<Refusal> {
+    if ahead > 0 {
+        return Some(Refusal::Queued { ahead });
+    }
+    (delay_left_ms > 0).then_some(Refusal::Delayed {
+        remaining_ms: delay_left_ms,
+    })
 }
 
 /// A freed key's live head waiter, as a hand-over needs it.

@@ -5,7 +5,9 @@
 //! - [`MemoryStore`], the in-memory implementation (tests, demos, the simulation) on a
 //!   [`StoreEnv`] clock seam;
 //! - [`decide`]: the grant decision (held, delayed, queued, granted), pure, which a store
-//!   reads for, calls, and writes after;
+//!   reads for, calls, and writes after; and the same for the primitives beyond a mutex
+//!   (ADR 0007): [`permits`] (a semaphore's slots), [`shared`] (readers and a writer) and
+//!   [`key_set`] (several keys, all or nothing);
 //! - [`batch`]: group commit's policy (which writes go together, whose answer is whose);
 //! - the pure decisions a replica makes around a store: [`wait_plan`] (a waiting acquire) and
 //!   [`ClockGuard`] (steps of the store's clock), with [`ClockCheckedStore`], the wrapper every
@@ -24,7 +26,10 @@ mod checked;
 mod clock_guard;
 pub mod decide;
 mod env;
+pub mod key_set;
 mod memory;
+pub mod permits;
+pub mod shared;
 pub mod wait_plan;
 
 use async_trait::async_trait;

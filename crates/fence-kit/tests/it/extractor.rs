@@ -7,8 +7,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::put;
 use fence_kit::{
-    FenceError, FenceRule, FenceVerifier, FencedWrite, FencingToken, GrantFence, LockKey,
-    check_open,
+    FenceError, FenceRule, FenceVerifier, FencedWrite, FencingToken, GrantFence, GrantScope,
+    LockKey, check_open,
 };
 use serde_json::Value;
 use test_support::keys::{public_keys, rogue_signer, test_grant, test_proof, test_signer};
@@ -256,4 +256,40 @@ async fn every_bad_header_is_refused_with_its_code_and_a_genuine_grant_writes() 
     }
 
     assert_fence_rule_decides(&url, &key, &proofs.genuine).await;
+}
+
+/// A resource written for a mutex refuses a genuine proof of a permit or a share
+/// (`PROOF_INVALID`); one that takes them (`verify_scoped`) learns what the grant holds.
+#[test]
+fn a_mutex_resource_refuses_permits_and_shares_and_a_scoped_one_reads_them() {
+    let key = LockKey::parse("doc:1").unwrap();
+    let verifier = FenceVerifier::parse(&public_keys()).unwrap();
+    let token = FencingToken(3);
+    let grant = test_grant(1, &key, token);
+    for scope in [GrantScope::Shared, GrantScope::Permit { slot: 2 }] {
+        let proof = test_signer().sign_scoped(&key, token, &grant, scope);
+        let write = || FencedWrite {
+            token,
+            proof: Some(proof.clone()),
+        };
+        let refused = write().verify(&verifier, &key).unwrap_err();
+        assert_eq!(refused.code, lock_api::ErrorCode::ProofInvalid);
+        assert!(
+            refused.message.contains(&scope.as_text()),
+            "{}",
+            refused.message
+        );
+        let (proven, seen) = write().verify_scoped(&verifier, &key).unwrap();
+        assert_eq!((proven.grant, seen), (grant, scope));
+    }
+    let mutex = FencedWrite {
+        token,
+        proof: Some(test_proof(&key, token)),
+    };
+    let (_, seen) = mutex.verify_scoped(&verifier, &key).unwrap();
+    assert_eq!(
+        seen,
+        GrantScope::Exclusive,
+        "a mutex's (v2) proof is exclusive"
+    );
 }

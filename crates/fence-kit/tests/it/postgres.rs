@@ -3,7 +3,7 @@
 //! transaction from writing anything.
 
 use fence_kit::postgres::{
-    CHECK_SQL, FENCED_OUT_SQLSTATE, INVALID_SQLSTATE, MIGRATION, fence_error,
+    CHECK_SQL, FENCED_OUT_SQLSTATE, INVALID_SQLSTATE, MIGRATION, SHARED_CHECK_SQL, fence_error,
 };
 use fence_kit::{FenceRule, Open, cases, check_fence};
 use lock_api::ErrorCode;
@@ -42,13 +42,19 @@ async fn run(conn: &mut PgConnection, n: usize, case: &fence_kit::Case) -> bool 
             .unwrap();
     }
     let mut tx = conn.begin().await.unwrap();
-    let answer = sqlx::query(CHECK_SQL)
+    let query = match case.rule {
+        FenceRule::Shared => sqlx::query(SHARED_CHECK_SQL),
+        FenceRule::Claim | FenceRule::Holder => sqlx::query(CHECK_SQL),
+    };
+    let query = query
         .bind(&resource)
         .bind(case.presented.token)
-        .bind(case.presented.grant)
-        .bind(case.rule == FenceRule::Claim)
-        .fetch_one(&mut *tx)
-        .await;
+        .bind(case.presented.grant);
+    let query = match case.rule {
+        FenceRule::Shared => query,
+        FenceRule::Claim | FenceRule::Holder => query.bind(case.rule == FenceRule::Claim),
+    };
+    let answer = query.fetch_one(&mut *tx).await;
     let passed = match answer {
         Ok(row) => {
             let fence: i64 = row.get(0);
