@@ -137,6 +137,7 @@ pub(crate) fn lock_error(err: LockError) -> PyErr {
             SessionLost::new_err(message)
         }
         LockError::InvalidArgument { .. } => InvalidArgument::new_err(message),
+        LockError::FencedOut { .. } => FencedOut::new_err(message),
         _ => Unavailable::new_err(message),
     }
 }

@@ -118,3 +118,20 @@ def test_other_database_errors_stay_the_writers_own() -> None:
     assert _native.postgres_refusal("22023", "not fence_check's own") is None
     fenced = _native.postgres_refusal("FENCE", "fenced out: token 1")
     assert isinstance(fenced, fencedlock.FencedOut)
+
+
+def test_a_reader_passes_above_the_last_writers_claim_and_never_moves_the_fence(
+    conn: psycopg.Connection[Any],
+) -> None:
+    name = resource()
+    write(conn, name, 5, "writer-5", claim=True)
+    with conn.transaction():
+        assert fence_check(conn, name, 6, "reader-6", shared=True) == 5
+    with pytest.raises(fencedlock.FencedOut):
+        with conn.transaction():
+            fence_check(conn, name, 4, "reader-4", shared=True)
+    # The readers left the fence where the writer put it: its holder still writes.
+    with conn.transaction():
+        assert fence_check(conn, name, 5, "writer-5") == 5
+    with pytest.raises(fencedlock.InvalidArgument):
+        fence_check(conn, name, 7, "writer-7", claim=True, shared=True)

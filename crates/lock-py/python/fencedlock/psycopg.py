@@ -34,13 +34,24 @@ MIGRATION = _native.POSTGRES_MIGRATION
 CHECK_SQL = "SELECT fence_check(%s, %s, %s, %s)"
 """The statement `fence_check` runs: resource, token, the proof's grant id, claim."""
 
+SHARED_CHECK_SQL = "SELECT fence_check(%s, %s, %s, false, true)"
+"""The statement `fence_check(shared=True)` runs for a reader: resource, token, grant id."""
+
 TOKEN_MAX = 2**63 - 1
 """The largest token a fence holds (a PostgreSQL bigint; lock stores issue no larger)."""
 
 Executor = Union["psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
 """What `fence_check` runs on: the writing transaction's connection or one of its cursors."""
 
-__all__ = ["CHECK_SQL", "MIGRATION", "TOKEN_MAX", "Executor", "fence_check", "install"]
+__all__ = [
+    "CHECK_SQL",
+    "MIGRATION",
+    "SHARED_CHECK_SQL",
+    "TOKEN_MAX",
+    "Executor",
+    "fence_check",
+    "install",
+]
 
 
 def install(conn: psycopg.Connection[Any]) -> None:
@@ -57,13 +68,16 @@ def fence_check(
     grant: str,
     *,
     claim: bool = False,
+    shared: bool = False,
 ) -> int:
     """Passes the write of `grant` (with `token`) to `resource` through the fence, in the
     caller's transaction, and answers the fence after it.
 
     A claim (`claim=True`) passes with a token above the fence, or the grant that set it
     again, and raises the fence to this grant; a later write passes only from the grant that
-    set the fence. Raises `FencedOut` or `InvalidArgument`; the transaction is then aborted
+    set the fence. A reader of a read/write lock (`shared=True`) passes with a token above
+    the fence (the last writer's claim) and never moves it; readers share the fence row.
+    Raises `FencedOut` or `InvalidArgument`; the transaction is then aborted
     (roll it back, or let `conn.transaction()` do it). A connection in autocommit mode
     outside a transaction is refused with `RuntimeError`: the fence would be released before
     the write it guards.
@@ -74,10 +88,15 @@ def fence_check(
             "fence_check must run in the writing transaction: "
             "use `with conn.transaction():` on an autocommit connection"
         )
+    if claim and shared:
+        raise InvalidArgument("fence_check: a claim is a writer's, never shared")
     if not -TOKEN_MAX - 1 <= token <= TOKEN_MAX:
         raise InvalidArgument(f"fence_check: token must fit a bigint, got {token}")
     try:
-        row = executor.execute(CHECK_SQL, (resource, token, grant, claim)).fetchone()
+        if shared:
+            row = executor.execute(SHARED_CHECK_SQL, (resource, token, grant)).fetchone()
+        else:
+            row = executor.execute(CHECK_SQL, (resource, token, grant, claim)).fetchone()
     except psycopg.Error as err:
         refusal = _native.postgres_refusal(err.sqlstate or "", err.diag.message_primary or "")
         if refusal is None:
