@@ -117,7 +117,9 @@ impl Client {
         Ok(revoked.map_err(lock_error)?.fencing_token.map(|t| t.0))
     }
 
-    /// Stops the heartbeat thread; sessions still open stop heartbeating and expire.
+    /// Stops the heartbeat thread; sessions still open stop heartbeating and expire. A call on
+    /// another thread still in flight (opening a session, a revoke) holds the client: the
+    /// thread is stopped when that call returns (the SDK's `Drop`).
     fn close(&self, py: Python<'_>) {
         let client = self
             .client

@@ -12,9 +12,6 @@ use crate::errors::{InvalidArgument, LockContended, lock_error, lock_lost};
 use crate::lock::Lock;
 use crate::slot::{Runtime, SessionSlot};
 
-/// Backoff of an acquire that waits: the SDK's defaults, within the caller's `wait`.
-const WAIT_POLICY: AcquirePolicy = AcquirePolicy::DEFAULT;
-
 /// An open session. Close it (or use it as a context manager) to release what it holds.
 #[pyclass(module = "fencedlock._native")]
 pub(crate) struct Session {
@@ -42,9 +39,10 @@ impl Session {
         let policy = if wait.is_zero() {
             AcquirePolicy::TRY_ONCE
         } else {
+            // The SDK's backoff between attempts, within the caller's `wait`.
             AcquirePolicy {
                 budget: wait,
-                ..WAIT_POLICY
+                ..AcquirePolicy::DEFAULT
             }
         };
         let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));

@@ -35,7 +35,9 @@ impl SessionSlot {
             .ok_or_else(|| SessionLost::new_err("the session is closed"))
     }
 
-    /// Empties the slot: the session, to close, unless a call still uses it.
+    /// Empties the slot, and answers the session for the caller to close. While a call on
+    /// another thread still uses it, that call holds the last reference: when it returns,
+    /// the session is dropped, and the SDK then closes it in the background (its `Drop`).
     pub(crate) fn take(&self) -> Option<LockClientSession> {
         let session = self
             .session

@@ -270,6 +270,28 @@ async fn a_dropped_handle_is_released_in_the_background() {
     assert_eq!(rig.service.holder(&key), None);
 }
 
+/// A session dropped without `close` (the Python binding's close while a call on another
+/// thread still holds it ends this way) is closed on the server in the background, with
+/// what it held.
+#[tokio::test]
+async fn a_dropped_session_is_closed_in_the_background() {
+    let rig = Rig::new(Duration::from_secs(3600));
+    let session = rig.session("w").await;
+    let key = LockKey::parse("dropped-session").unwrap();
+    let handle = session
+        .acquire(&key, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(session);
+    poll_until("the background close", WAIT, || async {
+        (rig.service.count("delete_session") == 1).then_some(())
+    })
+    .await;
+    assert_eq!(rig.service.holder(&key), None, "its grant went with it");
+    drop(handle);
+}
+
 fn thread_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
