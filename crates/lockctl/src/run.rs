@@ -84,18 +84,13 @@ enum Ended {
 /// `lockctl run`. Returns the exit code: CMD's own, or the failure's.
 pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     let json = global.json;
-    let mut builder = commands::config(global)?;
-    let ttl = args
-        .ttl
-        .unwrap_or(commands::settings(&builder)?.default_ttl());
-    builder = builder.session_ttl(ttl);
+    let builder = commands::config(global)?;
+    let settings = commands::settings(&builder)?;
+    let ttl = args.ttl.unwrap_or(settings.default_ttl());
     // Checked before anything starts against the TTL asked for, and again against the lease
     // granted (the server may clamp it shorter).
-    fit_grace(
-        args.grace,
-        commands::settings(&builder)?.stop_grace_limit(ttl),
-        ttl,
-    )?;
+    fit_grace(args.grace, settings.stop_grace_limit(ttl), ttl)?;
+    let builder = builder.session_ttl(ttl);
     let owner = match args.owner {
         Some(ref owner) => owner.clone(),
         None => default_owner()?,

@@ -235,20 +235,24 @@ fn render_member(member: &syn::ImplItem) -> Option<String> {
     }
 }
 
+/// The visibility and the name of an item that declares one.
+fn declared(item: &syn::Item) -> Option<(&syn::Visibility, &syn::Ident)> {
+    Some(match item {
+        syn::Item::Const(i) => (&i.vis, &i.ident),
+        syn::Item::Enum(i) => (&i.vis, &i.ident),
+        syn::Item::Fn(i) => (&i.vis, &i.sig.ident),
+        syn::Item::Mod(i) => (&i.vis, &i.ident),
+        syn::Item::Static(i) => (&i.vis, &i.ident),
+        syn::Item::Struct(i) => (&i.vis, &i.ident),
+        syn::Item::Trait(i) => (&i.vis, &i.ident),
+        syn::Item::Type(i) => (&i.vis, &i.ident),
+        _ => return None,
+    })
+}
+
 /// The name an item declares, if it has one.
 fn ident_of(item: &syn::Item) -> Option<String> {
-    let ident = match item {
-        syn::Item::Const(i) => &i.ident,
-        syn::Item::Enum(i) => &i.ident,
-        syn::Item::Fn(i) => &i.sig.ident,
-        syn::Item::Mod(i) => &i.ident,
-        syn::Item::Static(i) => &i.ident,
-        syn::Item::Struct(i) => &i.ident,
-        syn::Item::Trait(i) => &i.ident,
-        syn::Item::Type(i) => &i.ident,
-        _ => return None,
-    };
-    Some(ident.to_string())
+    declared(item).map(|(_, ident)| ident.to_string())
 }
 
 /// Where a `use` path starts: a module of this crate, or another crate.
@@ -295,18 +299,9 @@ fn walk(sources: &Sources, module: &str, exported: &str, lines: &mut Vec<String>
                     export(sources, module, exported, &path, &name, lines);
                 }
             }
+            syn::Item::Mod(_) | syn::Item::Use(_) => {}
             other => {
-                let visible = match other {
-                    syn::Item::Const(i) => is_pub(&i.vis),
-                    syn::Item::Enum(i) => is_pub(&i.vis),
-                    syn::Item::Fn(i) => is_pub(&i.vis),
-                    syn::Item::Static(i) => is_pub(&i.vis),
-                    syn::Item::Struct(i) => is_pub(&i.vis),
-                    syn::Item::Trait(i) => is_pub(&i.vis),
-                    syn::Item::Type(i) => is_pub(&i.vis),
-                    _ => false,
-                };
-                if visible {
+                if declared(other).is_some_and(|(vis, _)| is_pub(vis)) {
                     push_item(sources, other, exported, lines);
                 }
             }
