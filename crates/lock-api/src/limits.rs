@@ -6,6 +6,9 @@ pub const LOCK_KEY_MAX_BYTES: usize = 200;
 pub const OWNER_ID_MAX_BYTES: usize = 128;
 /// A TTL above this is refused as absurd (400), not clamped: one day.
 pub const TTL_ABSURD_MS: u64 = 86_400_000;
+/// Most keys one set acquire may name (ADR 0007): a set is read and written in one store
+/// transaction.
+pub const SET_KEYS_MAX: usize = 16;
 /// Largest request body any lock-service endpoint accepts.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 

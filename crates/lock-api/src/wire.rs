@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FencingToken, LockKey, OwnerId, SessionId};
-use crate::limits::TTL_ABSURD_MS;
+use crate::limits::{SET_KEYS_MAX, TTL_ABSURD_MS};
 use crate::validation::ValidationError;
 
 /// Which `LockStore` implementation answers; reported by L1 and used as a metric label.
@@ -109,6 +109,61 @@ pub struct AcquireRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
     pub lock_delay_ms: Option<u64>,
+}
+
+/// `POST /v1/lock-sets/acquire` request (ADR 0007): several keys granted to one session
+/// together, each with its own token, or none; a waiting set holds no key. The options are
+/// L4's, for every key of the set.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireSetRequest {
+    /// The session that will hold the keys.
+    pub session_id: SessionId,
+    /// 1 to [`SET_KEYS_MAX`] keys, each once, in any order ([`key_set`]).
+    pub lock_keys: Vec<LockKey>,
+    /// Requested lease of every grant, as L4's `ttl_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400_000))]
+    pub ttl_ms: Option<u64>,
+    /// How long the server may hold the request waiting for the whole set, as L4's
+    /// `wait_ms`; the set's places in the keys' queues share one arrival order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
+    pub wait_ms: Option<u64>,
+    /// Lock-delay of every grant, as L4's `lock_delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// `POST /v1/lock-sets/acquire` response (200): one grant per key, sorted by key. Each is
+/// an ordinary grant: renewed, released and fenced on its own key's routes.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetGrant {
+    /// The grants, sorted by key.
+    pub grants: Vec<LockGrant>,
+}
+
+/// `keys` as a set is taken: sorted, each once, 1 to [`SET_KEYS_MAX`] of them; refused
+/// (naming `lock_keys`) when empty, too many, or a key repeats.
+pub fn key_set(mut keys: Vec<LockKey>) -> Result<Vec<LockKey>, ValidationError> {
+    if keys.is_empty() || keys.len() > SET_KEYS_MAX {
+        let n = keys.len();
+        return Err(ValidationError::new(
+            "lock_keys",
+            format!("a set names 1 to {SET_KEYS_MAX} keys, got {n}"),
+        ));
+    }
+    keys.sort();
+    if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(ValidationError::new(
+            "lock_keys",
+            format!("{} is named twice; a set names each key once", pair[0]),
+        ));
+    }
+    Ok(keys)
 }
 
 /// Checks a requested wait or lock-delay: anything above [`TTL_ABSURD_MS`] is refused; 0

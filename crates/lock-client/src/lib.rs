@@ -71,4 +71,5 @@ pub use handle::LockHandle;
 pub use lock_api::{FencingToken, LockError, LockKey, LockLost, LossReason};
 pub use lock_core::AcquirePolicy;
 pub use session::LockClientSession;
+pub use session::set::LockSet;
 pub use tls_kit::ClientTls;

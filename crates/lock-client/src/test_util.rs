@@ -13,9 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    AcquireRequest, Backend, CreateSessionResponse, ErrorBody, ErrorCode, FencingToken,
-    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, OwnerId, ReleaseResponse,
-    RenewRequest, SessionId,
+    AcquireRequest, AcquireSetRequest, Backend, CreateSessionResponse, ErrorBody, ErrorCode,
+    FencingToken, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, OwnerId,
+    ReleaseResponse, RenewRequest, SessionId, SetGrant,
 };
 
 use std::sync::Arc;
@@ -236,6 +236,7 @@ impl MemoryTransport {
                 Ok(Reply::Deleted)
             }
             Call::Acquire(key, req) => Self::acquire(state, key, &req, now),
+            Call::AcquireSet(req) => Self::acquire_set(state, &req, now),
             Call::Renew(key, req) => Self::renew(state, key, &req, now),
             Call::Release(key, req) => {
                 let released = state.locks.get(&key).is_some_and(|(t, holder, _)| {
@@ -295,6 +296,37 @@ impl MemoryTransport {
                 Ok(Reply::Grant(grant(token)))
             }
         }
+    }
+
+    /// A set acquire: every key granted as [`Self::acquire`] would, or none while any is
+    /// held by another session.
+    fn acquire_set(
+        state: &mut State,
+        req: &AcquireSetRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, TransportError> {
+        let keys = lock_api::key_set(req.lock_keys.clone())
+            .map_err(|refused| status(ErrorCode::InvalidArgument, &refused.reason))?;
+        let taken = |key: &LockKey| {
+            (state.locks.get(key)).is_some_and(|(_, holder, _)| *holder != req.session_id)
+        };
+        if let Some(held) = keys.iter().find(|key| taken(key)) {
+            return Err(status(ErrorCode::LockHeld, &format!("{held} is held")));
+        }
+        let mut grants = Vec::with_capacity(keys.len());
+        for key in keys {
+            let single = AcquireRequest {
+                session_id: req.session_id,
+                ttl_ms: req.ttl_ms,
+                wait_ms: None,
+                lock_delay_ms: None,
+            };
+            match Self::acquire(state, key, &single, now)? {
+                Reply::Grant(grant) => grants.push(grant),
+                other => unreachable!("an acquire answers a grant: {other:?}"),
+            }
+        }
+        Ok(Reply::Grants(SetGrant { grants }))
     }
 
     /// A renew: the same grant again while this session holds the key with this token.

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_api::{
-    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
-    HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest, ReleaseResponse,
-    RenewRequest, RevokeReason, RevokeRequest, SessionId,
+    AcquireRequest, AcquireSetRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody,
+    ErrorCode, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest,
+    ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest, SessionId, SetGrant,
 };
 
 use tls_kit::{POOL_IDLE_TIMEOUT_MS, bearer_headers};
@@ -28,6 +28,8 @@ pub enum Call {
     DeleteSession(SessionId),
     /// Acquire a key.
     Acquire(LockKey, AcquireRequest),
+    /// Acquire a set of keys, all or none.
+    AcquireSet(AcquireSetRequest),
     /// Renew a lease.
     Renew(LockKey, RenewRequest),
     /// Release a grant.
@@ -48,6 +50,7 @@ impl Call {
             Self::Heartbeat(_) => "heartbeat",
             Self::DeleteSession(_) => "delete_session",
             Self::Acquire(..) => "acquire",
+            Self::AcquireSet(..) => "acquire_set",
             Self::Renew(..) => "renew",
             Self::Release(..) => "release",
             Self::Inspect(_) => "inspect",
@@ -67,6 +70,8 @@ pub enum Reply {
     Deleted,
     /// A grant, from an acquire or a renew (200).
     Grant(LockGrant),
+    /// A set's grants (200).
+    Grants(SetGrant),
     /// A release's answer (200).
     Released(ReleaseResponse),
     /// An inspect's answer (200).
@@ -216,6 +221,13 @@ impl Transport for HttpTransport {
                     .post(format!("{base}/v1/locks/{key}/acquire"))
                     .json(&body);
                 Self::json(request, S::OK).await.map(Reply::Grant)
+            }
+            Call::AcquireSet(body) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/lock-sets/acquire"))
+                    .json(&body);
+                Self::json(request, S::OK).await.map(Reply::Grants)
             }
             Call::Renew(key, body) => {
                 let request = self

@@ -4,7 +4,7 @@
 //! and store-clock guard, plus the PostgreSQL and etcd backends), [`http`] (the lock routes,
 //! errors, extractors, layers), [`state`] (what handlers share; every grant passes the
 //! replica's `ClockCheckedStore`), [`waiting`] (acquires parked for their key, woken by the
-//! store), [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run,
+//! store), [`set_waiting`] (the same for a key set), [`reaper`] (expiry), [`metrics`] (Prometheus names), [`server`] (start, run,
 //! drain), [`signing`] (key generation; grants are signed in the handlers with
 //! `lock_api::FenceSigner`), [`tls_files`] (`--generate-tls`), [`quota`] (each credential's
 //! sessions and waiters). Plumbing shared with the other services (errors, layers, logs) is
@@ -17,6 +17,7 @@ pub mod quota;
 pub mod reaper;
 pub mod server;
 pub mod sessions;
+pub mod set_waiting;
 pub mod signing;
 pub mod state;
 pub mod store;

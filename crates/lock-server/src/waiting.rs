@@ -19,7 +19,9 @@ use tokio::time::Instant;
 
 use crate::config::WaitPolicy;
 use crate::metrics as m;
-use crate::store::{AcquireOutcome, AcquireSpec, LockStore, RequestId, StoreError, Wake};
+use crate::store::{
+    AcquireOutcome, AcquireSpec, LockStore, RequestId, SetOutcome, StoreError, Wake,
+};
 use uuid::Uuid;
 
 pub use lock_store::wait_plan::{QUEUE_PLACE_SLACK_MS, WAIT_RECHECK_MS, WaitPlan, WaitStep};
@@ -194,6 +196,11 @@ impl Ticket {
         self.notify.notified().await;
     }
 
+    /// The key it is parked on.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
     /// The grant handed over to this request since the last call, with its place's age.
     pub fn take_handed(&self) -> Option<(LockGrant, u64)> {
         lock(&self.handed).take()
@@ -223,12 +230,13 @@ impl Drop for Ticket {
 #[derive(Debug)]
 pub struct Exposure {
     store: Arc<dyn LockStore>,
-    key: LockKey,
+    /// The key asked for, or a set's keys (sorted): each is abandoned.
+    keys: Vec<LockKey>,
     session: SessionId,
     request: RequestId,
     /// The store call under way: it runs to its end even when the request is dropped, so
     /// that the abandon comes after whatever it commits.
-    in_flight: Option<JoinHandle<Result<AcquireOutcome, StoreError>>>,
+    in_flight: Option<JoinHandle<()>>,
     /// A grant for this request may exist that its client has not been told of.
     grant: bool,
     /// The request's place may be in the queue (and so may a grant handed over to it).
@@ -238,11 +246,17 @@ pub struct Exposure {
 impl Exposure {
     /// A request of `session` for `key`, not yet exposed, with a fresh id.
     pub fn new(store: Arc<dyn LockStore>, key: &LockKey, session: SessionId) -> Self {
+        Self::of_set(store, vec![key.clone()], session)
+    }
+
+    /// A request of `session` for the set `keys` (sorted, each once), not yet exposed.
+    pub fn of_set(store: Arc<dyn LockStore>, keys: Vec<LockKey>, session: SessionId) -> Self {
+        assert!(!keys.is_empty(), "a request names a key");
         // 63 bits, never 0 (RequestId::NONE): PostgreSQL keeps it as a bigint.
         let request = RequestId((Uuid::new_v4().as_u64_pair().0 >> 1) | 1);
         Self {
             store,
-            key: key.clone(),
+            keys,
             session,
             request,
             in_flight: None,
@@ -254,23 +268,64 @@ impl Exposure {
     /// Asks the store to grant the key to this request as `spec` says. The request is
     /// exposed from the call on; a refusal exposes no grant (a place asked for stays exposed).
     pub async fn acquire(&mut self, spec: AcquireSpec) -> Result<AcquireOutcome, StoreError> {
-        self.grant = true;
-        self.place |= spec.queue_ms > 0;
-        let spec = AcquireSpec {
-            request: self.request,
-            ..spec
-        };
-        let (store, key, session) = (self.store.clone(), self.key.clone(), self.session);
-        let call = self.in_flight.insert(tokio::spawn(async move {
-            store.acquire_with(&key, session, spec).await
-        }));
-        let answer = call
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Internal(format!("an acquire's task: {e}"))));
-        self.in_flight = None;
+        let (store, key, session) = (self.store.clone(), self.key().clone(), self.session);
+        let spec = self.exposed_by(spec);
+        let answer = self
+            .call(async move { store.acquire_with(&key, session, spec).await })
+            .await;
         if let Ok(outcome) = &answer {
             self.grant = matches!(outcome, AcquireOutcome::Granted { .. });
         }
+        answer
+    }
+
+    /// [`Self::acquire`] of the request's set ([`LockStore::acquire_set`]).
+    pub async fn acquire_set(&mut self, spec: AcquireSpec) -> Result<SetOutcome, StoreError> {
+        let (store, keys, session) = (self.store.clone(), self.keys.clone(), self.session);
+        let spec = self.exposed_by(spec);
+        let answer = self
+            .call(async move { store.acquire_set(&keys, session, spec).await })
+            .await;
+        if let Ok(outcome) = &answer {
+            self.grant = matches!(outcome, SetOutcome::Granted { .. });
+        }
+        answer
+    }
+
+    /// The key asked for (a set's first).
+    pub(crate) fn key(&self) -> &LockKey {
+        &self.keys[0]
+    }
+
+    /// The session asking.
+    pub(crate) fn session(&self) -> SessionId {
+        self.session
+    }
+
+    /// A store call with `spec` exposes a grant, and a place when it queues.
+    fn exposed_by(&mut self, spec: AcquireSpec) -> AcquireSpec {
+        self.grant = true;
+        self.place |= spec.queue_ms > 0;
+        AcquireSpec {
+            request: self.request,
+            ..spec
+        }
+    }
+
+    /// Runs a store call in a task of its own, so that it runs to its end even when the
+    /// request is dropped (the abandon then comes after whatever it commits).
+    async fn call<T: Send + 'static>(
+        &mut self,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.in_flight = Some(tokio::spawn(async move {
+            let _ = done.send(call.await);
+        }));
+        let answer = answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Internal("an acquire's task ended".into())));
+        self.in_flight = None;
         answer
     }
 
@@ -283,13 +338,15 @@ impl Exposure {
     /// The request no longer answers for a queue place: it left the queue, the store removed
     /// it with a grant, or it is kept on purpose for the client's retry on another replica
     /// (draining, a store error) and is not abandoned with the request.
-    fn place_not_ours(&mut self) {
+    pub(crate) fn place_not_ours(&mut self) {
         self.place = false;
     }
 
-    /// Leaves the key's queue.
-    async fn leave_queue(&mut self) -> Result<(), StoreError> {
-        self.store.leave_queue(&self.key, self.session).await?;
+    /// Leaves the queue of every key asked for.
+    pub(crate) async fn leave_queue(&mut self) -> Result<(), StoreError> {
+        for key in &self.keys {
+            self.store.leave_queue(key, self.session).await?;
+        }
         self.place_not_ours();
         Ok(())
     }
@@ -306,7 +363,7 @@ impl Drop for Exposure {
         if !(self.grant || self.place) {
             return;
         }
-        let (store, key, session) = (self.store.clone(), self.key.clone(), self.session);
+        let (store, keys, session) = (self.store.clone(), self.keys.clone(), self.session);
         let (request, leave, in_flight) = (self.request, self.place, self.in_flight.take());
         let backend = store.backend().as_str();
         metrics::counter!(m::ACQUIRES_ABANDONED_TOTAL, "backend" => backend).increment(1);
@@ -314,19 +371,32 @@ impl Drop for Exposure {
             if let Some(call) = in_flight {
                 let _ = call.await;
             }
-            match store.abandon(&key, session, request, leave).await {
-                Ok(released) => {
-                    if released {
-                        metrics::counter!(m::ORPHANS_RELEASED_TOTAL, "backend" => backend)
-                            .increment(1);
-                    }
-                    tracing::debug!(event = "acquire_abandoned", key = %key, released);
-                }
-                Err(err) => {
-                    tracing::warn!(event = "acquire_abandon_failed", key = %key, error = %err);
-                }
+            for key in keys {
+                abandon(&*store, &key, session, request, leave, backend).await;
             }
         });
+    }
+}
+
+/// Gives back what request `request` of `session` may have left on `key`.
+async fn abandon(
+    store: &dyn LockStore,
+    key: &LockKey,
+    session: SessionId,
+    request: RequestId,
+    leave: bool,
+    backend: &'static str,
+) {
+    match store.abandon(key, session, request, leave).await {
+        Ok(released) => {
+            if released {
+                metrics::counter!(m::ORPHANS_RELEASED_TOTAL, "backend" => backend).increment(1);
+            }
+            tracing::debug!(event = "acquire_abandoned", key = %key, released);
+        }
+        Err(err) => {
+            tracing::warn!(event = "acquire_abandon_failed", key = %key, error = %err);
+        }
     }
 }
 
@@ -370,7 +440,7 @@ pub async fn acquire_waiting(
         return Ok(Waited::AtOnce(tried));
     }
     // Parked before the first queued store call, so a wake-up racing it leaves a permit.
-    let ticket = match waiters.join(&exposure.key, exposure.session) {
+    let ticket = match waiters.join(exposure.key(), exposure.session) {
         Ok(ticket) => ticket,
         Err(refused) => return Ok(Waited::Refused(refused)),
     };

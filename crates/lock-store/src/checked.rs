@@ -14,7 +14,7 @@ use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, WakeSink,
+    SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
 /// Steps of the store's clock a replica's guard saw (ERROR `store_clock_stepped` each).
@@ -161,6 +161,29 @@ impl ClockCheckedStore {
 
     /// The refusal of a grant the reading just taken withheld: the hold's, which that
     /// reading started.
+    /// Before a call that may grant: refused while the guard holds grants back, else the
+    /// replica's monotonic reading as the call is sent.
+    fn before_grant(&self) -> Result<u64, StoreError> {
+        match self.held() {
+            Some(refusal) => Err(refusal),
+            None => Ok(self.mono_nanos()),
+        }
+    }
+
+    /// A grant decided at the store's `store_now`, for a call sent at `sent`: withheld when
+    /// that reading shows the store's clock stepped or behind. Withheld, the session never
+    /// learns it holds the key (or the set), so no second belief arises; the request that
+    /// asked gives every grant back (`LockStore::abandon`).
+    fn admit_grant(&self, store_now: Option<DateTime<Utc>>, sent: u64) -> Result<(), StoreError> {
+        let Some(store_now) = store_now else {
+            return Ok(());
+        };
+        match self.observe(store_now, sent, "grant") {
+            Verdict::Stepped { .. } | Verdict::Behind { .. } => Err(self.withheld()),
+            _ => Ok(()),
+        }
+    }
+
     fn withheld(&self) -> StoreError {
         self.held()
             .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into()))
@@ -266,23 +289,24 @@ impl LockStore for ClockCheckedStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
-        if let Some(refusal) = self.held() {
-            return Err(refusal);
-        }
-        let sent = self.mono_nanos();
+        let sent = self.before_grant()?;
         let outcome = self.inner.acquire_with(key, session, spec).await?;
-        if let AcquireOutcome::Granted {
-            store_now: Some(store_now),
-            ..
-        } = &outcome
-            && matches!(
-                self.observe(*store_now, sent, "grant"),
-                Verdict::Stepped { .. } | Verdict::Behind { .. }
-            )
-        {
-            // Withheld: the session never learns it holds the key, so no second belief
-            // arises; the request that asked gives the grant back (`LockStore::abandon`).
-            return Err(self.withheld());
+        if let AcquireOutcome::Granted { store_now, .. } = &outcome {
+            self.admit_grant(*store_now, sent)?;
+        }
+        Ok(outcome)
+    }
+
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        let sent = self.before_grant()?;
+        let outcome = self.inner.acquire_set(keys, session, spec).await?;
+        if let SetOutcome::Granted { store_now, .. } = &outcome {
+            self.admit_grant(*store_now, sent)?;
         }
         Ok(outcome)
     }

@@ -14,8 +14,8 @@ use lock_api::{FencingToken, LockKey, SessionId};
 use crate::Refusal;
 use crate::decide::{Decision, KeyView, decide};
 
-/// Most keys in one set: a set is read and written in one store transaction.
-pub const MAX_SET_KEYS: usize = 16;
+/// Most keys in one set ([`lock_api::SET_KEYS_MAX`], which clients check too).
+pub const MAX_SET_KEYS: usize = lock_api::SET_KEYS_MAX;
 
 /// What the store does with the acquire of a set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +56,10 @@ pub fn decide_set(set: &[(LockKey, KeyView)], caller: SessionId) -> SetDecision 
     SetDecision::Grant(tokens)
 }
 
-/// `keys` in the store's order: sorted, each once; `None` when a key repeats (the caller's
-/// mistake: a set names each key once).
-pub fn canonical(mut keys: Vec<LockKey>) -> Option<Vec<LockKey>> {
-    keys.sort();
-    let before = keys.len();
-    keys.dedup();
-    (keys.len() == before).then_some(keys)
+/// `keys` in the store's order: sorted, each once; `None` when a key repeats or the count is
+/// out of bounds (the caller's mistake; [`lock_api::key_set`] says which).
+pub fn canonical(keys: Vec<LockKey>) -> Option<Vec<LockKey>> {
+    lock_api::key_set(keys).ok()
 }
 
 #[cfg(test)]

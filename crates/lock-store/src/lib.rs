@@ -173,6 +173,25 @@ impl Refusal {
     }
 }
 
+/// The result of an acquire of a key set that reached the store (ADR 0007): all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// Every key granted, each with its own token, in the set's order (sorted).
+    Granted {
+        /// One grant per key, in the set's order.
+        grants: Vec<LockGrant>,
+        /// The store's clock when it decided, as [`AcquireOutcome::Granted`] says.
+        store_now: Option<DateTime<Utc>>,
+    },
+    /// Nothing granted: the first key (in the set's order) that was refused, and why.
+    Refused {
+        /// That key.
+        key: LockKey,
+        /// Its refusal.
+        refusal: Refusal,
+    },
+}
+
 impl From<Refusal> for AcquireOutcome {
     fn from(refusal: Refusal) -> Self {
         Self::Refused(refusal)
@@ -383,6 +402,20 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError>;
+
+    /// Acquire a set: grants every key of `keys` to `session` or none, in one write, each
+    /// key by the lock's rule ([`key_set::decide_set`]) with its own token. `keys` is in the
+    /// store's order ([`key_set::canonical`]: sorted, each once) and holds 1 to
+    /// [`key_set::MAX_SET_KEYS`] keys. With `spec.queue_ms > 0` a refused set keeps a place in
+    /// every key's queue, all taken in one write, so that they share one arrival order; a
+    /// freed key never goes to a set's place alone (its waiter is woken to ask for the set).
+    /// Renew, release and abandon are per key, as for a lock.
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError>;
 
     /// Removes `session`'s place in `key`'s queue, if any (a waiter gave up or went away).
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError>;

@@ -9,4 +9,5 @@ mod endpoints;
 mod headroom;
 mod loss;
 mod one_shot;
+mod sets;
 mod support;

@@ -181,44 +181,12 @@ pub async fn acquire(
     ApiJson(req): ApiJson<AcquireRequest>,
 ) -> ApiResult<Json<LockGrant>> {
     let key = key_from_path(lock_key)?;
-    let requested = match req.ttl_ms {
-        Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
-        None => state.ttl().lock_default_ms,
-    };
-    let wait_ms = match req.wait_ms {
-        Some(ms) => validate_requested_duration("wait_ms", ms)?.min(state.wait().max_wait_ms),
-        None => 0,
-    };
-    let lock_delay_ms = match req.lock_delay_ms {
-        Some(ms) => validate_requested_duration("lock_delay_ms", ms)?,
-        None => state.wait().default_lock_delay_ms,
-    }
-    .min(state.wait().max_lock_delay_ms);
-    let spec = AcquireSpec {
-        lease_ms: state.ttl().clamp(requested),
-        lock_delay_ms,
-        ..AcquireSpec::lease(0)
-    };
+    let (spec, wait_ms) = acquire_spec(&state, req.ttl_ms, req.wait_ms, req.lock_delay_ms)?;
     let backend = state.backend().as_str();
     let _place = (wait_ms > 0)
         .then(|| state.quotas().wait(&caller))
         .transpose()?;
-    // Checked where the store would answer, after every refusal an unknown session gets too:
-    // another credential's session is answered word for word as an unknown one.
-    match standing(&state, &caller, req.session_id, "acquire").await? {
-        Standing::Foreign => return Err(as_unknown(req.session_id)),
-        // The owner check of L1, again: the credential's owners may have changed since.
-        Standing::Opener(opener) if !caller.owners.allows(opener.owner.as_str()) => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "credential {} may not act as owner {}",
-                    caller.name, opener.owner
-                ),
-            ));
-        }
-        Standing::Opener(_) | Standing::Unknown => {}
-    }
+    may_acquire(&state, &caller, req.session_id).await?;
     let mut exposure = Exposure::new(state.store_arc(), &key, req.session_id);
     let (outcome, waited_ms) = if wait_ms == 0 {
         (exposure.acquire(spec).await.map_err(api_error)?, 0)
@@ -250,17 +218,82 @@ pub async fn acquire(
         };
         return Err(refused(&key, refusal, wait_ms, waited_ms, backend));
     };
-    let id = grant_id(&grant);
-    grant.proof = sign_as(&state, &grant, &id);
-    grant.waited_ms = waited_ms;
+    answer_grant(&state, &caller, &mut grant, waited_ms);
     exposure.told();
-    metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
-    tracing::info!(event = "lock_granted", credential = %caller.name, key = %key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = id.as_text(), lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
     if took_over_expired {
         metrics::counter!(m::EXPIRED_TOTAL, "backend" => backend, "reason" => "takeover")
             .increment(1);
     }
     Ok(Json(grant))
+}
+
+/// An acquire's options, checked and clamped: the spec for the store (without a queue
+/// place) and the wait.
+pub(super) fn acquire_spec(
+    state: &AppState,
+    ttl_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    lock_delay_ms: Option<u64>,
+) -> ApiResult<(AcquireSpec, u64)> {
+    let requested = match ttl_ms {
+        Some(ttl) => validate_requested_ttl("ttl_ms", ttl)?,
+        None => state.ttl().lock_default_ms,
+    };
+    let wait_ms = match wait_ms {
+        Some(ms) => validate_requested_duration("wait_ms", ms)?.min(state.wait().max_wait_ms),
+        None => 0,
+    };
+    let lock_delay_ms = match lock_delay_ms {
+        Some(ms) => validate_requested_duration("lock_delay_ms", ms)?,
+        None => state.wait().default_lock_delay_ms,
+    }
+    .min(state.wait().max_lock_delay_ms);
+    let spec = AcquireSpec {
+        lease_ms: state.ttl().clamp(requested),
+        lock_delay_ms,
+        ..AcquireSpec::lease(0)
+    };
+    Ok((spec, wait_ms))
+}
+
+/// Whether `caller` may acquire for `session`. Checked where the store would answer, after
+/// every refusal an unknown session gets too: another credential's session is answered word
+/// for word as an unknown one.
+pub(super) async fn may_acquire(
+    state: &AppState,
+    caller: &Caller,
+    session: SessionId,
+) -> ApiResult<()> {
+    match standing(state, caller, session, "acquire").await? {
+        Standing::Foreign => Err(as_unknown(session)),
+        // The owner check of L1, again: the credential's owners may have changed since.
+        Standing::Opener(opener) if !caller.owners.allows(opener.owner.as_str()) => {
+            Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "credential {} may not act as owner {}",
+                    caller.name, opener.owner
+                ),
+            ))
+        }
+        Standing::Opener(_) | Standing::Unknown => Ok(()),
+    }
+}
+
+/// A grant about to be answered: signed, its wait told, counted and written to the audit
+/// trail.
+pub(super) fn answer_grant(
+    state: &AppState,
+    caller: &Caller,
+    grant: &mut LockGrant,
+    waited_ms: u64,
+) {
+    let id = grant_id(grant);
+    grant.proof = sign_as(state, grant, &id);
+    grant.waited_ms = waited_ms;
+    let backend = state.backend().as_str();
+    metrics::counter!(m::GRANTS_TOTAL, "backend" => backend).increment(1);
+    tracing::info!(event = "lock_granted", credential = %caller.name, key = %grant.lock_key, token = grant.fencing_token.0, session = %grant.session_id.tag(), grant = id.as_text(), lease_ms = grant.lease_ms, waited_ms, expires_at = %grant.expires_at.to_rfc3339());
 }
 
 /// What a waiting acquire answers, and the `lock_waits_total` outcome it counts: a wait is
@@ -309,7 +342,7 @@ fn waited_answer(
 }
 
 /// The 409 an acquire refused by the store answers, counted as contention.
-fn refused(
+pub(super) fn refused(
     key: &LockKey,
     refusal: Refusal,
     wait_ms: u64,

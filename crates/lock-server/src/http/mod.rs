@@ -1,10 +1,11 @@
 //! The HTTP surface: the lock routes (open, heartbeat and close a session; acquire, renew,
-//! release, inspect and revoke a lock), health and metrics, and the layers every request
+//! release, inspect and revoke a lock; acquire a key set), health and metrics, and the layers every request
 //! passes: the drain guard and `NOT_LEADER` counter here, then `service_kit::common_layers`
 //! (body limit, timeout, metrics, JSON errors, tracing).
 
 mod handlers;
 pub mod openapi;
+mod sets;
 mod store_error;
 
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
             axum::routing::delete(handlers::delete_session),
         )
         .route("/v1/locks/{lock_key}/acquire", post(handlers::acquire))
+        .route("/v1/lock-sets/acquire", post(sets::acquire_set))
         .route("/v1/locks/{lock_key}/renew", post(handlers::renew))
         .route("/v1/locks/{lock_key}/release", post(handlers::release))
         .route("/v1/locks/{lock_key}", get(handlers::get_lock))

@@ -14,7 +14,7 @@ use service_kit::openapi as kit;
 use utoipa::openapi::OpenApi as Document;
 use utoipa::{Modify, OpenApi};
 
-use super::handlers;
+use super::{handlers, sets};
 
 /// The document's type: paths from the handlers, then [`CommonAnswers`].
 #[derive(Debug, OpenApi)]
@@ -29,6 +29,7 @@ use super::handlers;
         handlers::heartbeat,
         handlers::delete_session,
         handlers::acquire,
+        sets::acquire_set,
         handlers::renew,
         handlers::release,
         handlers::get_lock,

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
 use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, WakeSink,
+    SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
 /// Histogram: writes per batch a replica committed.
@@ -224,6 +224,16 @@ impl LockStore for Batched {
             BatchAnswer::Acquire(outcome) => Ok(outcome),
             other => Err(mismatched(&other)),
         }
+    }
+
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        // A set is one transaction of its own: it goes alone, never in a batch.
+        self.inner.acquire_set(keys, session, spec).await
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {

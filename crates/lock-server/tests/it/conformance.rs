@@ -10,7 +10,7 @@ use lock_api::{FencingToken, LockKey, OwnerId, RevokeReason, SessionId};
 use lock_server::store::decide::{Decision, HolderView, KeyView, decide};
 use lock_server::store::{
     AcquireOutcome, AcquireSpec, LockStore, MemoryStore, Refusal, RequestId, Revocation,
-    RevokeNote, StoreError, Wake,
+    RevokeNote, SetOutcome, StoreError, Wake,
 };
 use test_support::poll_until;
 
@@ -927,6 +927,186 @@ async fn answers_follow_the_decision_table(store: Arc<dyn LockStore>) {
     }
 }
 
+/// A set of keys (ADR 0007), sorted as the store takes it.
+fn set_of(raw: &[&str]) -> Vec<LockKey> {
+    let keys = raw.iter().map(|k| key(k)).collect();
+    lock_server::store::key_set::canonical(keys).expect("each key once")
+}
+
+async fn ask_set(
+    store: &dyn LockStore,
+    keys: &[LockKey],
+    s: SessionId,
+    spec: AcquireSpec,
+) -> SetOutcome {
+    store.acquire_set(keys, s, spec).await.expect("acquire set")
+}
+
+fn set_tokens(outcome: &SetOutcome) -> Vec<FencingToken> {
+    match outcome {
+        SetOutcome::Granted { grants, .. } => grants.iter().map(|g| g.fencing_token).collect(),
+        refused => panic!("expected the set granted, got {refused:?}"),
+    }
+}
+
+/// Who holds `k` now, and with what token.
+async fn holder_of(store: &dyn LockStore, k: &LockKey) -> Option<FencingToken> {
+    store.get(k).await.unwrap().map(|info| info.fencing_token)
+}
+
+async fn a_set_is_granted_all_or_nothing(store: Arc<dyn LockStore>) {
+    let keys = set_of(&["acct:c", "acct:a", "acct:b"]);
+    let (a, b, c) = (&keys[0], &keys[1], &keys[2]);
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let payer = session(&*store, "payer", LONG_MS).await;
+    let old_a = grant(&*store, a, holder, LONG_MS).await;
+    assert!(store.release(a, holder, old_a).await.unwrap());
+    let tb = grant(&*store, b, holder, LONG_MS).await;
+    // One member held by another session: nothing is granted, and the answer names it.
+    let refused = ask_set(&*store, &keys, payer, AcquireSpec::lease(LONG_MS)).await;
+    assert!(
+        matches!(&refused, SetOutcome::Refused { key, refusal: Refusal::Held { holder_token, .. } }
+            if key == b && *holder_token == tb),
+        "{refused:?}"
+    );
+    assert_eq!(holder_of(&*store, a).await, None, "no member is held alone");
+    assert_eq!(holder_of(&*store, c).await, None, "no member is held alone");
+    assert!(store.release(b, holder, tb).await.unwrap());
+    // Free: every member, in the set's order, each with a token above its key's last.
+    let granted = ask_set(&*store, &keys, payer, AcquireSpec::lease(LONG_MS)).await;
+    let tokens = set_tokens(&granted);
+    let SetOutcome::Granted { grants, .. } = &granted else {
+        unreachable!()
+    };
+    let order: Vec<&LockKey> = grants.iter().map(|g| &g.lock_key).collect();
+    assert_eq!(order, vec![a, b, c]);
+    assert!(tokens[0] > old_a && tokens[1] > tb, "{tokens:?}");
+    for (k, t) in keys.iter().zip(&tokens) {
+        assert_eq!(holder_of(&*store, k).await, Some(*t), "{k} held by the set");
+    }
+    // Asked again: the same grants. Renewed and released per key.
+    let again = ask_set(&*store, &keys, payer, AcquireSpec::lease(LONG_MS)).await;
+    assert_eq!(set_tokens(&again), tokens);
+    store
+        .renew(a, payer, tokens[0])
+        .await
+        .expect("renew a member");
+    assert!(store.release(b, payer, tokens[1]).await.unwrap());
+    assert_eq!(holder_of(&*store, c).await, Some(tokens[2]), "c stays held");
+    assert!(grant(&*store, b, holder, LONG_MS).await > tokens[1]);
+}
+
+async fn a_waiting_set_holds_nothing_and_is_ahead_on_every_key(store: Arc<dyn LockStore>) {
+    let keys = set_of(&["acct:a", "acct:b"]);
+    let (a, b) = (&keys[0], &keys[1]);
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let payer = session(&*store, "payer", LONG_MS).await;
+    let later = session(&*store, "later", LONG_MS).await;
+    let ta = grant(&*store, a, holder, LONG_MS).await;
+    let waiting = ask_set(&*store, &keys, payer, queued(LONG_MS)).await;
+    assert!(
+        matches!(&waiting, SetOutcome::Refused { key, refusal: Refusal::Held { .. } } if key == a),
+        "{waiting:?}"
+    );
+    assert_eq!(
+        holder_of(&*store, b).await,
+        None,
+        "a waiting set holds no key"
+    );
+    // The set queued first: a later caller waits behind it even on the free key.
+    assert_eq!(
+        ask(&*store, b, later, queued(LONG_MS)).await,
+        AcquireOutcome::Refused(Refusal::Queued { ahead: 1 })
+    );
+    // Its key freed, a set's place is never handed the key alone.
+    assert!(store.release(a, holder, ta).await.unwrap());
+    assert_eq!(
+        holder_of(&*store, a).await,
+        None,
+        "no member handed over alone"
+    );
+    let tokens = set_tokens(&ask_set(&*store, &keys, payer, queued(LONG_MS)).await);
+    assert!(tokens[0] > ta);
+    // Granted, the set left both queues: the later caller is next on b.
+    assert!(store.release(b, payer, tokens[1]).await.unwrap());
+    let next = eventually_granted(&*store, b, later).await;
+    assert!(next > tokens[1]);
+}
+
+async fn sets_that_share_keys_wait_in_one_order(store: Arc<dyn LockStore>) {
+    let first = set_of(&["k:a", "k:b"]);
+    let second = set_of(&["k:b", "k:c"]);
+    let holder = session(&*store, "holder", LONG_MS).await;
+    let s1 = session(&*store, "s1", LONG_MS).await;
+    let s2 = session(&*store, "s2", LONG_MS).await;
+    let ta = grant(&*store, &first[0], holder, LONG_MS).await;
+    assert!(matches!(
+        ask_set(&*store, &first, s1, queued(LONG_MS)).await,
+        SetOutcome::Refused { .. }
+    ));
+    // The second set queued after the first on b: b is free, but it is behind.
+    let behind = ask_set(&*store, &second, s2, queued(LONG_MS)).await;
+    assert!(
+        matches!(&behind, SetOutcome::Refused { key, refusal: Refusal::Queued { ahead: 1 } }
+            if *key == second[0]),
+        "{behind:?}"
+    );
+    assert_eq!(holder_of(&*store, &second[1]).await, None);
+    assert!(store.release(&first[0], holder, ta).await.unwrap());
+    let t1 = set_tokens(&ask_set(&*store, &first, s1, queued(LONG_MS)).await);
+    assert!(matches!(
+        ask_set(&*store, &second, s2, queued(LONG_MS)).await,
+        SetOutcome::Refused {
+            refusal: Refusal::Held { .. },
+            ..
+        }
+    ));
+    assert!(store.release(&first[1], s1, t1[1]).await.unwrap());
+    let t2 = set_tokens(&ask_set(&*store, &second, s2, queued(LONG_MS)).await);
+    assert!(
+        t2[0] > t1[1],
+        "b's token rises from set to set: {t1:?} {t2:?}"
+    );
+}
+
+async fn concurrent_sets_over_shared_keys_never_overlap(store: Arc<dyn LockStore>) {
+    const SETS: usize = 6;
+    let all = ["r:1", "r:2", "r:3", "r:4"];
+    let mut tasks = Vec::new();
+    for i in 0..SETS {
+        let store = store.clone();
+        // Each set takes two neighbours, so every key is shared by two sets.
+        let keys = set_of(&[all[i % 4], all[(i + 1) % 4]]);
+        tasks.push(tokio::spawn(async move {
+            let s = session(&*store, &format!("s{i}"), LONG_MS).await;
+            (
+                keys.clone(),
+                s,
+                ask_set(&*store, &keys, s, AcquireSpec::lease(LONG_MS)).await,
+            )
+        }));
+    }
+    let mut held: Vec<(LockKey, SessionId)> = Vec::new();
+    for task in tasks {
+        let (keys, s, outcome) = task.await.unwrap();
+        if let SetOutcome::Granted { grants, .. } = outcome {
+            assert_eq!(grants.len(), keys.len());
+            held.extend(keys.into_iter().map(|k| (k, s)));
+        }
+    }
+    assert!(!held.is_empty(), "some set is granted");
+    for k in all.map(key) {
+        let holders: Vec<_> = held.iter().filter(|(h, _)| *h == k).collect();
+        assert!(holders.len() <= 1, "{k} granted twice: {holders:?}");
+        let live = holder_of(&*store, &k).await;
+        assert_eq!(
+            live.is_some(),
+            holders.len() == 1,
+            "{k}: only granted sets hold keys"
+        );
+    }
+}
+
 /// Two new sessions take queue places on `k`, which must be held or in a delay.
 async fn take_two_places(store: &dyn LockStore, k: &LockKey) {
     for name in ["q1", "q2"] {
@@ -1024,6 +1204,11 @@ conformance!(
     wakes_name_the_head_waiter_when_its_key_frees,
     lock_delay_follows_expiry_and_revoke_but_not_release,
     answers_follow_the_decision_table,
+    // Key sets.
+    a_set_is_granted_all_or_nothing,
+    a_waiting_set_holds_nothing_and_is_ahead_on_every_key,
+    sets_that_share_keys_wait_in_one_order,
+    concurrent_sets_over_shared_keys_never_overlap,
 );
 
 /// etcd only: the wake-up watch is one long call, which must outlive the request timeout

@@ -12,6 +12,7 @@ mod openapi;
 mod orphans;
 mod process;
 mod replicas;
+mod sets;
 mod sql_functions;
 mod support;
 mod waiting;

@@ -9,16 +9,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 
-use crate::decide::{Decision, HolderView, KeyView, decide};
+use crate::decide::{Decision, KeyView, decide};
 use crate::env::{StoreEnv, SystemEnv};
+use crate::key_set::{SetDecision, decide_set};
 
 mod state;
 
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
-    RevokeNote, SessionOwner, SessionRecord, StoreError, Wake, WakeSink, WakeSlot,
+    RevokeNote, SessionOwner, SessionRecord, SetOutcome, StoreError, Wake, WakeSink, WakeSlot,
 };
-use state::{Delay, Grant, Session, State, after};
+use state::{Delay, Session, State, after};
 
 /// The in-memory lock store.
 #[derive(Debug)]
@@ -73,6 +74,26 @@ impl MemoryStore {
 
     fn display(&self, nanos: u64) -> DateTime<Utc> {
         self.env.display(nanos)
+    }
+
+    /// What a client is told of a grant (no proof: the replica that answers signs it).
+    fn grant_of(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        lease_ms: u64,
+        expires: u64,
+    ) -> LockGrant {
+        LockGrant {
+            lock_key: key.clone(),
+            fencing_token: token,
+            lease_ms,
+            expires_at: self.display(expires),
+            session_id: session,
+            proof: None,
+            waited_ms: 0,
+        }
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
@@ -184,63 +205,52 @@ impl LockStore for MemoryStore {
         if spec.queue_ms > 0 {
             state.enqueue(key, session, spec, now);
         }
-        let current = state.live_grant(key, now).cloned();
-        let view = KeyView {
-            holder: current.as_ref().map(|g| HolderView {
-                session: g.session,
-                token: g.token,
-                free_in_ms: g
-                    .ends(state.sessions.get(&g.session))
-                    .saturating_sub(now)
-                    .div_ceil(1_000_000),
-            }),
-            delay_left_ms: state.delay_left(key, session, now).div_ceil(1_000_000),
-            ahead: state.ahead_of(key, session, now),
-            last_token: state.fences.get(key).map_or(0, |t| t.0),
-        };
-        let (token, lease_ms, expires, took_over_expired) = match decide(&view, session) {
+        let view = state.key_view(key, session, now);
+        let token = match decide(&view, session) {
             Decision::Refuse(refusal) => return Ok(refusal.into()),
-            Decision::Regrant { token } => {
-                let Some(current) = current else {
-                    unreachable!("a regrant is decided on a live grant");
-                };
-                // Lease and expiry only grow: for every answer, the client's deadline never
-                // lies after the server's expiry.
-                let lease_ms = current.lease_ms.max(spec.lease_ms);
-                let expires = current.expires.max(after(now, lease_ms));
-                state.locks.insert(
-                    key.clone(),
-                    Grant {
-                        lease_ms,
-                        expires,
-                        // Another request's re-grant: either may have told its client.
-                        request: if current.request == spec.request {
-                            spec.request
-                        } else {
-                            RequestId::NONE
-                        },
-                        ..current
-                    },
-                );
-                (token, lease_ms, expires, false)
-            }
-            Decision::Grant { token } => {
-                let (expires, replaced) = state.grant(key, session, token, spec, now);
-                (token, spec.lease_ms, expires, replaced)
-            }
+            Decision::Regrant { token } | Decision::Grant { token } => token,
         };
-        state.leave(key, session);
+        let (lease_ms, expires, took_over_expired) = state.take(key, session, token, spec, now);
         Ok(AcquireOutcome::Granted {
-            grant: LockGrant {
-                lock_key: key.clone(),
-                fencing_token: token,
-                lease_ms,
-                expires_at: self.display(expires),
-                session_id: session,
-                proof: None,
-                waited_ms: 0,
-            },
+            grant: self.grant_of(key, session, token, lease_ms, expires),
             took_over_expired,
+            store_now: Some(self.display(now)),
+        })
+    }
+
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        let now = self.env.now_nanos();
+        let mut state = self.state()?;
+        state.live_session(session, now)?;
+        if spec.queue_ms > 0 {
+            state.enqueue_set(keys, session, spec, now);
+        }
+        let views: Vec<(LockKey, KeyView)> = keys
+            .iter()
+            .map(|key| (key.clone(), state.key_view(key, session, now)))
+            .collect();
+        let tokens = match decide_set(&views, session) {
+            SetDecision::Refuse { member, refusal } => {
+                let key = keys[member].clone();
+                return Ok(SetOutcome::Refused { key, refusal });
+            }
+            SetDecision::Grant(tokens) => tokens,
+        };
+        let grants = keys
+            .iter()
+            .zip(tokens)
+            .map(|(key, (token, _))| {
+                let (lease_ms, expires, _) = state.take(key, session, token, spec, now);
+                self.grant_of(key, session, token, lease_ms, expires)
+            })
+            .collect();
+        Ok(SetOutcome::Granted {
+            grants,
             store_now: Some(self.display(now)),
         })
     }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
 
-use crate::decide::{FreedView, HandOver, HeadView, hand_over};
+use crate::decide::{FreedView, HandOver, HeadView, HolderView, KeyView, hand_over};
 use crate::{AcquireSpec, RequestId, Revocation, SessionOwner, StoreError, Wake};
 
 #[derive(Debug)]
@@ -48,8 +48,9 @@ pub(super) struct Waiter {
     pub(super) session: SessionId,
     pub(super) seq: u64,
     pub(super) expires: u64,
-    /// The grant its parked acquire asked for, for a hand-over.
-    pub(super) lease_ms: u64,
+    /// The lease its parked acquire asked for, for a hand-over; `None` for a set's place,
+    /// which is woken to ask for its whole set, never handed one key.
+    pub(super) lease_ms: Option<u64>,
     pub(super) lock_delay_ms: u64,
     /// When its waiter's last call touched it.
     pub(super) touched: u64,
@@ -68,7 +69,7 @@ pub(super) struct State {
     pub(super) fences: BTreeMap<LockKey, FencingToken>,
     /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
     pub(super) delays: BTreeMap<LockKey, Delay>,
-    /// Each key's queue, in arrival (`seq`) order.
+    /// Each key's queue; its order is its places' `seq` (arrival, or a set's ticket).
     pub(super) queues: BTreeMap<LockKey, Vec<Waiter>>,
     /// Each key's last revocation (one per key, as its fence).
     pub(super) revocations: BTreeMap<LockKey, Revocation>,
@@ -124,22 +125,64 @@ impl State {
         spec: AcquireSpec,
         now: u64,
     ) {
+        self.next_seq += 1;
+        let ticket = self.next_seq;
+        self.place(key, session, spec, Some(spec.lease_ms), ticket, now);
+    }
+
+    /// Puts `session` in the queue of every key of a set, or renews its places, all with one
+    /// ticket: the earliest its places already have, else a new one. So a set is ahead of,
+    /// or behind, another waiter on every key they share, and no two sets can each wait
+    /// behind the other.
+    pub(super) fn enqueue_set(
+        &mut self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+        now: u64,
+    ) {
+        let held = keys.iter().filter_map(|key| {
+            let queue = self.queues.get(key)?;
+            queue.iter().find(|w| w.session == session).map(|w| w.seq)
+        });
+        let ticket = held.min().unwrap_or_else(|| {
+            self.next_seq += 1;
+            self.next_seq
+        });
+        for key in keys {
+            self.place(key, session, spec, None, ticket, now);
+        }
+    }
+
+    /// Takes or renews `session`'s place in `key`'s queue; a new place gets `ticket`, as
+    /// does a set's place (`lease_ms` `None`).
+    fn place(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        spec: AcquireSpec,
+        lease_ms: Option<u64>,
+        ticket: u64,
+        now: u64,
+    ) {
         let expires = after(now, spec.queue_ms);
         let queue = self.queues.entry(key.clone()).or_default();
         if let Some(place) = queue.iter_mut().find(|w| w.session == session) {
             place.expires = place.expires.max(expires);
-            place.lease_ms = spec.lease_ms;
+            place.lease_ms = lease_ms;
             place.lock_delay_ms = spec.lock_delay_ms;
             place.touched = now;
             place.request = spec.request;
+            if lease_ms.is_none() {
+                place.seq = ticket;
+            }
             return;
         }
-        self.next_seq += 1;
         queue.push(Waiter {
             session,
-            seq: self.next_seq,
+            seq: ticket,
             expires,
-            lease_ms: spec.lease_ms,
+            lease_ms,
             lock_delay_ms: spec.lock_delay_ms,
             touched: now,
             request: spec.request,
@@ -174,6 +217,66 @@ impl State {
                 self.queues.remove(key);
             }
         }
+    }
+
+    /// What an acquire of `key` by `session` decides on ([`crate::decide::decide`]).
+    pub(super) fn key_view(&self, key: &LockKey, session: SessionId, now: u64) -> KeyView {
+        let holder = self.live_grant(key, now).map(|g| HolderView {
+            session: g.session,
+            token: g.token,
+            free_in_ms: g
+                .ends(self.sessions.get(&g.session))
+                .saturating_sub(now)
+                .div_ceil(1_000_000),
+        });
+        KeyView {
+            holder,
+            delay_left_ms: self.delay_left(key, session, now).div_ceil(1_000_000),
+            ahead: self.ahead_of(key, session, now),
+            last_token: self.fences.get(key).map_or(0, |t| t.0),
+        }
+    }
+
+    /// Carries out a decided grant of `key` with `token` to `session`: the same grant again
+    /// when the session holds it (lease and expiry only grow, so the client's deadline never
+    /// lies after the store's expiry), else a new one. The session's place goes. The grant's
+    /// lease and expiry, and whether it replaced an ended grant.
+    pub(super) fn take(
+        &mut self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        spec: AcquireSpec,
+        now: u64,
+    ) -> (u64, u64, bool) {
+        let held = self.live_grant(key, now).cloned();
+        let taken = match held {
+            Some(current) => {
+                assert!(current.session == session && current.token == token);
+                let lease_ms = current.lease_ms.max(spec.lease_ms);
+                let expires = current.expires.max(after(now, lease_ms));
+                // Another request's re-grant: either may have told its client.
+                let request = if current.request == spec.request {
+                    spec.request
+                } else {
+                    RequestId::NONE
+                };
+                let regrant = Grant {
+                    lease_ms,
+                    expires,
+                    request,
+                    ..current
+                };
+                self.locks.insert(key.clone(), regrant);
+                (lease_ms, expires, false)
+            }
+            None => {
+                let (expires, replaced) = self.grant(key, session, token, spec, now);
+                (spec.lease_ms, expires, replaced)
+            }
+        };
+        self.leave(key, session);
+        taken
     }
 
     /// Grants `key` to `session` with the new `token` (an acquire's, or a hand-over's): the
@@ -224,14 +327,15 @@ impl State {
             .queues
             .get(key)?
             .iter()
-            .find(|w| self.waiter_live(w, now))
+            .filter(|w| self.waiter_live(w, now))
+            .min_by_key(|w| w.seq)
             .cloned();
         let view = FreedView {
             held: self.live_grant(key, now).is_some(),
             ended_grant: self.locks.contains_key(key),
             head: head.as_ref().map(|w| HeadView {
                 session: w.session,
-                lease_ms: Some(w.lease_ms),
+                lease_ms: w.lease_ms,
                 delay_left_ms: self.delay_left(key, w.session, now).div_ceil(1_000_000),
             }),
             last_token: self.fences.get(key).map_or(0, |t| t.0),

@@ -59,6 +59,7 @@ mod queue;
 mod reap;
 mod round;
 mod sessions;
+mod set;
 mod wakes;
 mod watch;
 
@@ -70,7 +71,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, StoreError, WakeSink,
+    SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
 use codec::{SessionValue, after_ms, encode, grant_of, read_grant};
@@ -383,6 +384,15 @@ impl LockStore for EtcdStore {
             expires_at: after_ms(grant.value.lease_ms),
             waiters: live[2..].iter().filter(|l| **l).count() as u64,
         }))
+    }
+
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        self.acquire_set_rounds(keys, session, spec).await
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {

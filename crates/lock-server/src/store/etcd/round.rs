@@ -15,22 +15,22 @@ use super::queue::Pin;
 
 /// Rounds of read-decide-commit an acquire tries before it answers "unavailable": each lost
 /// round means another grantor committed meanwhile, so the next read usually sees a holder.
-const ACQUIRE_ROUNDS_MAX: u32 = 16;
+pub(super) const ACQUIRE_ROUNDS_MAX: u32 = 16;
 /// Queue places ahead of an acquirer whose sessions are checked in the same read as the
 /// grant's markers; with more, they are checked only when the decision gets that far.
 const INLINE_PLACE_CHECKS: usize = 32;
 
 /// What one round read of a key, at one revision, for one acquiring session.
-struct KeyRead {
+pub(super) struct KeyRead {
     revision: i64,
     /// The acquiring session's record (live when read).
-    me: SessionValue,
+    pub(super) me: SessionValue,
     /// The key's grant record, live or not.
-    current: Option<ReadGrant>,
+    pub(super) current: Option<ReadGrant>,
     /// The fence's `mod_revision` (0: never written) and the last token it issued.
     fence_revision: i64,
     last_token: u64,
-    delay: Option<ReadDelay>,
+    pub(super) delay: Option<ReadDelay>,
     places: Vec<Place>,
     /// The acquiring session's own place.
     mine: Option<Place>,
@@ -39,12 +39,12 @@ struct KeyRead {
 }
 
 /// What of a [`KeyRead`] is live, as the decision sees it.
-struct Judged {
-    view: KeyView,
+pub(super) struct Judged {
+    pub(super) view: KeyView,
     /// The grant record was there but not live: the grant is taken over.
-    took_over_expired: bool,
+    pub(super) took_over_expired: bool,
     /// A grant that ended involuntarily and starts a lock-delay now.
-    delay_to_start: Option<ReadGrant>,
+    pub(super) delay_to_start: Option<ReadGrant>,
 }
 
 impl EtcdStore {
@@ -106,7 +106,7 @@ impl EtcdStore {
     }
 
     /// One linearizable read of what an acquire decides on.
-    async fn read_for_acquire(
+    pub(super) async fn read_for_acquire(
         &self,
         key: &LockKey,
         session: SessionId,
@@ -161,7 +161,11 @@ impl EtcdStore {
     /// and the places ahead, in one read of markers (the places' only when few). A grant
     /// whose holder's session was not closed ended involuntarily: it starts a lock-delay for
     /// everyone but its holder, once.
-    async fn judge(&self, read: &KeyRead, session: SessionId) -> Result<Judged, StoreError> {
+    pub(super) async fn judge(
+        &self,
+        read: &KeyRead,
+        session: SessionId,
+    ) -> Result<Judged, StoreError> {
         let keys = &self.keys;
         let mut checks = Vec::new();
         if let Some(c) = &read.current {
@@ -351,6 +355,27 @@ impl EtcdStore {
         value: &GrantValue,
     ) -> Result<Txn, StoreError> {
         let keys = &self.keys;
+        let (compares, ops) = self.grant_parts(key, session, read, value)?;
+        Ok(Txn::new()
+            .when(compares)
+            .and_then(ops)
+            // On a lost race, the fence as it is now: did another grant commit?
+            .or_else([
+                TxnOp::get(keys.fence_key(key), None),
+                TxnOp::get(keys.grant_key(key), None),
+            ]))
+    }
+
+    /// What a transaction that writes grant `value` compares (nothing `read` saw has
+    /// changed) and does.
+    pub(super) fn grant_parts(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        read: &KeyRead,
+        value: &GrantValue,
+    ) -> Result<(Vec<Compare>, Vec<TxnOp>), StoreError> {
+        let keys = &self.keys;
         let mut ops = self.grant_ops(key, value)?;
         // The old grant's marker goes, unless its lease is this grant's: then the old grant
         // was released (its lease reused), and the compare on its record fails anyway.
@@ -380,25 +405,19 @@ impl EtcdStore {
         };
         let grant_revision = old.map_or(0, |c| c.mod_revision);
         let delay_revision = read.delay.as_ref().map_or(0, |d| d.mod_revision);
-        Ok(Txn::new()
-            .when([
-                // Nobody granted or released the key since the read ...
-                Compare::mod_revision(keys.grant_key(key), CompareOp::Equal, grant_revision),
-                // ... nor drew a token from its fence ...
-                Compare::mod_revision(keys.fence_key(key), CompareOp::Equal, read.fence_revision),
-                // ... nor started a lock-delay ...
-                Compare::mod_revision(keys.delay_key(key), CompareOp::Equal, delay_revision),
-                // ... nor queued where it would be ahead of this session ...
-                queue_unchanged,
-                // ... and the acquiring session is still live.
-                Compare::version(keys.session_marker(session), CompareOp::Greater, 0),
-            ])
-            .and_then(ops)
-            // On a lost race, the fence as it is now: did another grant commit?
-            .or_else([
-                TxnOp::get(keys.fence_key(key), None),
-                TxnOp::get(keys.grant_key(key), None),
-            ]))
+        let compares = vec![
+            // Nobody granted or released the key since the read ...
+            Compare::mod_revision(keys.grant_key(key), CompareOp::Equal, grant_revision),
+            // ... nor drew a token from its fence ...
+            Compare::mod_revision(keys.fence_key(key), CompareOp::Equal, read.fence_revision),
+            // ... nor started a lock-delay ...
+            Compare::mod_revision(keys.delay_key(key), CompareOp::Equal, delay_revision),
+            // ... nor queued where it would be ahead of this session ...
+            queue_unchanged,
+            // ... and the acquiring session is still live.
+            Compare::version(keys.session_marker(session), CompareOp::Greater, 0),
+        ];
+        Ok((compares, ops))
     }
 }
 

@@ -22,13 +22,13 @@ use uuid::Uuid;
 
 use self::listen::{HAND_OVER_CHANNEL, WAKE_CHANNEL, listen};
 use self::rows::{
-    AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, to_i64,
-    to_u64,
+    AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, set_answer,
+    to_i64, to_u64,
 };
 use lock_store::batch::{BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
-    RevokeNote, SessionOwner, SessionRecord, StoreError, WakeSink,
+    RevokeNote, SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
@@ -369,6 +369,27 @@ impl LockStore for PostgresStore {
                 .await
                 .map_err(map_err)?;
         acquire_answer(key, session, row)
+    }
+
+    async fn acquire_set(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        let names: Vec<&str> = keys.iter().map(LockKey::as_str).collect();
+        let rows: Vec<BatchRow> =
+            sqlx::query_as("SELECT *, now() FROM lock_acquire_set($1, $2, $3, $4, $5, $6)")
+                .bind(&names)
+                .bind(session.0)
+                .bind(to_i64(spec.lease_ms)?)
+                .bind(to_i64(spec.queue_ms)?)
+                .bind(to_i64(spec.lock_delay_ms)?)
+                .bind(to_i64(spec.request.0)?)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_err)?;
+        set_answer(keys, session, rows)
     }
 
     async fn leave_queue(&self, key: &LockKey, session: SessionId) -> Result<(), StoreError> {

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
 
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
-use lock_store::{AcquireOutcome, Refusal, SessionRecord, StoreError};
+use lock_store::{AcquireOutcome, Refusal, SessionRecord, SetOutcome, StoreError};
 
 pub(super) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value)
@@ -99,6 +99,42 @@ pub(super) fn acquire_answer(
         .into()),
         other => Err(session_error(other, session)),
     }
+}
+
+/// The rows of `lock_acquire_set` (a `lock_batch` row's shape: `ord` names the set's member,
+/// from 1): every key granted, or the one refusal.
+pub(super) fn set_answer(
+    keys: &[LockKey],
+    session: SessionId,
+    rows: Vec<BatchRow>,
+) -> Result<SetOutcome, StoreError> {
+    let mut grants = Vec::with_capacity(keys.len());
+    let mut store_now = None;
+    for (ord, outcome, token, lease, expires_at, took_over, wait_ms, ahead, now) in rows {
+        let member = usize::try_from(ord - 1)
+            .ok()
+            .and_then(|i| keys.get(i))
+            .ok_or_else(|| StoreError::Internal(format!("lock_acquire_set answered ord {ord}")))?;
+        let row = (
+            outcome, token, lease, expires_at, took_over, wait_ms, ahead, now,
+        );
+        match acquire_answer(member, session, row)? {
+            AcquireOutcome::Granted { grant, .. } => grants.push(grant),
+            AcquireOutcome::Refused(refusal) => {
+                let key = member.clone();
+                return Ok(SetOutcome::Refused { key, refusal });
+            }
+        }
+        store_now = Some(now);
+    }
+    if grants.len() != keys.len() {
+        let got = grants.len();
+        return Err(StoreError::Internal(format!(
+            "lock_acquire_set granted {got} of {} keys",
+            keys.len()
+        )));
+    }
+    Ok(SetOutcome::Granted { grants, store_now })
 }
 
 pub(super) fn renew_answer(

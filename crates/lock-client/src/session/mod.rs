@@ -31,6 +31,8 @@ use crate::handle::{HandleOwner, LockHandle};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
+pub(crate) mod set;
+
 /// A loss listener: runs on the heartbeat thread; must not block or do I/O.
 pub(crate) type Listener = Arc<dyn Fn(&LockLost) + Send + Sync>;
 
@@ -360,17 +362,7 @@ impl LockClientSession {
                 }
                 Err(err) => self.classify(err),
             };
-            let after = {
-                let mut rng = shared
-                    .rng
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                acquiring.failed(shared.clock.now_nanos(), failure.retry(), &mut rng)
-            };
-            if after.rotate {
-                shared.rotate_endpoint();
-            }
-            match after.next {
+            match self.after_failure(&mut acquiring, &failure) {
                 Next::Retry(sleep) => shared.clock.sleep(sleep).await,
                 Next::Contended => {
                     self.observe(started, "contended");
@@ -385,6 +377,23 @@ impl LockClientSession {
                 }
             }
         }
+    }
+
+    /// What the acquire loop does after `failure`: the endpoint moves on when the loop says
+    /// so; the retry's sleep, contention, or the end.
+    fn after_failure(&self, acquiring: &mut AcquireLoop, failure: &LockError) -> Next {
+        let shared = &self.shared;
+        let after = {
+            let mut rng = shared
+                .rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            acquiring.failed(shared.clock.now_nanos(), failure.retry(), &mut rng)
+        };
+        if after.rotate {
+            shared.rotate_endpoint();
+        }
+        after.next
     }
 
     /// The loop gave up on an attempt whose answer never came: the server may have granted

@@ -1,0 +1,144 @@
+//! Server-side waiting for a key set (ADR 0007): an acquire of a set with `wait_ms` is held
+//! until the whole set is granted or the wait ends. The set's places in its keys' queues are
+//! the store's (taken together, one arrival order, never handed a key alone); this module
+//! parks the request on the key that refused it last and asks for the whole set again when
+//! that key frees, a deadline the store told of passes, or the recheck timer fires.
+
+use std::sync::Arc;
+
+use lock_api::LockKey;
+use tokio::time::Instant;
+
+use crate::store::{AcquireOutcome, AcquireSpec, SetOutcome, StoreError};
+use crate::waiting::{Exposure, Ticket, WaitPlan, WaitRefused, WaitStep, Waiters};
+
+/// How a waiting set acquire ended, short of a store error.
+#[derive(Debug)]
+pub enum SetWaited {
+    /// The store's last answer (a grant, or the refusal at the deadline) and the milliseconds
+    /// between the request's start and the store call that gave it.
+    Answer(SetOutcome, u64),
+    /// The replica started draining: the client should go to another replica, where its
+    /// places are still its own.
+    Draining,
+    /// The request could not be parked.
+    Refused(WaitRefused),
+}
+
+/// An acquire of `exposure`'s set with a wait: asks the store, parks on the key that refused
+/// it until woken, asks again, until granted or `wait_ms` has passed (then the set leaves its
+/// places and tries once more), or until `draining` turns true.
+pub async fn acquire_set_waiting(
+    waiters: &Arc<Waiters>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+    exposure: &mut Exposure,
+    spec: AcquireSpec,
+    wait_ms: u64,
+) -> Result<SetWaited, StoreError> {
+    let started = Instant::now();
+    let nanos =
+        |at: Instant| u64::try_from(at.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
+    let plan = WaitPlan::new(0, wait_ms);
+    // The uncontended path first: a try, no places, nothing parked.
+    let tried = exposure.acquire_set(spec).await?;
+    if matches!(tried, SetOutcome::Granted { .. }) {
+        return Ok(SetWaited::Answer(tried, 0));
+    }
+    let mut parked: Option<Ticket> = None;
+    loop {
+        let called = nanos(Instant::now());
+        let queued = AcquireSpec {
+            queue_ms: plan.queue_ms(called),
+            ..spec
+        };
+        let outcome = match exposure.acquire_set(queued).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                // The client retries (503) and keeps its places; they lapse otherwise.
+                exposure.place_not_ours();
+                return Err(err);
+            }
+        };
+        let (nap, refused_on) = match plan.after(called, &as_single(&outcome)) {
+            WaitStep::Answer { waited_ms, leave } => {
+                if !leave {
+                    // A grant: the store removed the set's places with it.
+                    exposure.place_not_ours();
+                    return Ok(SetWaited::Answer(outcome, waited_ms));
+                }
+                let last = AcquireSpec {
+                    queue_ms: 0,
+                    ..spec
+                };
+                return last_try(exposure, &plan, last, outcome, waited_ms, nanos).await;
+            }
+            WaitStep::Nap(nap) => (nap, refused_key(&outcome)),
+        };
+        // Parked on the key that refused the set (a wake-up names a key's head waiter); a
+        // wake-up that came between the call and here left a permit on the earlier ticket.
+        let ticket = match park(waiters, &mut parked, exposure, &refused_on) {
+            Ok(ticket) => ticket,
+            Err(refused) => return Ok(SetWaited::Refused(refused)),
+        };
+        tokio::select! {
+            () = ticket.woken() => {}
+            () = tokio::time::sleep(nap) => {}
+            _ = draining.wait_for(|draining| *draining) => {
+                exposure.place_not_ours();
+                return Ok(SetWaited::Draining);
+            }
+        }
+    }
+}
+
+/// The ticket for `key`: the one parked already when it is `key`'s, else a new one.
+fn park<'a>(
+    waiters: &Arc<Waiters>,
+    parked: &'a mut Option<Ticket>,
+    exposure: &Exposure,
+    key: &LockKey,
+) -> Result<&'a Ticket, WaitRefused> {
+    if parked.as_ref().is_none_or(|t| t.key() != key) {
+        *parked = None;
+        *parked = Some(waiters.join(key, exposure.session())?);
+    }
+    Ok(parked.as_ref().expect("parked just now"))
+}
+
+/// At the deadline: the set leaves its places, then tries once more without them.
+/// `outcome` is the refusal that ended the wait, answered when the last try is refused too.
+async fn last_try(
+    exposure: &mut Exposure,
+    plan: &WaitPlan,
+    last: AcquireSpec,
+    outcome: SetOutcome,
+    waited_ms: u64,
+    nanos: impl Fn(Instant) -> u64,
+) -> Result<SetWaited, StoreError> {
+    exposure.leave_queue().await?;
+    let called = nanos(Instant::now());
+    let last = exposure.acquire_set(last).await?;
+    Ok(match last {
+        SetOutcome::Granted { .. } => SetWaited::Answer(last, plan.granted_by_call_at(called)),
+        SetOutcome::Refused { .. } => SetWaited::Answer(outcome, waited_ms),
+    })
+}
+
+/// A set's outcome as the wait plan reads an acquire's: granted, or the refusal.
+fn as_single(outcome: &SetOutcome) -> AcquireOutcome {
+    match outcome {
+        SetOutcome::Granted { grants, store_now } => AcquireOutcome::Granted {
+            grant: grants[0].clone(),
+            took_over_expired: false,
+            store_now: *store_now,
+        },
+        SetOutcome::Refused { refusal, .. } => AcquireOutcome::Refused(*refusal),
+    }
+}
+
+fn refused_key(outcome: &SetOutcome) -> LockKey {
+    match outcome {
+        SetOutcome::Refused { key, .. } => key.clone(),
+        SetOutcome::Granted { grants, .. } => grants[0].lock_key.clone(),
+    }
+}

@@ -1,0 +1,209 @@
+//! An acquire of a key set (ADR 0007): each key read and judged as a single acquire's round
+//! reads and judges it (`round.rs`), the set decided at once ([`decide_set`]), and every new
+//! grant written in one transaction whose compares pin what was read of every key; a lost
+//! race is read and decided again. A waiting set's places are put in one transaction before
+//! the read, so they share one `create_revision` (one ticket), and a release after that put
+//! wakes the set's waiter (no place is handed a key on etcd: wake-ups name the head).
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use lock_api::{LockGrant, LockKey, SessionId};
+use lock_store::key_set::{SetDecision, decide_set};
+use lock_store::{AcquireSpec, Refusal, SetOutcome, StoreError};
+
+use super::EtcdStore;
+use super::codec::{GrantValue, encode, grant_of, lease_seconds};
+use super::round::{ACQUIRE_ROUNDS_MAX, KeyRead};
+
+impl EtcdStore {
+    /// [`lock_store::LockStore::acquire_set`]: rounds of read, decide, commit until one
+    /// decides.
+    pub(super) async fn acquire_set_rounds(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<SetOutcome, StoreError> {
+        if spec.queue_ms > 0 {
+            self.hold_set_places(keys, session, spec.queue_ms).await?;
+        }
+        for _ in 0..ACQUIRE_ROUNDS_MAX {
+            if let Some(decided) = self.set_round(keys, session, spec).await? {
+                return Ok(decided);
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "acquire of a set of {} keys lost {ACQUIRE_ROUNDS_MAX} races in a row",
+            keys.len()
+        )))
+    }
+
+    /// The set's places, all put (or put again, keeping their turn) in one transaction on
+    /// one lease of `queue_ms`; none when the session ended meanwhile.
+    async fn hold_set_places(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        queue_ms: u64,
+    ) -> Result<(), StoreError> {
+        let lease = self.members.grant_lease(queue_ms).await?;
+        let ttl_s = encode(&lease_seconds(queue_ms))?;
+        let puts: Vec<TxnOp> = keys
+            .iter()
+            .map(|key| {
+                let on_lease = Some(PutOptions::new().with_lease(lease));
+                TxnOp::put(self.keys.place_key(key, session), ttl_s.clone(), on_lease)
+            })
+            .collect();
+        let live = Compare::version(self.keys.session_marker(session), CompareOp::Greater, 0);
+        let placed = self
+            .members
+            .txn("queue set", Txn::new().when([live]).and_then(puts))
+            .await?;
+        if !placed.succeeded() {
+            self.members.revoke_lease_later(lease);
+        }
+        Ok(())
+    }
+
+    /// One round: read and judge every key, decide the set, commit. `None` when a write lost
+    /// a race.
+    async fn set_round(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+        spec: AcquireSpec,
+    ) -> Result<Option<SetOutcome>, StoreError> {
+        let mut reads = Vec::with_capacity(keys.len());
+        let mut views = Vec::with_capacity(keys.len());
+        for key in keys {
+            let read = self.read_for_acquire(key, session).await?;
+            let judged = self.judge(&read, session).await?;
+            views.push((key.clone(), judged.view));
+            reads.push((read, judged));
+        }
+        match decide_set(&views, session) {
+            SetDecision::Refuse { member, refusal } => {
+                let (read, judged) = &reads[member];
+                let key = &keys[member];
+                if let (Refusal::Delayed { .. } | Refusal::Queued { .. }, Some(dead)) =
+                    (refusal, judged.delay_to_start.as_ref())
+                    && !self.start_delay(key, dead, read.delay.as_ref()).await?
+                {
+                    return Ok(None);
+                }
+                let key = key.clone();
+                Ok(Some(SetOutcome::Refused { key, refusal }))
+            }
+            SetDecision::Grant(tokens) => {
+                let tokens = tokens.into_iter().map(|(token, _)| token);
+                let members: Vec<Member> = keys
+                    .iter()
+                    .zip(reads)
+                    .zip(tokens)
+                    .map(|((key, (read, judged)), token)| Member {
+                        key,
+                        held: judged.view.holder.is_some(),
+                        read,
+                        token,
+                    })
+                    .collect();
+                self.commit_set(session, spec, members).await
+            }
+        }
+    }
+
+    /// Commits the set's grants in one transaction: a new grant on a lease of its own for a
+    /// key the session does not hold, the same grant (its lease kept alive, its record
+    /// pinned) for one it does.
+    async fn commit_set(
+        &self,
+        session: SessionId,
+        spec: AcquireSpec,
+        members: Vec<Member<'_>>,
+    ) -> Result<Option<SetOutcome>, StoreError> {
+        let mut compares = Vec::new();
+        let mut ops = Vec::new();
+        let mut values = Vec::with_capacity(members.len());
+        let mut new_leases = Vec::new();
+        for member in &members {
+            let value = if member.held {
+                let current = member
+                    .read
+                    .current
+                    .as_ref()
+                    .expect("a held key has its record");
+                if !self.keep_alive(current.value.lease).await? {
+                    new_leases
+                        .into_iter()
+                        .for_each(|l| self.members.revoke_lease_later(l));
+                    return Ok(None);
+                }
+                let record = self.keys.grant_key(member.key);
+                compares.push(Compare::mod_revision(
+                    record,
+                    CompareOp::Equal,
+                    current.mod_revision,
+                ));
+                current.value.clone()
+            } else {
+                let lease = self.members.grant_lease(spec.lease_ms).await?;
+                new_leases.push(lease);
+                let value = GrantValue {
+                    token: member.token,
+                    session,
+                    owner: member.read.me.owner.clone(),
+                    lease,
+                    lease_ms: spec.lease_ms,
+                    lock_delay_ms: spec.lock_delay_ms,
+                    request: spec.request.0,
+                };
+                let (pins, writes) = self.grant_parts(member.key, session, &member.read, &value)?;
+                compares.extend(pins);
+                ops.extend(writes);
+                value
+            };
+            values.push(value);
+        }
+        let committed = self
+            .members
+            .txn("acquire set", Txn::new().when(compares).and_then(ops))
+            .await?;
+        if !committed.succeeded() {
+            new_leases
+                .into_iter()
+                .for_each(|l| self.members.revoke_lease_later(l));
+            return Ok(None);
+        }
+        Ok(Some(self.set_granted(members, &values)))
+    }
+
+    /// After a set's commit: the old leases of grants taken over and of delays ended go, and
+    /// no key keeps a hint (the commit's revisions were not read for them).
+    fn set_granted(&self, members: Vec<Member<'_>>, values: &[GrantValue]) -> SetOutcome {
+        let mut grants: Vec<LockGrant> = Vec::with_capacity(values.len());
+        for (member, value) in members.into_iter().zip(values) {
+            self.hints.forget(member.key);
+            if !member.held {
+                let ended = member.read.current.map(|old| old.value.lease);
+                let delay = member.read.delay.map(|d| d.value.lease);
+                for lease in ended.into_iter().chain(delay) {
+                    self.members.revoke_lease_later(lease);
+                }
+            }
+            grants.push(grant_of(member.key, value, value.lease_ms));
+        }
+        SetOutcome::Granted {
+            grants,
+            store_now: None,
+        }
+    }
+}
+
+/// One key of a set the round decided to grant.
+struct Member<'a> {
+    key: &'a LockKey,
+    /// The session holds it already: the same grant again.
+    held: bool,
+    read: KeyRead,
+    token: lock_api::FencingToken,
+}
