@@ -465,6 +465,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
             run.workload(clients, hot, db.as_mut()).await?;
         }
     }
+    crate::bench_sets::print_rows(&run.sdk_config, &options.clients, run.duration).await?;
     let http = &run.http;
     if options.backend == BenchBackend::Postgres {
         let (batches, writes) = histogram_totals(http, &base, "lock_store_batch_writes").await?;

@@ -95,7 +95,7 @@ pub fn key_of(hot: bool, client: usize) -> String {
 
 /// Joins the clients' tasks; the elapsed time runs until the last one finished (an SDK
 /// acquire begun before the deadline may run into its budget past it).
-async fn join(
+pub(crate) async fn join(
     started: Instant,
     mut tasks: tokio::task::JoinSet<anyhow::Result<ClientTally>>,
 ) -> anyhow::Result<(Vec<ClientTally>, Duration)> {

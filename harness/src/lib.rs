@@ -3,8 +3,9 @@
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
 //! - [`serve_lock`]: one lock-server on a throwaway database for test suites outside Rust.
 //! - [`imports`]: the import graph of a crate's modules and its circles (a house rule).
-//! - [`bench`], [`bench_load`], [`bench_scale`], [`bench_python`]: benchmarks (`harness bench
-//!   locks`: granted locks through the SDK, raw HTTP, pgbench and etcd's lock API; `harness
+//! - [`bench`], [`bench_load`], [`bench_sets`], [`bench_scale`], [`bench_python`]: benchmarks
+//!   (`harness bench locks`: granted locks through the SDK, raw HTTP, pgbench and etcd's lock
+//!   API, and two keys at once as a set or as two ordered acquires; `harness
 //!   bench pipeline`; `harness bench scale`: a million held keys; `harness bench python`: the
 //!   Python SDK against tooz and python-redis-lock).
 //! - [`demo`]: the whole stack, payouts, a frozen executor and a report (`harness demo`).
@@ -20,6 +21,7 @@ pub mod bench;
 pub mod bench_load;
 pub mod bench_python;
 pub mod bench_scale;
+pub mod bench_sets;
 pub mod chaos;
 pub mod compose;
 pub mod demo;

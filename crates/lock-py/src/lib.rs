@@ -2,7 +2,7 @@
 //! (`lock-client`), so a Python client runs the same decisions as a Rust one (`lock-core`:
 //! conservative deadlines, heartbeat grid, the bounded acquire loop) and the same heartbeat
 //! thread, TLS and credentials. Python sees [`Client`](client::Client),
-//! [`Session`](session::Session), [`Lock`](lock::Lock), the resource side's
+//! [`Session`](session::Session), [`Lock`](lock::Lock), [`LockSet`](lock_set::LockSet), the resource side's
 //! [`TrustedKeys`](fence::TrustedKeys) with its [`ProvenWrite`](fence::ProvenWrite), the
 //! PostgreSQL fence's SQL and refusals ([`postgres`]) and the exceptions of [`errors`];
 //! the package `fencedlock` (python/) re-exports them with its typing stubs.
@@ -13,6 +13,7 @@ mod client;
 mod errors;
 mod fence;
 mod lock;
+mod lock_set;
 mod postgres;
 mod session;
 mod slot;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<session::Session>()?;
     m.add_class::<lock::Lock>()?;
+    m.add_class::<lock_set::LockSet>()?;
     m.add_class::<fence::TrustedKeys>()?;
     m.add_class::<fence::ProvenWrite>()?;
     errors::register(m)?;

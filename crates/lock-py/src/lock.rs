@@ -54,7 +54,7 @@ impl Lock {
 impl Lock {
     /// The key.
     #[getter]
-    fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.key
     }
 
@@ -72,7 +72,7 @@ impl Lock {
 
     /// Raises `LockLost` once the lock may be lost (its conservative deadline passed, the
     /// session is gone, the server said so): call it right before each write.
-    fn ensure_held(&self) -> PyResult<()> {
+    pub(crate) fn ensure_held(&self) -> PyResult<()> {
         self.with_handle(|session, handle| session.check_still_held(handle))
     }
 
@@ -84,7 +84,7 @@ impl Lock {
 
     /// Releases the lock (once; later calls do nothing). Raises `LockLost` when it was lost
     /// before the release: whatever ran under it since may have run without it.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn release(&self, py: Python<'_>) -> PyResult<()> {
         let handle = self
             .handle
             .lock()
@@ -109,9 +109,18 @@ impl Lock {
         _exc_value: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        match self.release(py) {
-            Err(lost) if exc_type.is_none_or(|t| t.is_none()) => Err(lost),
-            _ => Ok(false),
-        }
+        leave_releasing(self.release(py), exc_type)
+    }
+}
+
+/// A `with` block's exit after its release answered `released`: the loss is raised only when
+/// no other exception (`exc_type`) is on its way out; the exception is never suppressed.
+pub(crate) fn leave_releasing(
+    released: PyResult<()>,
+    exc_type: Option<&Bound<'_, PyAny>>,
+) -> PyResult<bool> {
+    match released {
+        Err(lost) if exc_type.is_none_or(|t| t.is_none()) => Err(lost),
+        _ => Ok(false),
     }
 }

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{InvalidArgument, LockContended, lock_error, lock_lost};
 use crate::lock::Lock;
+use crate::lock_set::LockSet;
 use crate::slot::{Runtime, SessionSlot};
 
 /// An open session. Close it (or use it as a context manager) to release what it holds.
@@ -34,26 +35,46 @@ impl Session {
     #[pyo3(signature = (key, *, ttl=10.0, wait=0.0))]
     fn lock(&self, py: Python<'_>, key: &str, ttl: f64, wait: f64) -> PyResult<Lock> {
         let key = LockKey::parse(key).map_err(|e| InvalidArgument::new_err(e.to_string()))?;
-        let ttl = seconds("ttl", ttl, false)?;
-        let wait = seconds("wait", wait, true)?;
-        let policy = if wait.is_zero() {
-            AcquirePolicy::TRY_ONCE
-        } else {
-            // The SDK's backoff between attempts, within the caller's `wait`.
-            AcquirePolicy {
-                budget: wait,
-                ..AcquirePolicy::DEFAULT
-            }
-        };
+        let (ttl, wait, policy) = acquire_terms(ttl, wait)?;
         let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));
         let acquired = py.detach(|| runtime.block_on(session.acquire(&key, ttl, &policy)));
         match acquired.map_err(lock_error)? {
             Some(handle) => Ok(Lock::new(Arc::clone(&self.slot), &session, handle)),
-            None => Err(LockContended::new_err(format!(
-                "{key} was held by another session for the whole wait ({} s)",
-                wait.as_secs_f64()
-            ))),
+            None => Err(contended(&key.to_string(), wait)),
         }
+    }
+
+    /// Acquires every key of `keys` (1 to 16, each once) together or none: a payout between
+    /// two accounts takes both at once and never holds one while waiting for the other.
+    /// `ttl` and `wait` as for `lock`; a waiting set holds no key. Raises `LockContended`
+    /// when a key was held by another session for the whole wait. Use the set as a context
+    /// manager to release every member on exit.
+    #[pyo3(signature = (keys, *, ttl=10.0, wait=0.0))]
+    fn lock_set(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        ttl: f64,
+        wait: f64,
+    ) -> PyResult<LockSet> {
+        let keys = keys
+            .iter()
+            .map(|key| LockKey::parse(key.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| InvalidArgument::new_err(e.to_string()))?;
+        let (ttl, wait, policy) = acquire_terms(ttl, wait)?;
+        let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));
+        let acquired = py.detach(|| runtime.block_on(session.acquire_set(&keys, ttl, &policy)));
+        let Some(set) = acquired.map_err(lock_error)? else {
+            let named: Vec<&str> = keys.iter().map(LockKey::as_str).collect();
+            return Err(contended(&named.join(", "), wait));
+        };
+        let locks = set
+            .into_handles()
+            .into_iter()
+            .map(|handle| Py::new(py, Lock::new(Arc::clone(&self.slot), &session, handle)))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(LockSet::new(locks))
     }
 
     /// Calls `listener(lost)` once for each lock of this session that may be lost, on the
@@ -88,6 +109,31 @@ impl Session {
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) {
         self.close(py);
     }
+}
+
+/// A lease of `ttl` seconds and a wait of `wait` (0: try once), checked, with the acquire
+/// policy that waits that long.
+fn acquire_terms(ttl: f64, wait: f64) -> PyResult<(Duration, Duration, AcquirePolicy)> {
+    let ttl = seconds("ttl", ttl, false)?;
+    let wait = seconds("wait", wait, true)?;
+    let policy = if wait.is_zero() {
+        AcquirePolicy::TRY_ONCE
+    } else {
+        // The SDK's backoff between attempts, within the caller's `wait`.
+        AcquirePolicy {
+            budget: wait,
+            ..AcquirePolicy::DEFAULT
+        }
+    };
+    Ok((ttl, wait, policy))
+}
+
+/// `LockContended` for `what` (a key, or a set's keys) after `wait`.
+fn contended(what: &str, wait: Duration) -> PyErr {
+    LockContended::new_err(format!(
+        "{what} was held by another session for the whole wait ({} s)",
+        wait.as_secs_f64()
+    ))
 }
 
 /// `value` seconds as a duration: positive (or zero when `zero_ok`) and finite, else

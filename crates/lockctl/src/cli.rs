@@ -50,7 +50,10 @@ forwarded to CMD's process group. CMD is not the terminal's foreground process g
 that reads the terminal is stopped. A CMD still running when lockctl itself is killed with \
 SIGKILL is not stopped by anyone: the lease then expires, and the fencing token is what \
 protects the resource. Pass LOCK_FENCING_TOKEN and LOCK_FENCING_PROOF with every write CMD \
-makes to a fenced resource.";
+makes to a fenced resource. With several keys (`lockctl run KEY KEY... -- CMD`, at most 16) the \
+keys are acquired together or not at all (a key set: nothing is held while waiting), CMD gets \
+LOCK_KEYS (the keys, sorted, space-separated) and, for each key N (from 0, in that order), \
+LOCK_KEY_N, LOCK_FENCING_TOKEN_N and LOCK_FENCING_PROOF_N, and the loss of any key stops CMD.";
 
 const FENCE_CHECK_ABOUT: &str = "\
 Check that a resource keeps the fence's promises. Takes a grant of KEY (and of a second key, \
@@ -281,15 +284,16 @@ pub struct RevokeArgs {
 /// `lockctl run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The lock key.
-    #[arg(value_parser = lock_key)]
-    pub key: LockKey,
+    /// The lock key; several keys are acquired together or not at all (a key set, at most
+    /// 16), and CMD runs while every one is held.
+    #[arg(value_parser = lock_key, required = true, num_args = 1..)]
+    pub keys: Vec<LockKey>,
     /// Session TTL and lease asked for; the SDK heartbeats and renews both while CMD runs
     /// [default: LOCK_DEFAULT_TTL, else 10s].
     #[arg(long, value_parser = positive_duration)]
     pub ttl: Option<Duration>,
-    /// How long to wait for KEY while another session holds it (full-jitter backoff); 0s
-    /// tries once.
+    /// How long to wait for KEY (every KEY) while another session holds it (full-jitter
+    /// backoff); 0s tries once.
     #[arg(long, value_parser = duration, default_value = "30s")]
     pub wait: Duration,
     /// How long CMD has to exit after SIGTERM on a lost lock before SIGKILL; must fit in
@@ -389,8 +393,14 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!("parsed as {:?}", cli.command);
         };
+        assert_eq!(run.keys, [lock_key("k").unwrap()]);
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
         assert_eq!(run.wait, Duration::from_secs(1));
+        let set = Cli::try_parse_from(["lockctl", "run", "b", "a", "--", "true"]).unwrap();
+        let Command::Run(set) = set.command else {
+            panic!("parsed as {:?}", set.command);
+        };
+        assert_eq!(set.keys.len(), 2, "several keys: a set");
         assert!(
             Cli::try_parse_from(["lockctl", "run", "k"]).is_err(),
             "CMD is required"

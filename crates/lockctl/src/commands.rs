@@ -141,7 +141,7 @@ pub async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, CtlError>
         .await?;
     let Some(grant) = grant else {
         return Err(CtlError::NotAcquired {
-            key: args.key,
+            key: args.key.to_string(),
             wait: shown(args.wait),
         });
     };

@@ -40,11 +40,11 @@ pub enum CtlError {
     /// A bad setting in the environment.
     #[error("{0}")]
     Config(String),
-    /// Another session held the key for the whole wait.
+    /// Another session held the key (or a key of the set) for the whole wait.
     #[error("{key} is held by another session: not acquired within {wait}")]
     NotAcquired {
-        /// The key.
-        key: LockKey,
+        /// The key, or the set's keys (`a, b`).
+        key: String,
         /// The wait, as given.
         wait: String,
     },
@@ -83,8 +83,8 @@ pub enum CtlError {
     /// `run`: a signal arrived before CMD started.
     #[error("interrupted by signal {signal} before {key} was acquired and CMD started")]
     Interrupted {
-        /// The key.
-        key: LockKey,
+        /// The key, or the set's keys (`a, b`).
+        key: String,
         /// The signal's number.
         signal: i32,
     },
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn every_failure_has_its_documented_code() {
-        let key = LockKey::parse("k").unwrap();
+        let key = "k".to_owned();
         let unavailable = LockError::Unavailable {
             message: "connection refused".into(),
         };

@@ -219,7 +219,7 @@ async fn take(
         .acquire_as(session, key, lease, &wait_policy(wait))
         .await?
         .ok_or_else(|| CtlError::NotAcquired {
-            key: key.clone(),
+            key: key.to_string(),
             wait: crate::commands::shown(wait),
         })?;
     let proof = grant.proof.ok_or_else(|| {

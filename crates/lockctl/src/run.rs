@@ -1,5 +1,5 @@
-//! `lockctl run KEY -- CMD`: hold KEY for as long as CMD runs, and stop CMD the moment the
-//! SDK declares the lock lost.
+//! `lockctl run KEY... -- CMD`: hold KEY (or every KEY, a set acquired all or nothing) for as
+//! long as CMD runs, and stop CMD the moment the SDK declares a lock lost.
 //!
 //! One `LockClient` and one session (its heartbeat thread keeps the session alive and renews
 //! the lease), an acquire within `--wait`, CMD started in a process group of its own with
@@ -18,9 +18,8 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_api::{LockLost, OwnerId};
-use lock_client::LockHandle;
-use lock_client::{LockClient, LockClientSession};
+use lock_api::{FencingToken, LockKey, LockLost, OwnerId};
+use lock_client::{LockClient, LockClientSession, LockHandle, LockSet};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -33,8 +32,11 @@ use crate::commands::{self, ADMIN_TOKEN_ENV, shown, wait_policy};
 use crate::error::{CtlError, signal_code};
 use crate::output::{self, Fields};
 
-/// The environment CMD gets: the key, the grant's token and its proof.
+/// The environment CMD gets: the key, the grant's token and its proof (for a set, each
+/// name with `_N` for key N, and [`KEYS_ENV`]).
 pub const KEY_ENV: &str = "LOCK_KEY";
+/// A set's keys, sorted, space-separated.
+pub const KEYS_ENV: &str = "LOCK_KEYS";
 /// The fencing token CMD passes with every write it makes (`X-Fencing-Token`).
 pub const TOKEN_ENV: &str = "LOCK_FENCING_TOKEN";
 /// The lock-server's proof of the token (`X-Fencing-Proof`); unset when the server signs no
@@ -82,8 +84,10 @@ enum Ended {
 }
 
 /// `lockctl run`. Returns the exit code: CMD's own, or the failure's.
-pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
+pub async fn run(global: &Global, mut args: RunArgs) -> Result<u8, CtlError> {
     let json = global.json;
+    args.keys = lock_api::key_set(args.keys)
+        .map_err(|refused| CtlError::Usage(format!("run: {}", refused.reason)))?;
     let builder = commands::config(global)?;
     let settings = commands::settings(&builder)?;
     let ttl = args.ttl.unwrap_or(settings.default_ttl());
@@ -100,17 +104,17 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
     let mut signals = Signals::install()?;
     let client = commands::client(builder)?;
     let session = client.open_session(owner.as_str()).await?;
-    let handle = match acquire(&session, &mut signals, &args, ttl).await {
-        Ok(handle) => handle,
+    let held = match acquire(&session, &mut signals, &args, ttl).await {
+        Ok(held) => held,
         Err(err) => {
             finish(session, client).await;
             return Err(err);
         }
     };
-    let mut started = match start_cmd(&session, &client, &handle, &args) {
+    let mut started = match start_cmd(&session, &client, &held, &args) {
         Ok(started) => started,
         Err(err) => {
-            let _ = session.release(handle).await;
+            release_all(&session, held).await;
             finish(session, client).await;
             return Err(err);
         }
@@ -121,55 +125,101 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, CtlError> {
         .and_then(|pid| i32::try_from(pid).ok())
         .map(Pid::from_raw)
         .ok_or_else(|| CtlError::Failed("CMD has no process id".into()))?;
-    output::event(
-        &[
-            ("event", "acquired".into()),
-            ("lock_key", handle.lock_key().as_str().into()),
-            ("fencing_token", handle.fencing_token().0.into()),
-            ("lease_ms", handle.lease_ms().into()),
-            ("session_ttl_ms", session.ttl_ms().into()),
-            ("pid", group.as_raw().into()),
-        ],
-        json,
-    );
+    let mut acquired = granted(&held);
+    acquired.extend([
+        ("session_ttl_ms", session.ttl_ms().into()),
+        ("pid", group.as_raw().into()),
+    ]);
+    output::event(&acquired, json);
 
-    let ended = supervise(&session, &handle, &mut started, group, &mut signals, json).await?;
+    let ended = supervise(&session, &held, &mut started, group, &mut signals, json).await?;
 
     match ended {
-        Ended::Exited(status) => after_cmd_exited(status, session, client, handle, json).await,
+        Ended::Exited(status) => after_cmd_exited(status, session, client, held, json).await,
         Ended::Lost(lost) => {
             report_lost(&lost, json);
             let what = stop(&mut started.child, group, started.grace, json).await;
-            let _ = session.release(handle).await;
+            release_all(&session, held).await;
             finish(session, client).await;
             Err(CtlError::Lost { lost, what })
         }
     }
 }
 
-/// Acquires `args.key` for `ttl` within `--wait`, unless a signal comes first: the grant, or
-/// why there is none (the session left open).
+/// The `acquired` event's fields: the key, token and lease (a set: each key's, in arrays).
+fn granted(held: &[LockHandle]) -> Fields {
+    let lease_ms = held.iter().map(LockHandle::lease_ms).min().unwrap_or(0);
+    if let [handle] = held {
+        return vec![
+            ("event", "acquired".into()),
+            ("lock_key", handle.lock_key().as_str().into()),
+            ("fencing_token", handle.fencing_token().0.into()),
+            ("lease_ms", lease_ms.into()),
+        ];
+    }
+    let keys: Vec<Value> = held.iter().map(|h| h.lock_key().as_str().into()).collect();
+    let tokens: Vec<Value> = held.iter().map(|h| h.fencing_token().0.into()).collect();
+    vec![
+        ("event", "acquired".into()),
+        ("lock_keys", keys.into()),
+        ("fencing_tokens", tokens.into()),
+        ("lease_ms", lease_ms.into()),
+    ]
+}
+
+/// Acquires `args.keys` for `ttl` within `--wait` (several: as a set, all or nothing),
+/// unless a signal comes first: one handle per key, sorted, or why there is none (the
+/// session left open).
 async fn acquire(
     session: &LockClientSession,
     signals: &mut Signals,
     args: &RunArgs,
     ttl: Duration,
-) -> Result<LockHandle, CtlError> {
+) -> Result<Vec<LockHandle>, CtlError> {
     let policy = wait_policy(args.wait);
+    let named = match args.keys.as_slice() {
+        [key] => key.to_string(),
+        keys => {
+            let keys: Vec<&str> = keys.iter().map(LockKey::as_str).collect();
+            format!("a key of the set {}", keys.join(", "))
+        }
+    };
+    let acquiring = async {
+        match args.keys.as_slice() {
+            [key] => Ok::<_, lock_api::LockError>(
+                session.acquire(key, ttl, &policy).await?.map(|h| vec![h]),
+            ),
+            keys => Ok(session
+                .acquire_set(keys, ttl, &policy)
+                .await?
+                .map(LockSet::into_handles)),
+        }
+    };
     let acquired = tokio::select! {
-        acquired = session.acquire(&args.key, ttl, &policy) => acquired,
+        acquired = acquiring => acquired,
         signal = signals.recv() => {
-            return Err(CtlError::Interrupted { key: args.key.clone(), signal: signal as i32 });
+            return Err(CtlError::Interrupted { key: named, signal: signal as i32 });
         }
     };
     match acquired {
-        Ok(Some(handle)) => Ok(handle),
+        Ok(Some(held)) => Ok(held),
         Ok(None) => Err(CtlError::NotAcquired {
-            key: args.key.clone(),
+            key: named,
             wait: shown(args.wait),
         }),
         Err(err) => Err(err.into()),
     }
+}
+
+/// Releases every grant held; the first loss a release reports.
+async fn release_all(session: &LockClientSession, held: Vec<LockHandle>) -> Option<LockLost> {
+    let mut first_loss = None;
+    for handle in held {
+        if let Err(lost) = session.release(handle).await {
+            first_loss.get_or_insert(lost);
+        }
+    }
+    first_loss
 }
 
 /// CMD running under the grant, and what supervising it needs.
@@ -181,33 +231,39 @@ struct Started {
     lost_rx: mpsc::UnboundedReceiver<LockLost>,
 }
 
-/// Readies CMD under `handle`: the grace fitted to the lease granted, the loss listener, a
-/// last check that the lock is still held, then CMD started. On an error the grant is still
-/// held.
+/// Readies CMD under `held`: the grace fitted to the shortest lease granted, the loss
+/// listener (any grant held), a last check that every lock is still held, then CMD started.
+/// On an error the grants are still held.
 fn start_cmd(
     session: &LockClientSession,
     client: &LockClient,
-    handle: &LockHandle,
+    held: &[LockHandle],
     args: &RunArgs,
 ) -> Result<Started, CtlError> {
-    let lease = Duration::from_millis(handle.lease_ms());
+    let lease_ms = held.iter().map(LockHandle::lease_ms).min().unwrap_or(0);
+    let lease = Duration::from_millis(lease_ms);
     let grace = fit_grace(args.grace, client.config().stop_grace_limit(lease), lease)?;
     // The listener only passes the loss on: it runs on the heartbeat thread and must not
     // block or do I/O.
     let (lost_tx, lost_rx) = mpsc::unbounded_channel::<LockLost>();
-    let (key, token) = (handle.lock_key().clone(), handle.fencing_token());
+    let grants: Vec<(LockKey, FencingToken)> = held
+        .iter()
+        .map(|h| (h.lock_key().clone(), h.fencing_token()))
+        .collect();
     session.on_lock_lost(move |lost| {
-        if lost.lock_key == key && lost.fencing_token == token {
+        if grants.contains(&(lost.lock_key.clone(), lost.fencing_token)) {
             let _ = lost_tx.send(lost.clone());
         }
     });
-    if let Err(lost) = session.check_still_held(handle) {
-        return Err(CtlError::Lost {
-            lost,
-            what: "CMD was not started".into(),
-        });
+    for handle in held {
+        if let Err(lost) = session.check_still_held(handle) {
+            return Err(CtlError::Lost {
+                lost,
+                what: "CMD was not started".into(),
+            });
+        }
     }
-    let child = spawn(&args.command, handle)?;
+    let child = spawn(&args.command, held)?;
     Ok(Started {
         child,
         grace,
@@ -219,14 +275,14 @@ fn start_cmd(
 /// meanwhile.
 async fn supervise(
     session: &LockClientSession,
-    handle: &LockHandle,
+    held: &[LockHandle],
     started: &mut Started,
     group: Pid,
     signals: &mut Signals,
     json: bool,
 ) -> Result<Ended, CtlError> {
     loop {
-        let due = match session.remaining(handle) {
+        let due = match soonest_due(session, held) {
             Ok(due) => due,
             Err(lost) => return Ok(Ended::Lost(lost)),
         };
@@ -250,19 +306,28 @@ async fn supervise(
     }
 }
 
+/// Time left before the soonest conservative deadline of `held`, or the first loss.
+fn soonest_due(session: &LockClientSession, held: &[LockHandle]) -> Result<Duration, LockLost> {
+    let mut soonest = Duration::MAX;
+    for handle in held {
+        soonest = soonest.min(session.remaining(handle)?);
+    }
+    Ok(soonest)
+}
+
 /// CMD exited by itself with `status`: release, close, and CMD's exit code, or the loss if the
 /// release shows the grant was already gone.
 async fn after_cmd_exited(
     status: ExitStatus,
     session: LockClientSession,
     client: LockClient,
-    handle: LockHandle,
+    held: Vec<LockHandle>,
     json: bool,
 ) -> Result<u8, CtlError> {
     let code = exit_code(status);
-    let released = session.release(handle).await;
+    let released = release_all(&session, held).await;
     finish(session, client).await;
-    if let Err(lost) = released {
+    if let Some(lost) = released {
         return Err(CtlError::Lost {
             lost,
             what: format!(
@@ -341,21 +406,22 @@ async fn stop(child: &mut Child, group: Pid, grace: Duration, json: bool) -> Str
     }
 }
 
-/// Starts CMD in a process group of its own, with the grant in its environment.
-fn spawn(command: &[OsString], handle: &LockHandle) -> Result<Child, CtlError> {
+/// Starts CMD in a process group of its own, with the grants in its environment.
+fn spawn(command: &[OsString], held: &[LockHandle]) -> Result<Child, CtlError> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| CtlError::Usage("run: CMD is required after --".into()))?;
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env(KEY_ENV, handle.lock_key().as_str())
-        .env(TOKEN_ENV, handle.fencing_token().0.to_string())
-        .process_group(0)
-        .kill_on_drop(false);
-    match handle.fence_proof() {
-        Some(proof) => cmd.env(PROOF_ENV, proof),
-        None => cmd.env_remove(PROOF_ENV),
-    };
+    cmd.args(args).process_group(0).kill_on_drop(false);
+    if let [handle] = held {
+        grant_env(&mut cmd, handle, "");
+    } else {
+        let keys: Vec<&str> = held.iter().map(|h| h.lock_key().as_str()).collect();
+        cmd.env(KEYS_ENV, keys.join(" "));
+        for (n, handle) in held.iter().enumerate() {
+            grant_env(&mut cmd, handle, &format!("_{n}"));
+        }
+    }
     for key in WITHHELD_ENV {
         cmd.env_remove(key);
     }
@@ -363,6 +429,20 @@ fn spawn(command: &[OsString], handle: &LockHandle) -> Result<Child, CtlError> {
         program: program.to_string_lossy().into_owned(),
         source,
     })
+}
+
+/// A grant's key, token and proof in CMD's environment, each name ending in `suffix`.
+fn grant_env(cmd: &mut Command, handle: &LockHandle, suffix: &str) {
+    cmd.env(format!("{KEY_ENV}{suffix}"), handle.lock_key().as_str())
+        .env(
+            format!("{TOKEN_ENV}{suffix}"),
+            handle.fencing_token().0.to_string(),
+        );
+    let proof = format!("{PROOF_ENV}{suffix}");
+    match handle.fence_proof() {
+        Some(value) => cmd.env(proof, value),
+        None => cmd.env_remove(proof),
+    };
 }
 
 /// Closes the session (ending it on the server) and the client (joins the heartbeat thread).

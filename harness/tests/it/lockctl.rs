@@ -139,6 +139,23 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// A CMD that writes `start` to `record`, then runs until SIGTERM (writing `term`), at most
+/// 30 s.
+fn until_stopped(record: &Path) -> String {
+    format!(
+        "echo start >> {r}; trap 'echo term >> {r}; exit 0' TERM; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        r = record.display()
+    )
+}
+
+/// The `lost` event of a `run --json` log.
+fn lost_event(log: &str) -> Value {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["event"] == "lost")
+        .unwrap_or_else(|| panic!("a lost event: {log}"))
+}
+
 /// One `start TOKEN NANOS` / `end TOKEN NANOS` line of the overlap test's record.
 fn parse_record(text: &str) -> Vec<(String, u64, u128)> {
     text.lines()
@@ -203,6 +220,120 @@ async fn runs_on_one_key_never_overlap_and_their_tokens_rise() {
         assert_eq!(status.code(), Some(0), "{}", run.log());
     }
     eprintln!("{RUNS} runs, one after another, tokens {tokens:?}, in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_key_sets_that_share_keys_never_overlap() {
+    let fx = fixture().await;
+    let record = fx.file("record");
+    let seen = fx.file("seen");
+    let script = format!(
+        "echo start $LOCK_FENCING_TOKEN_0 $(date +%s%N) >> {r}; \
+         echo \"$LOCK_KEYS|$LOCK_KEY_1|${{LOCK_FENCING_PROOF_1:+proof}}\" >> {s}; sleep 0.3; \
+         echo end $LOCK_FENCING_TOKEN_0 $(date +%s%N) >> {r}",
+        r = record.display(),
+        s = seen.display()
+    );
+    // Every two of these sets share a key: no two CMDs may run at once.
+    let sets = [
+        ["acct:2", "acct:1"],
+        ["acct:2", "acct:3"],
+        ["acct:3", "acct:1"],
+    ];
+    let mut runs: Vec<ServiceProcess> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, [a, b])| {
+            let args = ["run", a, b, "--wait", "30s", "--", "sh", "-c", &script];
+            fx.spawn(&format!("set-run-{i}"), &args)
+        })
+        .collect();
+    for run in &mut runs {
+        let status = wait_exit(run).await;
+        assert_eq!(status.code(), Some(0), "{}", run.log());
+    }
+    let mut events = parse_record(&read(&record));
+    assert_eq!(events.len(), 2 * sets.len(), "{events:?}");
+    events.sort_by_key(|(_, _, at)| *at);
+    for pair in events.chunks(2) {
+        let [(first, t1, _), (second, t2, _)] = pair else {
+            panic!("{events:?}");
+        };
+        assert_eq!(
+            (first.as_str(), second.as_str(), t1),
+            ("start", "end", t2),
+            "{events:?}"
+        );
+    }
+    let seen = read(&seen);
+    let mut lines: Vec<&str> = seen.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "acct:1 acct:2|acct:2|proof",
+            "acct:1 acct:3|acct:3|proof",
+            "acct:2 acct:3|acct:3|proof"
+        ],
+        "each CMD saw its set, sorted, with every member's proof"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_run_whose_key_is_held_exits_75_naming_its_keys_and_holds_nothing() {
+    let fx = fixture().await;
+    let session = fx.open_session("holder", "30s").await;
+    let held = fx
+        .ctl(&["--json", "acquire", "acct:9", "--session", &session], &[])
+        .await;
+    assert_eq!(held.status.code(), Some(0), "{held:?}");
+    let out = fx
+        .ctl(
+            &["run", "acct:9", "acct:8", "--wait", "0s", "--", "true"],
+            &[],
+        )
+        .await;
+    assert_fails(&out, 75, "a key of the set acct:8, acct:9");
+    let inspect = fx.ctl(&["--json", "inspect", "acct:8"], &[]).await;
+    assert_eq!(json_line(&inspect.stdout)["held"], false, "{inspect:?}");
+    let bad = fx
+        .ctl(&["run", "acct:1", "acct:1", "--", "true"], &[])
+        .await;
+    assert_fails(&bad, 64, "named twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_run_is_stopped_when_any_one_of_its_keys_is_lost() {
+    let fx = fixture().await;
+    let record = fx.file("set-revoked");
+    let script = until_stopped(&record);
+    let args = [
+        "--json", "run", "pair:a", "pair:b", "--ttl", "2s", "--", "sh", "-c", &script,
+    ];
+    let mut run = fx.spawn("set-revoked-run", &args);
+    poll_until("CMD to start", Duration::from_secs(20), || async {
+        read(&record).contains("start").then_some(())
+    })
+    .await;
+    let admin = [("LOCK_ADMIN_TOKEN", ADMIN_TOKEN)];
+    // The second key of the set, not the first: each member is guarded.
+    let out = fx.ctl(&["--json", "revoke", "pair:b"], &admin).await;
+    assert_eq!(json_line(&out.stdout)["revoked"], true, "{out:?}");
+    let status = wait_exit(&mut run).await;
+    let log = run.log();
+    assert_eq!(status.code(), Some(70), "the lost code: {log}");
+    assert!(read(&record).contains("term"), "CMD was stopped");
+    let lost = lost_event(&log);
+    assert_eq!(
+        (&lost["lock_key"], &lost["reason"]),
+        (&"pair:b".into(), &"revoked".into())
+    );
+    let inspect = fx.ctl(&["--json", "inspect", "pair:a"], &[]).await;
+    assert_eq!(
+        json_line(&inspect.stdout)["held"],
+        false,
+        "the other key released: {inspect:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,10 +441,7 @@ async fn a_frozen_run_has_its_cmd_stopped_once_the_sdk_declares_the_loss() {
 async fn a_revoke_with_a_reason_stops_run_and_says_who_and_why_everywhere() {
     let fx = fixture().await;
     let record = fx.file("revoked");
-    let script = format!(
-        "echo start >> {r}; trap 'echo term >> {r}; exit 0' TERM; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
-        r = record.display()
-    );
+    let script = until_stopped(&record);
     let mut run = fx.spawn(
         "revoked-run",
         &[
@@ -351,11 +479,7 @@ async fn a_revoke_with_a_reason_stops_run_and_says_who_and_why_everywhere() {
     let log = run.log();
     assert_eq!(status.code(), Some(70), "the lost code: {log}");
     assert!(read(&record).contains("term"), "CMD was stopped");
-    let lost: Value = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|l| l["event"] == "lost")
-        .unwrap_or_else(|| panic!("a lost event: {log}"));
+    let lost = lost_event(&log);
     assert_eq!(lost["reason"], "revoked", "{lost}");
     let told = lost["detail"].as_str().unwrap_or_default();
     assert!(

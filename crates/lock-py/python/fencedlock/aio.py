@@ -82,6 +82,26 @@ class Lock:
         await asyncio.to_thread(self._native.release)
 
 
+class LockSet:
+    """Keys held together (`fencedlock.LockSet`), each member a `Lock`."""
+
+    def __init__(self, native: _native.LockSet) -> None:
+        self._native = native
+        self.locks = [Lock(lock) for lock in native.locks]
+
+    @property
+    def keys(self) -> list[str]:
+        return self._native.keys
+
+    def ensure_held(self) -> None:
+        """Raises `LockLost` once any member may be lost (no I/O: call it before each write)."""
+        self._native.ensure_held()
+
+    async def release(self) -> None:
+        """Releases every member; raises the first `LockLost` of a member lost before."""
+        await asyncio.to_thread(self._native.release)
+
+
 class Session:
     """An open session."""
 
@@ -97,6 +117,21 @@ class Session:
 
         async def release(lock: Lock) -> None:
             await lock.release()
+
+        return _Opening(acquire, release)
+
+    def lock_set(
+        self, keys: Sequence[str], *, ttl: float = 10.0, wait: float = 0.0
+    ) -> _Opening[LockSet]:
+        """Acquires every key of `keys` together or none (see `fencedlock.Session.lock_set`);
+        as a context manager, releases them on exit."""
+
+        async def acquire() -> LockSet:
+            native = await asyncio.to_thread(self._native.lock_set, keys, ttl=ttl, wait=wait)
+            return LockSet(native)
+
+        async def release(held: LockSet) -> None:
+            await held.release()
 
         return _Opening(acquire, release)
 
