@@ -7,7 +7,8 @@ use crate::sched::{MS, Nanos};
 
 /// Everything a seed run must reach at least once across the CI seed count: each fault kind,
 /// each loss reason, a stale write fenced, a lease-short skip, a NOT_LEADER retry, a
-/// failover. A counter missing from a run of many seeds means the fault model or the
+/// failover, and each way a key set's request goes (granted, refused on either key, parked,
+/// woken, granted after parking, given up, cancelled, withheld, settled, a member stale). A counter missing from a run of many seeds means the fault model or the
 /// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
 /// client's deadline never lies after the server's expiry, that deadline always passes first,
 /// so it is not owed; nor is `SESSION_UNKNOWN` while the client still believes in its session,
@@ -62,6 +63,23 @@ pub const MUST_REACH: &[&str] = &[
     "a payout ambiguous",
     "a batch of several writes committed together",
     "a batch carried two writes on one key",
+    "a key set granted",
+    "a key set refused",
+    "a key set refused on its account key",
+    "a key set refused on its payout key",
+    "a refused key set parked",
+    "a parked key set woken by its freed key",
+    "a waiting key set granted after parking",
+    "a waiting key set gave up at its deadline",
+    "a waiting key set's last try after its leave",
+    "a waiting key set granted by its last try",
+    "a parked key set cancelled by its client",
+    "a key set cancelled with its store call in flight",
+    "a key set answered NOT_LEADER",
+    "a key set granted by the store, withheld by the clock guard",
+    "a key set given up unanswered sent its settling try",
+    "a key set's member refused as a stale re-grant",
+    "a guard stopped a write: its set's other member lost",
 ];
 
 /// How often each interesting thing happened.

@@ -128,6 +128,11 @@ pub struct Config {
     /// The replicas' `lock.default.lock-delay` (the SDK names none): after a grant ends
     /// involuntarily (expiry, revocation) no other session gets its key for this long.
     pub lock_delay_ms: u64,
+    /// Share of jobs that take their payout's key together with an account's, as one key
+    /// set (ADR 0007), granted all or nothing.
+    pub set_share: f64,
+    /// Accounts the key sets draw from: a small pool, so that sets contend on it.
+    pub accounts: usize,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -160,6 +165,9 @@ impl Config {
             wake_loss: [0.0, 0.1, 0.5][rng.usize(0..3)],
             clock_steps: [0, 0, 2, 4][rng.usize(0..4)],
             lock_delay_ms: [0, 0, 250, 1_000][rng.usize(0..4)],
+            // Drawn last: the draws above stay what they were for every seed.
+            set_share: [0.0, 0.3, 0.6][rng.usize(0..3)],
+            accounts: rng.usize(1..=2),
             bugs,
         }
     }

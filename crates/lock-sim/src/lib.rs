@@ -9,14 +9,17 @@
 //! rail that records every transfer. A nemesis delays, loses, duplicates and reorders
 //! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its
 //! write), crashes replicas, opens store `NOT_LEADER` windows, revokes grants and skews each
-//! client's clock rate. Checkers run after every event (every invariant of the domain contract,
-//! an accepted superseded write, and mutual exclusion in true time). `docs/simulation.md` says
-//! what is production code and what is a model.
+//! client's clock rate. Some jobs take their payout's key together with an account's as one key
+//! set (ADR 0007), through the store's `acquire_set`. Checkers run after every event (every
+//! invariant of the domain contract, an accepted superseded write, and mutual exclusion in true
+//! time) and after every set's store call (a set is never partly held). `docs/simulation.md`
+//! says what is production code and what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
-//! [`service`] (replicas over the store), [`bank`] (resource and rail), [`world`] (the run:
-//! one file each for the clients' protocol, the network, the nemesis, the service nodes and
-//! the checkers), [`check`] (violations, coverage).
+//! [`service`] (replicas over the store, key sets in `service/sets.rs`), [`bank`] (resource
+//! and rail), [`world`] (the run: one file each for the clients' protocol, their key sets,
+//! the network, the nemesis, the service nodes, their key sets and the checkers), [`check`]
+//! (violations, coverage).
 
 pub mod bank;
 pub mod check;

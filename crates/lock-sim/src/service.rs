@@ -4,7 +4,7 @@
 //! lock-server runs against steps of the store's clock) on its own virtual clocks. A replica
 //! can be down (requests to it vanish: the client's request times out) and the store can
 //! refuse writes for a window (`NOT_LEADER`, as a read-only or leaderless database makes the
-//! real replicas answer).
+//! real replicas answer). Key sets (`sets.rs`) go to the store alone, as lock-server sends them.
 
 use std::future::Future;
 use std::pin::pin;
@@ -22,6 +22,10 @@ use lock_store::{
 
 use crate::config::Bugs;
 use crate::sched::Nanos;
+
+mod sets;
+
+pub use sets::{Member, SetCall};
 
 /// The store's environment on virtual time: the store host's wall clock (the true time, plus
 /// whatever steps it took), session ids from a counter.
@@ -133,6 +137,15 @@ pub enum LockCall {
         wait_ms: Option<u64>,
         request: RequestId,
     },
+    /// Acquire a key set (sorted, each key once) all or nothing, as `Acquire` does one key
+    /// (ADR 0007); never batched: a set is a store transaction of its own.
+    AcquireSet {
+        keys: Vec<LockKey>,
+        session: SessionId,
+        lease_ms: u64,
+        wait_ms: Option<u64>,
+        request: RequestId,
+    },
     /// Renew a lease.
     Renew {
         key: LockKey,
@@ -160,6 +173,9 @@ impl LockCall {
                 true
             }
             (Self::Acquire { key, .. }, LockAnswer::Granted { key: granted, .. }) => granted == key,
+            (Self::AcquireSet { keys, .. }, LockAnswer::SetGranted { members, .. }) => {
+                members.iter().map(|m| &m.key).eq(keys.iter())
+            }
             (
                 Self::Renew { key, token, .. },
                 LockAnswer::Granted {
@@ -172,10 +188,10 @@ impl LockCall {
         }
     }
 
-    /// The key a call is about, if any.
+    /// The key a call is about, if any (a set's are several: none).
     pub fn key(&self) -> Option<&LockKey> {
         match self {
-            Self::Open { .. } | Self::Heartbeat(_) => None,
+            Self::Open { .. } | Self::Heartbeat(_) | Self::AcquireSet { .. } => None,
             Self::Acquire { key, .. } | Self::Renew { key, .. } | Self::Release { key, .. } => {
                 Some(key)
             }
@@ -201,6 +217,13 @@ pub enum LockAnswer {
         token: FencingToken,
         lease_ms: u64,
         expires: Nanos,
+        session: SessionId,
+        /// How long the replica held the request before the store call that granted it.
+        waited_ms: u64,
+    },
+    /// A key set granted whole: each member's grant, in the set's order.
+    SetGranted {
+        members: Vec<Member>,
         session: SessionId,
         /// How long the replica held the request before the store call that granted it.
         waited_ms: u64,
@@ -235,6 +258,8 @@ fn refusal(err: StoreError) -> LockAnswer {
 pub struct LockService {
     env: Arc<SimEnv>,
     store: Arc<MemoryStore>,
+    /// Per replica: the store it is pointed at (the one store, unless split).
+    stores: Vec<Arc<MemoryStore>>,
     /// Per replica: the store as it serves from it (with its own store-clock guard).
     replicas: Vec<ClockCheckedStore>,
     /// The longest lease: the guard's hold after a step.
@@ -275,17 +300,25 @@ impl LockService {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(wake);
         })));
-        let replica = |r| {
-            // Planted: a replica pointed at a database of its own.
-            let own =
-                (bugs.split_store && r > 0).then(|| Arc::new(MemoryStore::with_env(env.clone())));
-            let replica = replica_over(own.as_ref().unwrap_or(&store), &env, longest_lease);
+        // Planted: a replica pointed at a database of its own.
+        let stores: Vec<Arc<MemoryStore>> = (0..replicas)
+            .map(|r| {
+                if bugs.split_store && r > 0 {
+                    Arc::new(MemoryStore::with_env(env.clone()))
+                } else {
+                    store.clone()
+                }
+            })
+            .collect();
+        let replica = |own: &Arc<MemoryStore>| {
+            let replica = replica_over(own, &env, longest_lease);
             // As lock-server's start: one reading before serving.
             let _ = now_or_never(replica.sample());
             replica
         };
         Self {
-            replicas: (0..replicas).map(replica).collect(),
+            replicas: stores.iter().map(replica).collect(),
+            stores,
             longest_lease,
             lock_delay_ms,
             env,
@@ -364,6 +397,7 @@ impl LockService {
     fn batch_op(&self, call: &LockCall) -> BatchOp {
         match call {
             LockCall::Open { .. } => panic!("an open is not a batched write"),
+            LockCall::AcquireSet { .. } => panic!("a key set is not a batched write"),
             LockCall::Heartbeat(session) => BatchOp::Heartbeat { session: *session },
             LockCall::Acquire {
                 key,
@@ -605,7 +639,7 @@ impl LockService {
     /// the store's clock yet.
     pub fn restart(&mut self, now: Nanos, replica: usize) {
         self.env.set_now(now);
-        self.replicas[replica] = replica_over(&self.store, &self.env, self.longest_lease);
+        self.replicas[replica] = replica_over(&self.stores[replica], &self.env, self.longest_lease);
         // As lock-server's start: one reading before serving.
         let _ = now_or_never(self.replicas[replica].sample());
         self.up[replica] = true;

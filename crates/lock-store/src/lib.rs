@@ -38,9 +38,11 @@ use lock_api::{
     Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
 };
 
+#[cfg(feature = "sampler")]
+pub use checked::watch_clock;
 pub use checked::{
     CLOCK_SAMPLE_INTERVAL, ClockCheckedStore, GRANTS_WITHHELD_TOTAL, ReplicaClock,
-    STORE_CLOCK_STEPS_TOTAL, SystemClock, watch_clock,
+    STORE_CLOCK_STEPS_TOTAL, SystemClock,
 };
 pub use clock_guard::{ClockGuard, ClockReading, Verdict};
 pub use env::{StoreEnv, SystemEnv};

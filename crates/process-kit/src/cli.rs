@@ -4,6 +4,7 @@
 //! else one line and exit 1.
 
 use std::path::PathBuf;
+#[cfg(feature = "runtime")]
 use std::time::Duration;
 
 use clap::Parser;

@@ -2,9 +2,10 @@
 //! `docs/contracts/C1-domain.md` (at most once at the rail, fences only rise, tokens unique
 //! and rising per key, conservative expiry, ambiguity is terminal, the ledger balances,
 //! nothing is lost), an accepted superseded write, mutual exclusion of the clients' beliefs
-//! in true time, a reported loss that stays final, and no orphan grant.
-
-use std::collections::BTreeMap;
+//! in true time, a reported loss that stays final, and no orphan grant. Each holds for a key
+//! set's members as for any grant (each is registered in its client's core like a single
+//! grant); that a set is never partly held is checked at each set's store call
+//! (`service/sets.rs`, reported by `set_replica.rs`).
 
 use lock_api::{FencingToken, LockKey, SessionId};
 use payment_api::PayoutState;
@@ -80,33 +81,46 @@ impl World {
     }
 
     /// Mutual exclusion in true time: at most one client whose own deadline says it holds a
-    /// key.
+    /// key. Every grant a client handed its core is asked about (a job's key, each member of
+    /// its key set, a grant of an ended job still to be released), not only the job's.
     pub(super) fn check_exclusion(&mut self) {
         let now = self.q.now();
-        let mut holders: BTreeMap<LockKey, Vec<usize>> = BTreeMap::new();
+        let mut held: Vec<(&LockKey, usize)> = Vec::new();
         for (c, client) in self.clients.iter().enumerate() {
-            let (Some(s), Some(job)) = (&client.session, &client.job) else {
+            let Some(s) = &client.session else {
                 continue;
             };
-            let Some(token) = job.token else { continue };
-            if self.witness.is_revoked(&job.key, token) {
-                continue;
-            }
-            if s.core
-                .held_deadline(&job.key, token, client.local(now))
-                .is_some()
-            {
-                holders.entry(job.key.clone()).or_default().push(c);
+            for (key, token) in s.grant_expiry.keys() {
+                if self.witness.is_revoked(key, *token) {
+                    continue;
+                }
+                if s.core
+                    .held_deadline(key, *token, client.local(now))
+                    .is_some()
+                {
+                    held.push((key, c));
+                }
             }
         }
-        if let Some((key, cs)) = holders.into_iter().find(|(_, cs)| cs.len() > 1) {
-            let parties: Vec<Node> = cs.iter().map(|c| Node::Client(*c)).collect();
-            self.violate(
-                "mutual exclusion",
-                &parties,
-                format!("{key} is held at once by clients {cs:?}, each by its own deadline"),
-            );
+        if held.len() < 2 {
+            return;
         }
+        held.sort_unstable();
+        let Some(twice) = held.windows(2).find(|w| w[0].0 == w[1].0).map(|w| w[0].0) else {
+            return;
+        };
+        let cs: Vec<usize> = held
+            .iter()
+            .filter(|(key, _)| *key == twice)
+            .map(|(_, c)| *c)
+            .collect();
+        let key = twice.clone();
+        let parties: Vec<Node> = cs.iter().map(|c| Node::Client(*c)).collect();
+        self.violate(
+            "mutual exclusion",
+            &parties,
+            format!("{key} is held at once by clients {cs:?}, each by its own deadline"),
+        );
     }
 
     /// A reported loss is final: a grant the SDK told its listener it lost is never held by

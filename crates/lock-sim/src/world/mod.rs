@@ -2,8 +2,9 @@
 //! through the executor's protocol: `protocol.rs` sends what the core plans and hands back
 //! what came of it, and decides nothing the SDK decides), the lock service and the bank
 //! (`services.rs`), the network (`network.rs`) and the nemesis (`nemesis.rs`), on one event
-//! queue in virtual time, with the checkers (`checkers.rs`) applied after every event. This
-//! file holds the run's state and its event loop.
+//! queue in virtual time, with the checkers (`checkers.rs`) applied after every event. Jobs
+//! that take a key set are `set_jobs.rs` at the client and `set_replica.rs` at the replica.
+//! This file holds the run's state and its event loop.
 
 mod checkers;
 mod links;
@@ -11,6 +12,8 @@ mod nemesis;
 mod network;
 mod protocol;
 mod services;
+mod set_jobs;
+mod set_replica;
 mod witness;
 mod writes;
 
@@ -118,11 +121,12 @@ enum Pending {
     Renew(Renewal),
     /// An attempt of the job of this id, sent to this replica.
     Acquire(u64, Attempt, usize),
-    /// The try that settles an acquire given up on an unanswered attempt (C2 §2.4): a grant
-    /// it is answered is released at once.
-    Settle(LockKey),
-    /// That release.
-    SettleRelease(LockKey, FencingToken),
+    /// The try that settles an acquire (of one key, or of a set's keys) given up on an
+    /// unanswered attempt (C2 §2.4): a grant it is answered is released at once.
+    Settle(Vec<LockKey>),
+    /// A release nothing waits for: a settling try's grant, or a set's member registered
+    /// before another member was refused as a stale re-grant.
+    LooseRelease(LockKey, FencingToken),
     Release {
         key: LockKey,
         token: FencingToken,
@@ -144,13 +148,27 @@ enum Phase {
 struct Job {
     id: u64,
     payout: usize,
+    /// The payout's key: its token fences the writes.
     key: LockKey,
+    /// The payout's key and an account's, sorted, when the job takes them as a set.
+    set: Option<Vec<LockKey>>,
     token: Option<FencingToken>,
+    /// Every grant the job holds (the payout's, and a set's other member), in key order.
+    held: Vec<(LockKey, FencingToken)>,
     phase: Phase,
     /// The SDK's acquire loop for this job's key.
     acquiring: AcquireLoop,
     /// A pause landed between a guard (or the grant) and a write of this job.
     paused_before_write: bool,
+}
+
+impl Job {
+    /// The keys it acquires: the payout's, or its set's.
+    fn keys(&self) -> &[LockKey] {
+        self.set
+            .as_deref()
+            .unwrap_or(std::slice::from_ref(&self.key))
+    }
 }
 
 #[derive(Debug)]
@@ -180,6 +198,9 @@ struct Client {
     /// Numbers jobs, so a replaced job's pending events are ignored.
     jobs: u64,
     pending: BTreeMap<u64, Pending>,
+    /// The grants the last job held, still to release one by one (as the SDK's
+    /// `release_set` does) before the next payout.
+    releases: VecDeque<(LockKey, FencingToken)>,
 }
 
 impl Client {
@@ -221,6 +242,35 @@ struct Parked {
     /// Left its place at the deadline, its last try to come: the refusal that ended the
     /// wait and its `waited_ms`, answered if that try is refused too.
     leaving: Option<(AcquireOutcome, u64)>,
+    /// A key set's request: `key` is then the key it parks on (the one that refused it last).
+    set: Option<SetWait>,
+}
+
+impl Parked {
+    /// Whether a wake-up reaches it: parked, not leaving, not a set's call in flight.
+    fn wakeable(&self) -> bool {
+        self.leaving.is_none() && self.set.as_ref().is_none_or(|s| s.tried)
+    }
+
+    /// The keys it asks for: its key, or its set's.
+    fn keys(&self) -> &[LockKey] {
+        self.set
+            .as_ref()
+            .map_or(std::slice::from_ref(&self.key), |s| &s.keys)
+    }
+}
+
+/// A key set's request at a replica (lock-server's `set_waiting`).
+#[derive(Debug)]
+struct SetWait {
+    /// The set, sorted.
+    keys: Vec<LockKey>,
+    /// Whether it may wait (`wait_ms`): a refused try then parks.
+    waits: bool,
+    /// Its first store call (a try, no places) was made: until then the call is in flight.
+    tried: bool,
+    /// Its client gave up while that call was in flight: abandoned after it, never answered.
+    cancelled: bool,
 }
 
 /// The outcome of one run.
@@ -276,6 +326,11 @@ fn key_of(payout: usize) -> LockKey {
     LockKey::parse(format!("payout:{payout}")).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The key of account `account` (a small pool the key sets share).
+fn account_key(account: usize) -> LockKey {
+    LockKey::parse(format!("account:{account}")).unwrap_or_else(|e| panic!("{e}"))
+}
+
 impl World {
     /// Sets up a run from its configuration (everything random comes from `cfg.seed`).
     pub fn new(cfg: Config, trace: bool) -> Self {
@@ -309,6 +364,7 @@ impl World {
                     job: None,
                     jobs: 0,
                     pending: BTreeMap::new(),
+                    releases: VecDeque::new(),
                 }
             })
             .collect();
@@ -488,7 +544,9 @@ impl World {
                     self.send_write(c, write);
                 }
             }
+            Event::WaitRetry(id) if self.is_set(id) => self.set_call(id),
             Event::WaitRetry(id) => self.wait_call(id),
+            Event::LastTry(id) if self.is_set(id) => self.set_last_try(id),
             Event::LastTry(id) => self.last_try(id),
             Event::HandOverArrives(grant, place_age_ms, expires) => {
                 self.hand_over_arrives(grant, place_age_ms, expires);

@@ -1,7 +1,8 @@
 //! The clients: each the SDK's `SessionCore` and `AcquireLoop` driven through the executor's
 //! protocol (acquire → claim → guard → submit → guard → post → release), with a scheduling
 //! point between every guard and its write. It sends what the core plans and hands back what
-//! came of it; every decision the SDK makes is the core's.
+//! came of it; every decision the SDK makes is the core's. A job that takes a key set
+//! registers and releases its members as `set_jobs.rs` says.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use lock_core::{
 use lock_store::RequestId;
 
 use super::links::Node;
-use super::{Body, Event, Job, Pending, Phase, Session, World, key_of};
+use super::{Body, Event, Job, Pending, Phase, Session, World, account_key, key_of};
 use crate::bank::Write;
 use crate::sched::{MS, Nanos};
 use crate::service::{LockAnswer, LockCall};
@@ -47,6 +48,11 @@ impl World {
             return;
         }
         let payout = claimable[self.rng.usize(0..claimable.len())];
+        // Some jobs take the payout's key together with an account's, as one key set.
+        let set = (self.cfg.set_share > 0.0 && self.rng.f64() < self.cfg.set_share).then(|| {
+            let account = account_key(self.rng.usize(0..self.cfg.accounts));
+            lock_api::key_set(vec![key_of(payout), account]).unwrap_or_else(|e| panic!("{e}"))
+        });
         let now_local = self.now_local(c);
         let request_timeout = Duration::from_millis(self.cfg.request_timeout_ms);
         let client = &mut self.clients[c];
@@ -55,7 +61,9 @@ impl World {
             id: client.jobs,
             payout,
             key: key_of(payout),
+            set,
             token: None,
+            held: Vec::new(),
             phase: Phase::Acquiring,
             // The executor's policy, on the SDK's own loop.
             acquiring: AcquireLoop::new(&AcquirePolicy::DEFAULT, request_timeout, now_local),
@@ -77,18 +85,29 @@ impl World {
             return;
         };
         let attempt = job.acquiring.attempt(now_local);
-        let call = LockCall::Acquire {
-            key: job.key.clone(),
-            session: session.id,
-            lease_ms,
-            wait_ms: attempt.wait_ms(),
-            request: RequestId::NONE,
+        let call = match &job.set {
+            Some(keys) => LockCall::AcquireSet {
+                keys: keys.clone(),
+                session: session.id,
+                lease_ms,
+                wait_ms: attempt.wait_ms(),
+                request: RequestId::NONE,
+            },
+            None => LockCall::Acquire {
+                key: job.key.clone(),
+                session: session.id,
+                lease_ms,
+                wait_ms: attempt.wait_ms(),
+                request: RequestId::NONE,
+            },
         };
         let replica = client.endpoint % self.cfg.replicas;
         let pending = Pending::Acquire(job.id, attempt, replica);
         // A new acquire may be granted the same token again (the store's same-session
         // re-grant): from here the SDK may rightly hold it anew.
-        self.witness.asks_again(c, &job.key);
+        for key in job.keys() {
+            self.witness.asks_again(c, key);
+        }
         self.lock_request(c, pending, call);
     }
 
@@ -101,7 +120,10 @@ impl World {
         };
         let after = job.acquiring.failed(now_local, verdict, &mut self.rng);
         let id = job.id;
-        let unanswered = job.acquiring.ended_unanswered().then(|| job.key.clone());
+        let unanswered = job
+            .acquiring
+            .ended_unanswered()
+            .then(|| job.keys().to_vec());
         if after.rotate {
             self.rotate(c);
         }
@@ -119,34 +141,49 @@ impl World {
             Next::Fail => {
                 self.clients[c].job = None;
                 self.schedule_step(c, 50 * MS);
-                if let Some(key) = unanswered {
-                    self.send_settle(c, key);
+                if let Some(keys) = unanswered {
+                    self.send_settle(c, keys);
                 }
             }
         }
     }
 
     /// The acquire gave up on an attempt whose answer never came: one try, as the SDK's
-    /// `acquire` settles it (C2 §2.4); a grant it is answered is released.
-    fn send_settle(&mut self, c: usize, key: LockKey) {
+    /// `acquire` (or `acquire_set`, for a set's keys) settles it (C2 §2.4); a grant it is
+    /// answered is released.
+    fn send_settle(&mut self, c: usize, keys: Vec<LockKey>) {
         let Some(session) = &self.clients[c].session else {
             return;
         };
-        let call = LockCall::Acquire {
-            key: key.clone(),
-            session: session.id,
-            lease_ms: self.cfg.lease_ms,
-            wait_ms: None,
-            request: RequestId::NONE,
+        let (session, lease_ms) = (session.id, self.cfg.lease_ms);
+        let call = match keys.as_slice() {
+            [key] => LockCall::Acquire {
+                key: key.clone(),
+                session,
+                lease_ms,
+                wait_ms: None,
+                request: RequestId::NONE,
+            },
+            set => {
+                self.coverage
+                    .hit("a key set given up unanswered sent its settling try");
+                LockCall::AcquireSet {
+                    keys: set.to_vec(),
+                    session,
+                    lease_ms,
+                    wait_ms: None,
+                    request: RequestId::NONE,
+                }
+            }
         };
         self.coverage
             .hit("an acquire given up unanswered sent its settling try");
-        self.lock_request(c, Pending::Settle(key), call);
+        self.lock_request(c, Pending::Settle(keys), call);
     }
 
     /// The settling try was answered `token`: released at once unless the session holds the
     /// key otherwise (the SDK's core decides).
-    fn settled(&mut self, c: usize, key: LockKey, token: FencingToken) {
+    pub(super) fn settled(&mut self, c: usize, key: LockKey, token: FencingToken) {
         let Some(s) = &mut self.clients[c].session else {
             return;
         };
@@ -159,7 +196,7 @@ impl World {
             session: s.id,
             token,
         };
-        self.lock_request(c, Pending::SettleRelease(key, token), call);
+        self.lock_request(c, Pending::LooseRelease(key, token), call);
     }
 
     pub(super) fn schedule_step(&mut self, c: usize, after: Nanos) {
@@ -261,7 +298,7 @@ impl World {
             // that sent it goes on.
             Pending::Release { then_retry, .. } => self.after_release(c, then_retry),
             Pending::Write(_) => self.end_job(c),
-            Pending::Settle(_) | Pending::SettleRelease(..) => {}
+            Pending::Settle(_) | Pending::LooseRelease(..) => {}
         }
         self.settle(c);
     }
@@ -359,10 +396,17 @@ impl World {
                 let grant = (key, token, lease_ms, expires, waited_ms);
                 self.acquired(c, job, attempt, grant);
             }
-            (LockAnswer::Granted { token, .. }, Pending::Settle(key)) => {
-                self.settled(c, key, token);
-            }
-            (LockAnswer::Released, Pending::SettleRelease(key, token)) => {
+            (
+                LockAnswer::SetGranted {
+                    members, waited_ms, ..
+                },
+                Pending::Acquire(job, attempt, _),
+            ) => self.acquired_set(c, job, attempt, members, waited_ms),
+            (
+                answer @ (LockAnswer::Granted { .. } | LockAnswer::SetGranted { .. }),
+                Pending::Settle(keys),
+            ) => self.settle_answered(c, &keys, answer),
+            (LockAnswer::Released, Pending::LooseRelease(key, token)) => {
                 if let Some(s) = &mut self.clients[c].session {
                     s.core.release_answered(&key, token);
                 }
@@ -428,7 +472,7 @@ impl World {
             }
             // The release failed: the lease expires on its own.
             Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
-            Pending::Write(_) | Pending::Settle(_) | Pending::SettleRelease(..) => {}
+            Pending::Write(_) | Pending::Settle(_) | Pending::LooseRelease(..) => {}
         }
     }
 
@@ -503,21 +547,20 @@ impl World {
         let Some(job) = &mut self.clients[c].job else {
             return;
         };
+        job.held = vec![(key, token)];
         job.token = Some(token);
         job.phase = Phase::Claiming;
         self.write_after_think(c, Write::Claim);
     }
 
     /// A release returned (answered or not): the acquire loop that sent it goes on as after
-    /// contention, or the executor looks for its next payout.
+    /// contention, or the executor releases the last job's next grant, or looks for its
+    /// next payout.
     pub(super) fn after_release(&mut self, c: usize, then_retry: Option<u64>) {
         match then_retry {
             Some(job) if self.job_is(c, job) => self.acquire_failed(c, RetryVerdict::Backoff),
             Some(_) => {}
-            None => {
-                let think = self.rng.u64(MS..10 * MS);
-                self.schedule_step(c, think);
-            }
+            None => self.release_next(c),
         }
     }
 
@@ -527,32 +570,40 @@ impl World {
         }
     }
 
-    /// Releases the job's grant (a release sent on the last hold) and looks for the next payout.
+    /// Ends the job: releases its grants, one at a time (the next when the last returns), and
+    /// then looks for the next payout.
     pub(super) fn end_job(&mut self, c: usize) {
         let Some(job) = self.clients[c].job.take() else {
             return;
         };
-        if let (Some(token), Some(session)) = (job.token, &mut self.clients[c].session) {
-            session.grant_expiry.remove(&(job.key.clone(), token));
-            if let Unhold::Last(_) = session.core.unhold(&job.key, token) {
-                // The executor awaits its release (or its timeout) before the next payout.
+        self.clients[c].releases = job.held.into();
+        self.release_next(c);
+    }
+
+    /// Releases the last job's next grant (a release sent on the last hold, awaited as the
+    /// executor awaits it), or, none left, looks for the next payout.
+    pub(super) fn release_next(&mut self, c: usize) {
+        while let Some((key, token)) = self.clients[c].releases.pop_front() {
+            let Some(session) = &mut self.clients[c].session else {
+                break;
+            };
+            session.grant_expiry.remove(&(key.clone(), token));
+            if let Unhold::Last(_) = session.core.unhold(&key, token) {
                 let call = LockCall::Release {
-                    key: job.key.clone(),
+                    key: key.clone(),
                     session: session.id,
                     token,
                 };
-                self.lock_request(
-                    c,
-                    Pending::Release {
-                        key: job.key,
-                        token,
-                        then_retry: None,
-                    },
-                    call,
-                );
+                let pending = Pending::Release {
+                    key,
+                    token,
+                    then_retry: None,
+                };
+                self.lock_request(c, pending, call);
                 return;
             }
         }
+        self.clients[c].releases.clear();
         let think = self.rng.u64(MS..10 * MS);
         self.schedule_step(c, think);
     }
@@ -588,6 +639,7 @@ impl World {
             let client = &mut self.clients[c];
             client.session = None;
             client.job = None;
+            client.releases.clear();
             self.witness.session_lost(c);
             self.schedule_step(c, 50 * MS);
         }

@@ -1,6 +1,7 @@
 //! The lock service's replicas (each over lock-store's `MemoryStore` through its own
 //! `ClockCheckedStore`, parking waiting acquires with lock-store's `WaitPlan`) and the bank (the
-//! resource and the rail, with fence-kit's `check_fence`) as nodes on the network.
+//! resource and the rail, with fence-kit's `check_fence`) as nodes on the network. Key sets'
+//! own store calls are `set_replica.rs`'s.
 
 use lock_api::{LockGrant, LockKey, SessionId};
 use lock_store::wait_plan::{WaitPlan, WaitStep};
@@ -44,6 +45,7 @@ impl World {
                 wait_ms,
                 request: RequestId(req),
             },
+            set @ LockCall::AcquireSet { .. } => return self.set_arrives(r, from, req, set),
             other => other,
         };
         if let LockCall::Open { .. } = call {
@@ -168,6 +170,7 @@ impl World {
                     handed: None,
                     request: *request,
                     leaving: None,
+                    set: None,
                 },
             );
             return self.wait_call(id);
@@ -233,7 +236,7 @@ impl World {
     /// How long a replica's next store call takes to start: a round trip, or in the fault
     /// window sometimes a slow one, long enough for a release, a hand-over or a cancel to
     /// come between a leave and the last try.
-    fn store_call_nanos(&mut self) -> Nanos {
+    pub(super) fn store_call_nanos(&mut self) -> Nanos {
         if self.in_fault_window() && self.rng.f64() < SLOW_COMMIT_SHARE {
             self.rng.u64(10 * MS..=SLOW_COMMIT_MAX_MS * MS)
         } else {
@@ -295,14 +298,21 @@ impl World {
         Some(result)
     }
 
-    /// Answers parked request `id` with `answer` (a grant checked first), and unparks it.
-    fn answer_parked(&mut self, id: u64, answer: LockAnswer) {
+    /// Answers parked request `id` with `answer` (a grant checked first, each of a set's),
+    /// and unparks it.
+    pub(super) fn answer_parked(&mut self, id: u64, answer: LockAnswer) {
         let Some(p) = self.parked.remove(&id) else {
             return;
         };
         if let LockAnswer::Granted { token, .. } = &answer {
             self.check_grant(&p.key, *token, p.session);
             self.witness.made(&p.key, *token, p.request);
+        }
+        if let LockAnswer::SetGranted { members, .. } = &answer {
+            for m in members {
+                self.check_grant(&m.key, m.token, p.session);
+                self.witness.made(&m.key, m.token, p.request);
+            }
         }
         let (r, from, req) = (p.replica, p.from, p.req);
         self.log(&[from, Node::Replica(r)], || {
@@ -353,8 +363,8 @@ impl World {
     }
 
     /// Client `from` gave up on its request `req` to replica `r` (its connection closed): a
-    /// parked request ends and is abandoned; one whose store call is in flight is abandoned
-    /// when the call answers; an answered one is gone already.
+    /// parked request ends and is abandoned (a set's on every key); one whose store call is
+    /// in flight is abandoned when the call answers; an answered one is gone already.
     fn cancel(&mut self, r: usize, from: Node, req: u64) {
         if !self.service.up[r] {
             return;
@@ -364,23 +374,37 @@ impl World {
             .iter()
             .find(|(_, p)| p.replica == r && p.from == from && p.req == req)
             .map(|(id, _)| *id);
-        let Some(p) = parked.and_then(|id| self.parked.remove(&id)) else {
+        let Some(id) = parked else {
             self.cancelled.insert((from, req));
             return;
         };
-        self.coverage
-            .hit("a parked acquire cancelled by its client");
+        let in_flight = self.parked.get_mut(&id).and_then(|p| p.set.as_mut());
+        if let Some(set) = in_flight.filter(|set| !set.tried) {
+            // A set's first store call is in flight: abandoned when it answers.
+            set.cancelled = true;
+            return;
+        }
+        let Some(p) = self.parked.remove(&id) else {
+            return;
+        };
+        self.coverage.hit(if p.set.is_some() {
+            "a parked key set cancelled by its client"
+        } else {
+            "a parked acquire cancelled by its client"
+        });
         self.log(&[from, Node::Replica(r)], || {
             format!("r{r}: parked #{req} cancelled by its client")
         });
-        self.abandon_request(&p.key, p.session, p.request, p.leaving.is_none());
+        for key in p.keys() {
+            self.abandon_request(key, p.session, p.request, p.leaving.is_none());
+        }
     }
 
     /// `request` ended at a replica without telling its client of a grant: the store gives
     /// back what it made for it (`LockStore::abandon`, as `waiting::Exposure` does), and the
     /// orphan check holds it to that. A store that takes no writes now cannot: the grant is
     /// then the client's to settle, or its lease's.
-    fn abandon_request(
+    pub(super) fn abandon_request(
         &mut self,
         key: &LockKey,
         session: SessionId,
@@ -458,7 +482,7 @@ impl World {
             let woken: Vec<u64> = self
                 .parked
                 .iter()
-                .filter(|(_, p)| p.leaving.is_none())
+                .filter(|(_, p)| p.wakeable())
                 .filter(|(_, p)| match &wake {
                     Wake::Head { key, session } => p.key == *key && p.session == *session,
                     Wake::HandedOver { grant, .. } => {
@@ -472,6 +496,9 @@ impl World {
                 if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
                     self.coverage.hit("fault: a wake-up lost");
                     continue;
+                }
+                if matches!(wake, Wake::Head { .. }) && self.is_set(id) {
+                    self.coverage.hit("a parked key set woken by its freed key");
                 }
                 let late = if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
                     self.coverage.hit("fault: a wake-up late");
@@ -514,7 +541,7 @@ impl World {
         expires: Nanos,
     ) {
         let found = self.parked.iter_mut().find(|(_, p)| {
-            p.key == grant.lock_key && p.session == grant.session_id && p.leaving.is_none()
+            p.key == grant.lock_key && p.session == grant.session_id && p.wakeable()
         });
         let Some((id, p)) = found else {
             self.coverage

@@ -90,7 +90,7 @@ impl Witness {
 
     /// Whether grant `token` of `key` was revoked.
     pub(super) fn is_revoked(&self, key: &LockKey, token: FencingToken) -> bool {
-        self.revoked.contains(&(key.clone(), token))
+        !self.revoked.is_empty() && self.revoked.contains(&(key.clone(), token))
     }
 
     /// A replica abandoned `request` at `now`.

@@ -67,25 +67,35 @@ impl World {
         );
     }
 
-    /// The executor's guard before a write: the SDK core's `remaining` at the client's now.
+    /// The executor's guard before a write: the SDK core's `remaining` at the client's now,
+    /// for every grant the job holds (a set's members each, as `check_set_held` guards
+    /// them): the least left, or `None` on the first loss.
     pub(super) fn guard(&mut self, c: usize) -> Option<Duration> {
         let now_local = self.now_local(c);
         let client = &mut self.clients[c];
         let (Some(session), Some(job)) = (&mut client.session, &client.job) else {
             return None;
         };
-        let token = job.token?;
-        match session.core.remaining(&job.key, token, now_local) {
-            Ok(left) => Some(left),
-            Err(lost) => {
-                self.coverage.hit(match lost.reason {
-                    LossReason::DeadlinePassed => "a guard stopped a write: deadline passed",
-                    LossReason::RenewRefused => "a guard stopped a write: renew refused",
-                    _ => "a guard stopped a write: session lost",
-                });
-                None
+        job.token?;
+        let mut least: Option<Duration> = None;
+        for (key, token) in &job.held {
+            match session.core.remaining(key, *token, now_local) {
+                Ok(left) => least = Some(least.map_or(left, |l| l.min(left))),
+                Err(lost) => {
+                    if *key != job.key {
+                        self.coverage
+                            .hit("a guard stopped a write: its set's other member lost");
+                    }
+                    self.coverage.hit(match lost.reason {
+                        LossReason::DeadlinePassed => "a guard stopped a write: deadline passed",
+                        LossReason::RenewRefused => "a guard stopped a write: renew refused",
+                        _ => "a guard stopped a write: session lost",
+                    });
+                    return None;
+                }
             }
         }
+        least
     }
 
     pub(super) fn write_reply(&mut self, c: usize, pending: Pending, answer: Answer) {
