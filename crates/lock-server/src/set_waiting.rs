@@ -1,16 +1,17 @@
 //! Server-side waiting for a key set (ADR 0007): an acquire of a set with `wait_ms` is held
 //! until the whole set is granted or the wait ends. The set's places in its keys' queues are
 //! the store's (taken together, one arrival order, never handed a key alone); this module
-//! parks the request on the key that refused it last and asks for the whole set again when
-//! that key frees, a deadline the store told of passes, or the recheck timer fires.
+//! parks the request on every key of the set before its first queued store call (a wake-up
+//! names a key's head waiter, and one that races a call leaves a permit), and asks for the
+//! whole set again when any of its keys wakes it, a deadline the store told of passes, or
+//! the recheck timer fires.
 
 use std::sync::Arc;
 
-use lock_api::LockKey;
 use tokio::time::Instant;
 
 use crate::store::{AcquireOutcome, AcquireSpec, SetOutcome, StoreError};
-use crate::waiting::{Exposure, Ticket, WaitPlan, WaitRefused, WaitStep, Waiters};
+use crate::waiting::{Exposure, WaitPlan, WaitRefused, WaitStep, Waiters};
 
 /// How a waiting set acquire ended, short of a store error.
 #[derive(Debug)]
@@ -44,7 +45,15 @@ pub async fn acquire_set_waiting(
     if matches!(tried, SetOutcome::Granted { .. }) {
         return Ok(SetWaited::Answer(tried, 0));
     }
-    let mut parked: Option<Ticket> = None;
+    // Parked before the first queued store call, on every key: a wake-up for any of them
+    // that races a call leaves a permit.
+    let mut tickets = Vec::with_capacity(exposure.keys().len());
+    for key in exposure.keys() {
+        match waiters.join(key, exposure.session()) {
+            Ok(ticket) => tickets.push(ticket),
+            Err(refused) => return Ok(SetWaited::Refused(refused)),
+        }
+    }
     loop {
         let called = nanos(Instant::now());
         let queued = AcquireSpec {
@@ -59,7 +68,7 @@ pub async fn acquire_set_waiting(
                 return Err(err);
             }
         };
-        let (nap, refused_on) = match plan.after(called, &as_single(&outcome)) {
+        let nap = match plan.after(called, &as_single(&outcome)) {
             WaitStep::Answer { waited_ms, leave } => {
                 if !leave {
                     // A grant: the store removed the set's places with it.
@@ -72,16 +81,11 @@ pub async fn acquire_set_waiting(
                 };
                 return last_try(exposure, &plan, last, outcome, waited_ms, nanos).await;
             }
-            WaitStep::Nap(nap) => (nap, refused_key(&outcome)),
+            WaitStep::Nap(nap) => nap,
         };
-        // Parked on the key that refused the set (a wake-up names a key's head waiter); a
-        // wake-up that came between the call and here left a permit on the earlier ticket.
-        let ticket = match park(waiters, &mut parked, exposure, &refused_on) {
-            Ok(ticket) => ticket,
-            Err(refused) => return Ok(SetWaited::Refused(refused)),
-        };
+        let woken = futures_util::future::select_all(tickets.iter().map(|t| Box::pin(t.woken())));
         tokio::select! {
-            () = ticket.woken() => {}
+            _ = woken => {}
             () = tokio::time::sleep(nap) => {}
             _ = draining.wait_for(|draining| *draining) => {
                 exposure.place_not_ours();
@@ -89,20 +93,6 @@ pub async fn acquire_set_waiting(
             }
         }
     }
-}
-
-/// The ticket for `key`: the one parked already when it is `key`'s, else a new one.
-fn park<'a>(
-    waiters: &Arc<Waiters>,
-    parked: &'a mut Option<Ticket>,
-    exposure: &Exposure,
-    key: &LockKey,
-) -> Result<&'a Ticket, WaitRefused> {
-    if parked.as_ref().is_none_or(|t| t.key() != key) {
-        *parked = None;
-        *parked = Some(waiters.join(key, exposure.session())?);
-    }
-    Ok(parked.as_ref().expect("parked just now"))
 }
 
 /// At the deadline: the set leaves its places, then tries once more without them.
@@ -133,12 +123,5 @@ fn as_single(outcome: &SetOutcome) -> AcquireOutcome {
             store_now: *store_now,
         },
         SetOutcome::Refused { refusal, .. } => AcquireOutcome::Refused(*refusal),
-    }
-}
-
-fn refused_key(outcome: &SetOutcome) -> LockKey {
-    match outcome {
-        SetOutcome::Refused { key, .. } => key.clone(),
-        SetOutcome::Granted { grants, .. } => grants[0].lock_key.clone(),
     }
 }

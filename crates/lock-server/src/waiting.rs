@@ -196,11 +196,6 @@ impl Ticket {
         self.notify.notified().await;
     }
 
-    /// The key it is parked on.
-    pub fn key(&self) -> &LockKey {
-        &self.key
-    }
-
     /// The grant handed over to this request since the last call, with its place's age.
     pub fn take_handed(&self) -> Option<(LockGrant, u64)> {
         lock(&self.handed).take()
@@ -295,6 +290,11 @@ impl Exposure {
     /// The key asked for (a set's first).
     pub(crate) fn key(&self) -> &LockKey {
         &self.keys[0]
+    }
+
+    /// Every key asked for (one, or a set's, sorted).
+    pub(crate) fn keys(&self) -> &[LockKey] {
+        &self.keys
     }
 
     /// The session asking.

@@ -23,9 +23,7 @@ use lock_store::{
 use crate::config::Bugs;
 use crate::sched::Nanos;
 
-mod sets;
-
-pub use sets::{Member, SetCall};
+pub mod sets;
 
 /// The store's environment on virtual time: the store host's wall clock (the true time, plus
 /// whatever steps it took), session ids from a counter.
@@ -197,6 +195,19 @@ impl LockCall {
             }
         }
     }
+}
+
+/// One member of a set granted whole, as a replica tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its key.
+    pub key: LockKey,
+    /// Its own token.
+    pub token: FencingToken,
+    /// Its lease, as told.
+    pub lease_ms: u64,
+    /// Its expiry in true time, as told.
+    pub expires: Nanos,
 }
 
 /// A lock-surface answer (`expires` in true nanoseconds: the store's expiry read through its

@@ -1,6 +1,7 @@
 //! Key sets over HTTP (`POST /v1/lock-sets/acquire`, ADR 0007): all or nothing with the key
 //! that refused named, a waiting set that holds nothing and is granted when its last key
-//! frees (across two replicas), and a set's bad input refused by name.
+//! frees (across two replicas), woken by the release rather than its recheck, and a set's bad
+//! input refused by name.
 
 use std::time::Duration;
 
@@ -116,6 +117,61 @@ async fn a_waiting_set_holds_nothing_until_its_last_key_frees(at: StoreAt) {
     );
 }
 
+async fn sets_on_hot_keys_wait_for_releases_never_for_the_recheck(at: StoreAt) {
+    const CLIENTS: usize = 4;
+    /// Cycles per client: counted, not timed, so a slow machine runs longer instead.
+    const CYCLES: usize = 12;
+    /// A wait this long was ended by the recheck, not by a wake-up: a release lets the next
+    /// set in within milliseconds, and a set has at most CLIENTS - 1 ahead.
+    const RECHECKED: Duration =
+        Duration::from_millis(lock_server::waiting::WAIT_RECHECK_MS * 9 / 10);
+    let a = TestServer::start(at.open().await, &[]).await;
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(CLIENTS));
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..CLIENTS {
+        let api = a.api.clone();
+        let session = api.session(&format!("client-{i}"), 30_000).await;
+        let start = start.clone();
+        clients.spawn(async move {
+            start.wait().await;
+            let mut waits = Vec::new();
+            for _ in 0..CYCLES {
+                let asked = tokio::time::Instant::now();
+                let keys = ["hot:a", "hot:b"];
+                let (status, set) =
+                    acquire_set(&api, &keys, &session, json!({"wait_ms": WAIT_MS})).await;
+                assert_eq!(status, StatusCode::OK, "{set}");
+                let grants = set["grants"].as_array().expect("grants").clone();
+                let waited = grants[0]["waited_ms"].as_u64().is_some_and(|ms| ms > 0);
+                waits.push((asked.elapsed(), waited));
+                for grant in &grants {
+                    let key = grant["lock_key"].as_str().unwrap();
+                    assert!(api.release(key, &session, token(grant)).await);
+                }
+            }
+            waits
+        });
+    }
+    let waits: Vec<(Duration, bool)> = clients.join_all().await.into_iter().flatten().collect();
+    let waited = waits.iter().filter(|(_, waited)| *waited).count();
+    assert!(
+        waited >= CYCLES,
+        "only {waited} of {} sets waited",
+        waits.len()
+    );
+    let rechecked: Vec<&Duration> = waits
+        .iter()
+        .map(|(wait, _)| wait)
+        .filter(|wait| **wait >= RECHECKED)
+        .collect();
+    assert!(
+        rechecked.is_empty(),
+        "{} of {} sets waited for the recheck: {rechecked:?}",
+        rechecked.len(),
+        waits.len()
+    );
+}
+
 async fn a_bad_set_is_refused_by_name(at: StoreAt) {
     let a = TestServer::start(at.open().await, &[]).await;
     let s = a.api.session("payer", 30_000).await;
@@ -146,5 +202,6 @@ async fn a_bad_set_is_refused_by_name(at: StoreAt) {
 crate::support::on_both_backends!(
     a_set_is_granted_whole_or_the_held_key_is_named,
     a_waiting_set_holds_nothing_until_its_last_key_frees,
+    sets_on_hot_keys_wait_for_releases_never_for_the_recheck,
     a_bad_set_is_refused_by_name,
 );

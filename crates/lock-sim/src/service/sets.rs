@@ -6,21 +6,8 @@
 use lock_api::{FencingToken, LockKey, SessionId};
 use lock_store::{AcquireSpec, LockStore, Refusal, SetOutcome, StoreError};
 
-use super::{LockAnswer, LockService, now_or_never, refusal};
+use super::{LockAnswer, LockService, Member, now_or_never, refusal};
 use crate::sched::Nanos;
-
-/// One member of a set granted whole, as a replica tells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    /// Its key.
-    pub key: LockKey,
-    /// Its own token.
-    pub token: FencingToken,
-    /// Its lease, as told.
-    pub lease_ms: u64,
-    /// Its expiry in true time, as told.
-    pub expires: Nanos,
-}
 
 /// A set's store call: what came of it, and how it broke all or nothing, if it did.
 #[derive(Debug)]

@@ -242,7 +242,8 @@ struct Parked {
     /// Left its place at the deadline, its last try to come: the refusal that ended the
     /// wait and its `waited_ms`, answered if that try is refused too.
     leaving: Option<(AcquireOutcome, u64)>,
-    /// A key set's request: `key` is then the key it parks on (the one that refused it last).
+    /// A key set's request: parked on every key of the set; `key` is the one that refused it
+    /// last (for the trace).
     set: Option<SetWait>,
 }
 

@@ -484,7 +484,8 @@ impl World {
                 .iter()
                 .filter(|(_, p)| p.wakeable())
                 .filter(|(_, p)| match &wake {
-                    Wake::Head { key, session } => p.key == *key && p.session == *session,
+                    // A set is parked on every key of its set (`set_waiting`).
+                    Wake::Head { key, session } => p.keys().contains(key) && p.session == *session,
                     Wake::HandedOver { grant, .. } => {
                         p.key == grant.lock_key && p.session == grant.session_id
                     }

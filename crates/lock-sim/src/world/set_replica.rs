@@ -1,7 +1,7 @@
 //! Key sets at the replicas (ADR 0007), served as lock-server's `set_waiting` serves them: a
 //! set's request is a store call of its own (never in a batch), a try first; a refused set
-//! that may wait keeps places in every key's queue, parks on the key that refused it, and asks
-//! for the whole set again when woken, at the store's hint or the recheck, until its deadline
+//! that may wait keeps places in every key's queue, parks on every key of the set, and asks
+//! for the whole set again when any of them wakes it, at the store's hint or the recheck, until its deadline
 //! (then it leaves every key's queue and tries once more). A set request that ends without
 //! telling its client (cancelled, refused by the store, withheld by the clock guard) is
 //! abandoned on every key, as `waiting::Exposure` abandons it. After each store call the
@@ -125,7 +125,7 @@ impl World {
                 if let (Some(p), SetOutcome::Refused { key, .. }) =
                     (self.parked.get_mut(&id), &outcome)
                 {
-                    // Parked on the key that refused it (a wake-up names a key's head).
+                    // The key that refused it (the trace's); it is woken by any of its keys.
                     p.key = key.clone();
                 }
                 let nap = u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX);
