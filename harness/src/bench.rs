@@ -48,6 +48,9 @@ pub struct LockBenchOptions {
     /// CA of the run's own): the cost of TLS, in the same run.
     #[arg(long)]
     pub tls: bool,
+    /// Only the key-set table (two keys at once, as a set and as two ordered acquires).
+    #[arg(long)]
+    pub sets_only: bool,
 }
 
 /// The baseline lock-server of a PostgreSQL run: the same store and build, with group commit
@@ -459,10 +462,12 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         Some((db_url, _)) => Some(PgConnection::connect(db_url).await?),
         None => None,
     };
-    print_table_header(options.seconds);
-    for &clients in &options.clients {
-        for hot in [false, true] {
-            run.workload(clients, hot, db.as_mut()).await?;
+    if !options.sets_only {
+        print_table_header(options.seconds);
+        for &clients in &options.clients {
+            for hot in [false, true] {
+                run.workload(clients, hot, db.as_mut()).await?;
+            }
         }
     }
     crate::bench_sets::print_rows(&run.sdk_config, &options.clients, run.duration).await?;

@@ -73,14 +73,16 @@ impl EtcdStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<Option<SetOutcome>, StoreError> {
-        let mut reads = Vec::with_capacity(keys.len());
-        let mut views = Vec::with_capacity(keys.len());
-        for key in keys {
+        // Each key read and judged at once: the reads are independent, the commit pins each.
+        let reads = futures_util::future::try_join_all(keys.iter().map(|key| async move {
             let read = self.read_for_acquire(key, session).await?;
             let judged = self.judge(&read, session).await?;
-            views.push((key.clone(), judged.view));
-            reads.push((read, judged));
-        }
+            Ok::<_, StoreError>((read, judged))
+        }))
+        .await?;
+        let views: Vec<_> = (keys.iter().zip(&reads))
+            .map(|(key, (_, judged))| (key.clone(), judged.view))
+            .collect();
         match decide_set(&views, session) {
             SetDecision::Refuse { member, refusal } => {
                 let (read, judged) = &reads[member];
@@ -125,6 +127,12 @@ impl EtcdStore {
         let mut ops = Vec::new();
         let mut values = Vec::with_capacity(members.len());
         let mut new_leases = Vec::new();
+        // The leases of the grant records read: a pooled lease among them was released since
+        // its record was read (a stale read, whose compare fails), and its marker would be
+        // both put and deleted in one transaction, which etcd refuses outright.
+        let read_leases: Vec<i64> = (members.iter())
+            .filter_map(|m| m.read.current.as_ref().map(|c| c.value.lease))
+            .collect();
         for member in &members {
             let value = if member.held {
                 let current = member
@@ -146,8 +154,17 @@ impl EtcdStore {
                 ));
                 current.value.clone()
             } else {
-                let lease = self.members.grant_lease(spec.lease_ms).await?;
+                let (etcd, keep_alives) = (&self.members, &self.keep_alives);
+                let lease = (self.leases)
+                    .grant_lease_for(etcd, keep_alives, spec.lease_ms)
+                    .await?;
                 new_leases.push(lease);
+                if read_leases.contains(&lease) {
+                    for lease in new_leases {
+                        self.reuse_lease_later(spec.lease_ms, lease);
+                    }
+                    return Ok(None);
+                }
                 let value = GrantValue {
                     token: member.token,
                     session,
@@ -169,9 +186,10 @@ impl EtcdStore {
             .txn("acquire set", Txn::new().when(compares).and_then(ops))
             .await?;
         if !committed.succeeded() {
-            new_leases
-                .into_iter()
-                .for_each(|l| self.members.revoke_lease_later(l));
+            // Lost to another grantor: no record names these leases; the next grants' own.
+            for lease in new_leases {
+                self.reuse_lease_later(spec.lease_ms, lease);
+            }
             return Ok(None);
         }
         Ok(Some(self.set_granted(members, &values)))
