@@ -422,6 +422,19 @@ impl SessionCore {
         })
     }
 
+    /// Why a new acquire that includes `key` is refused here, before any call: the session
+    /// is lost or closed, or it holds a grant of `key` already counted lost (its handles were
+    /// told; a re-grant of its token must not make them held again). `None`: ask the server.
+    /// What [`Self::reenter`] refuses, without taking a hold.
+    pub fn refuses(&mut self, key: &LockKey, now_nanos: u64) -> Option<Refused> {
+        self.expire(now_nanos);
+        if let Some(refused) = self.refused_session() {
+            return Some(refused);
+        }
+        let lost = self.grants.get(key)?.loss(key)?;
+        Some(Refused::Grant(lost))
+    }
+
     /// A grant of `key`/`token` answered to the try that settles an acquire given up
     /// unanswered ([`AcquireLoop::ended_unanswered`]): whether to release it at once. Yes
     /// when this session holds no grant of `key` (the grant is the unanswered attempt's, and

@@ -16,6 +16,8 @@ use crate::waiting::{Exposure, WaitPlan, WaitRefused, WaitStep, Waiters};
 /// How a waiting set acquire ended, short of a store error.
 #[derive(Debug)]
 pub enum SetWaited {
+    /// Granted by the first try, without parking: no wait.
+    AtOnce(SetOutcome),
     /// The store's last answer (a grant, or the refusal at the deadline) and the milliseconds
     /// between the request's start and the store call that gave it.
     Answer(SetOutcome, u64),
@@ -26,9 +28,9 @@ pub enum SetWaited {
     Refused(WaitRefused),
 }
 
-/// An acquire of `exposure`'s set with a wait: asks the store, parks on the key that refused
-/// it until woken, asks again, until granted or `wait_ms` has passed (then the set leaves its
-/// places and tries once more), or until `draining` turns true.
+/// An acquire of `exposure`'s set with a wait: tries, parks on every key of the set, asks the
+/// store with places and again whenever a key wakes it, until granted or `wait_ms` has passed
+/// (then the set leaves its places and tries once more), or until `draining` turns true.
 pub async fn acquire_set_waiting(
     waiters: &Arc<Waiters>,
     mut draining: tokio::sync::watch::Receiver<bool>,
@@ -43,7 +45,7 @@ pub async fn acquire_set_waiting(
     // The uncontended path first: a try, no places, nothing parked.
     let tried = exposure.acquire_set(spec).await?;
     if matches!(tried, SetOutcome::Granted { .. }) {
-        return Ok(SetWaited::Answer(tried, 0));
+        return Ok(SetWaited::AtOnce(tried));
     }
     // Parked before the first queued store call, on every key: a wake-up for any of them
     // that races a call leaves a permit.

@@ -159,8 +159,6 @@ impl ClockCheckedStore {
         verdict
     }
 
-    /// The refusal of a grant the reading just taken withheld: the hold's, which that
-    /// reading started.
     /// Before a call that may grant: refused while the guard holds grants back, else the
     /// replica's monotonic reading as the call is sent.
     fn before_grant(&self) -> Result<u64, StoreError> {
@@ -184,6 +182,8 @@ impl ClockCheckedStore {
         }
     }
 
+    /// The refusal of a grant the reading just taken withheld: the hold's, which that
+    /// reading started.
     fn withheld(&self) -> StoreError {
         self.held()
             .unwrap_or_else(|| StoreError::Unavailable("the store's clock stepped".into()))

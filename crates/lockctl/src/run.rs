@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_api::{FencingToken, LockKey, LockLost, OwnerId};
+use lock_api::{FencingToken, LockKey, LockLost, OwnerId, SET_KEYS_MAX};
 use lock_client::{LockClient, LockClientSession, LockHandle, LockSet};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -413,6 +413,14 @@ fn spawn(command: &[OsString], held: &[LockHandle]) -> Result<Child, CtlError> {
         .ok_or_else(|| CtlError::Usage("run: CMD is required after --".into()))?;
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0).kill_on_drop(false);
+    // Every grant name is cleared first, so that CMD never reads one an outer `lockctl run`
+    // gave lockctl itself (the other form's names would otherwise pass through).
+    cmd.env_remove(KEYS_ENV);
+    for suffix in std::iter::once(String::new()).chain((0..SET_KEYS_MAX).map(|n| format!("_{n}"))) {
+        for name in [KEY_ENV, TOKEN_ENV, PROOF_ENV] {
+            cmd.env_remove(format!("{name}{suffix}"));
+        }
+    }
     if let [handle] = held {
         grant_env(&mut cmd, handle, "");
     } else {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use lock_api::{AcquireSetRequest, LockError, LockKey, LockLost, SetGrant};
+use lock_api::{AcquireSetRequest, LockError, LockGrant, LockKey, LockLost, SetGrant};
 
 use super::LockClientSession;
-use crate::core::{AcquireLoop, AcquirePolicy, Attempt, Next};
+use crate::core::{AcquireLoop, AcquirePolicy, Attempt, Next, Refused};
 use crate::handle::LockHandle;
 use crate::transport::{Call, Reply};
 
@@ -55,9 +55,7 @@ impl LockClientSession {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let mut acquiring = AcquireLoop::new(policy, self.shared.config.request_timeout, started);
         loop {
-            if let Some(reason) = self.shared.state().core().lost() {
-                return Err(self.session_error(reason));
-            }
+            self.refuses(&keys)?;
             let attempt = acquiring.attempt(self.shared.clock.now_nanos());
             let call = self.set_call(&keys, ttl_ms, attempt.wait_ms());
             let failure = match self.transport.send(&self.shared.endpoint(), call).await {
@@ -131,8 +129,24 @@ impl LockClientSession {
         })
     }
 
+    /// What [`LockClientSession::acquire`] refuses before a call, for any key of the set: a
+    /// session lost or closed, a grant of a key already counted lost.
+    fn refuses(&self, keys: &[LockKey]) -> Result<(), LockError> {
+        let now = self.shared.clock.now_nanos();
+        let refused = {
+            let mut state = self.shared.state();
+            keys.iter().find_map(|key| state.core().refuses(key, now))
+        };
+        match refused {
+            None => Ok(()),
+            Some(Refused::Session(reason)) => Err(self.session_error(reason)),
+            Some(Refused::Grant(lost)) => Err(LockError::Lost(lost)),
+        }
+    }
+
     /// Registers every grant of a set's answer: the set, or `None` when a member re-granted
-    /// the token of an unanswered release (the members registered are released again).
+    /// the token of an unanswered release (the members registered are released again, and
+    /// those after it, granted but never registered, are settled: released unless held here).
     async fn register_set(
         &self,
         keys: &[LockKey],
@@ -141,19 +155,21 @@ impl LockClientSession {
     ) -> Result<Option<LockSet>, LockError> {
         let answered: Vec<&LockKey> = answer.grants.iter().map(|g| &g.lock_key).collect();
         if answered != keys.iter().collect::<Vec<_>>() {
+            self.settle_grants(&answer.grants).await;
             return Err(LockError::Protocol {
                 status: 200,
                 message: format!("a set of {keys:?} answered grants of {answered:?}"),
             });
         }
         let mut handles = Vec::with_capacity(keys.len());
-        for (key, grant) in keys.iter().zip(&answer.grants) {
+        for (i, (key, grant)) in keys.iter().zip(&answer.grants).enumerate() {
             match self.register(key, grant, attempt).await? {
                 Some(handle) => handles.push(handle),
                 None => {
                     for handle in handles {
                         let _ = self.release(handle).await;
                     }
+                    self.settle_grants(&answer.grants[i + 1..]).await;
                     return Ok(None);
                 }
             }
@@ -170,9 +186,18 @@ impl LockClientSession {
         else {
             return;
         };
-        for grant in answer.grants {
+        let ours: Vec<LockGrant> = (answer.grants.into_iter())
+            .filter(|grant| keys.contains(&grant.lock_key))
+            .collect();
+        self.settle_grants(&ours).await;
+    }
+
+    /// Grants of this session that nobody here registered: each released at once unless the
+    /// session holds its key otherwise.
+    async fn settle_grants(&self, grants: &[LockGrant]) {
+        for grant in grants {
             let (key, token) = (&grant.lock_key, grant.fencing_token);
-            let ours = keys.contains(key) && grant.session_id == self.shared.id;
+            let ours = grant.session_id == self.shared.id;
             if ours && self.shared.state().core().settling(key, token) {
                 self.send_release(key, token).await;
             }

@@ -71,6 +71,43 @@ async fn a_set_is_held_whole_and_its_check_covers_every_member() {
 }
 
 #[tokio::test]
+async fn a_set_naming_a_key_whose_grant_was_lost_is_refused_before_any_call() {
+    let rig = Rig::new(PERIOD);
+    let session = rig.session("a").await;
+    let set_keys = keys(&["acct:1", "acct:2"]);
+    let held = session
+        .acquire(&set_keys[0], LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = lock_client::test_util::status(lock_api::ErrorCode::LockLost, "gone");
+    rig.service.fail_next("renew", refused);
+    rig.tick(PERIOD).await;
+    rig.tick(PERIOD).await;
+    assert!(
+        session.check_still_held(&held).is_err(),
+        "the grant is lost"
+    );
+    let asked = session
+        .acquire_set(&set_keys, LEASE, &AcquirePolicy::TRY_ONCE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&asked, LockError::Lost(lost) if lost.lock_key == set_keys[0]),
+        "{asked:?}"
+    );
+    assert_eq!(
+        rig.service.count("acquire_set"),
+        0,
+        "refused in the process"
+    );
+    assert!(
+        session.check_still_held(&held).is_err(),
+        "the lost handle stays lost"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_set_is_refused_before_any_call() {
     let rig = Rig::new(QUIET);
     let session = rig.session("a").await;

@@ -20,11 +20,12 @@ DECLARE
     i integer;
     v_released boolean;
 BEGIN
-    -- Every batch takes its row locks in one order (heartbeats by session, then keys), so two
-    -- replicas' batches never wait for each other in a cycle. One key's writes keep their
-    -- arrival order: FIFO between the callers of a batch.
+    -- Every batch takes its row locks in one order (heartbeats by session, then keys
+    -- bytewise, the order a key set and the reaper take them in), so two replicas' batches
+    -- and a set never wait for each other in a cycle. One key's writes keep their arrival
+    -- order: FIFO between the callers of a batch.
     FOR i IN SELECT u.n FROM generate_subscripts(p_kinds, 1) AS u(n)
-              ORDER BY p_keys[u.n],
+              ORDER BY p_keys[u.n] COLLATE "C",
                        CASE WHEN p_kinds[u.n] = 'heartbeat' THEN p_sessions[u.n] END,
                        u.n LOOP
         CASE p_kinds[i]

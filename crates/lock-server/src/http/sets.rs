@@ -66,9 +66,11 @@ pub async fn acquire_set(
     Ok(Json(SetGrant { grants }))
 }
 
-/// What a waiting set acquire answers, its wait counted in `lock_waits_total`.
+/// What a waiting set acquire answers, its wait counted in `lock_waits_total` (a set granted
+/// by its first try never waited).
 fn waited_answer(waited: SetWaited, backend: &'static str) -> Result<(SetOutcome, u64), ApiError> {
     let (label, answer) = match waited {
+        SetWaited::AtOnce(outcome) => return Ok((outcome, 0)),
         SetWaited::Answer(outcome, waited_ms) => {
             let label = match outcome {
                 SetOutcome::Granted { .. } => "granted",

@@ -1069,6 +1069,46 @@ async fn sets_that_share_keys_wait_in_one_order(store: Arc<dyn LockStore>) {
     );
 }
 
+async fn a_set_regranting_a_held_key_leaves_no_place_and_keeps_its_grant(
+    store: Arc<dyn LockStore>,
+) {
+    let keys = set_of(&["own:a", "own:b"]);
+    let (a, b) = (&keys[0], &keys[1]);
+    let s = session(&*store, "s", LONG_MS).await;
+    let other = session(&*store, "other", LONG_MS).await;
+    let later = session(&*store, "later", LONG_MS).await;
+    // Request 1 of s is granted a; its answer is lost (it will abandon).
+    let first = ask(&*store, a, s, asked_by(AcquireSpec::lease(LONG_MS), 1)).await;
+    let ta = granted_token(&first).expect("a granted");
+    let tb = grant(&*store, b, other, LONG_MS).await;
+    // Request 2 of s waits for the set: a place on both keys.
+    let waiting = store
+        .acquire_set(&keys, s, asked_by(queued(LONG_MS), 2))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&waiting, SetOutcome::Refused { key, .. } if key == b),
+        "{waiting:?}"
+    );
+    assert!(store.release(b, other, tb).await.unwrap());
+    let set = store
+        .acquire_set(&keys, s, asked_by(queued(LONG_MS), 2))
+        .await
+        .unwrap();
+    let tokens = set_tokens(&set);
+    assert_eq!(tokens[0], ta, "a key held already: the same grant");
+    // Request 1 ends unanswered: it may not take back the grant request 2 was told of.
+    assert!(!store.abandon(a, s, RequestId(1), false).await.unwrap());
+    assert_eq!(holder_of(&*store, a).await, Some(ta));
+    // The set left every queue with its grant: once a is released, a try takes it at once.
+    assert!(store.release(a, s, ta).await.unwrap());
+    let next = ask(&*store, a, later, AcquireSpec::lease(LONG_MS)).await;
+    assert!(
+        granted_token(&next) > Some(ta),
+        "no place of the set left on a: {next:?}"
+    );
+}
+
 async fn concurrent_sets_over_shared_keys_never_overlap(store: Arc<dyn LockStore>) {
     const SETS: usize = 6;
     let all = ["r:1", "r:2", "r:3", "r:4"];
@@ -1208,6 +1248,7 @@ conformance!(
     a_set_is_granted_all_or_nothing,
     a_waiting_set_holds_nothing_and_is_ahead_on_every_key,
     sets_that_share_keys_wait_in_one_order,
+    a_set_regranting_a_held_key_leaves_no_place_and_keeps_its_grant,
     concurrent_sets_over_shared_keys_never_overlap,
 );
 

@@ -8,7 +8,7 @@
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_api::{LockGrant, LockKey, SessionId};
 use lock_store::key_set::{SetDecision, decide_set};
-use lock_store::{AcquireSpec, Refusal, SetOutcome, StoreError};
+use lock_store::{AcquireSpec, Refusal, RequestId, SetOutcome, StoreError};
 
 use super::EtcdStore;
 use super::codec::{GrantValue, encode, grant_of, lease_seconds};
@@ -135,24 +135,15 @@ impl EtcdStore {
             .collect();
         for member in &members {
             let value = if member.held {
-                let current = member
-                    .read
-                    .current
-                    .as_ref()
-                    .expect("a held key has its record");
-                if !self.keep_alive(current.value.lease).await? {
-                    new_leases
-                        .into_iter()
-                        .for_each(|l| self.members.revoke_lease_later(l));
+                let Some((pins, writes, value)) = self.held_parts(member, spec).await? else {
+                    for lease in new_leases {
+                        self.reuse_lease_later(spec.lease_ms, lease);
+                    }
                     return Ok(None);
-                }
-                let record = self.keys.grant_key(member.key);
-                compares.push(Compare::mod_revision(
-                    record,
-                    CompareOp::Equal,
-                    current.mod_revision,
-                ));
-                current.value.clone()
+                };
+                compares.extend(pins);
+                ops.extend(writes);
+                value
             } else {
                 let (etcd, keep_alives) = (&self.members, &self.keep_alives);
                 let lease = (self.leases)
@@ -193,6 +184,47 @@ impl EtcdStore {
             return Ok(None);
         }
         Ok(Some(self.set_granted(members, &values)))
+    }
+
+    /// A member the session holds already: the same grant again, its lease kept alive (a
+    /// longer lease asked for is not granted here: the answer tells the lease the grant has),
+    /// its record rewritten without a request when another request asks (either may have told
+    /// its client, so neither may abandon it), its queue place gone; pinned on the record as
+    /// read and on its and its session's markers. `None` when its lease ended meanwhile.
+    async fn held_parts(
+        &self,
+        member: &Member<'_>,
+        spec: AcquireSpec,
+    ) -> Result<Option<(Vec<Compare>, Vec<TxnOp>, GrantValue)>, StoreError> {
+        let Some(current) = member.read.current.as_ref() else {
+            return Ok(None);
+        };
+        if !self.keep_alive(current.value.lease).await? {
+            return Ok(None);
+        }
+        let old = &current.value;
+        let request = if old.request == spec.request.0 {
+            old.request
+        } else {
+            RequestId::NONE.0
+        };
+        let value = GrantValue {
+            request,
+            ..old.clone()
+        };
+        let keys = &self.keys;
+        let record = keys.grant_key(member.key);
+        let compares = vec![
+            Compare::mod_revision(record.clone(), CompareOp::Equal, current.mod_revision),
+            Compare::version(keys.grant_marker(old.lease), CompareOp::Greater, 0),
+            Compare::version(keys.session_marker(old.session), CompareOp::Greater, 0),
+        ];
+        let ops = vec![
+            TxnOp::put(record, encode(&value)?, None),
+            // Absent when the session has no place: a no-op.
+            TxnOp::delete(keys.place_key(member.key, old.session), None),
+        ];
+        Ok(Some((compares, ops, value)))
     }
 
     /// After a set's commit: the old leases of grants taken over and of delays ended go, and

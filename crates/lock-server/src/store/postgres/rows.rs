@@ -3,10 +3,13 @@
 //! calls and the batch.
 
 use chrono::{DateTime, Utc};
-use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
+use uuid::Uuid;
 
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
-use lock_store::{AcquireOutcome, Refusal, SessionRecord, SetOutcome, StoreError};
+use lock_store::{
+    AcquireOutcome, ExpiredLock, ReapReport, Refusal, SessionRecord, SetOutcome, StoreError,
+};
 
 pub(super) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value)
@@ -210,4 +213,42 @@ pub(super) fn batch_answer(op: &BatchOp, row: BatchRow) -> BatchResult {
             }
         },
     })
+}
+
+/// One row of the reaper's statement: a grant it removed (key, token, session, owner, whether
+/// its lease ended), or the count of sessions it removed.
+pub(super) type ReapRow = (
+    Option<String>,
+    Option<i64>,
+    Option<Uuid>,
+    Option<String>,
+    Option<bool>,
+    Option<i64>,
+);
+
+/// The reaper's rows as its report.
+pub(super) fn reap_report(rows: Vec<ReapRow>) -> Result<ReapReport, StoreError> {
+    let mut report = ReapReport::default();
+    for row in rows {
+        match row {
+            (Some(key), Some(token), Some(session), Some(owner), Some(lease_expired), None) => {
+                report.locks.push(ExpiredLock {
+                    lock_key: LockKey::parse(key)
+                        .map_err(|e| StoreError::Internal(format!("stored key: {e}")))?,
+                    fencing_token: FencingToken(to_u64(token)?),
+                    session_id: SessionId(session),
+                    owner_id: OwnerId::parse(owner)
+                        .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
+                    reason: if lease_expired { "lease" } else { "session" },
+                });
+            }
+            (None, None, None, None, None, Some(sessions)) => report.sessions = to_u64(sessions)?,
+            other => {
+                return Err(StoreError::Internal(format!(
+                    "unexpected reaper row {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(report)
 }
