@@ -118,7 +118,7 @@ async fn a_waiting_set_holds_nothing_until_its_last_key_frees(at: StoreAt) {
 }
 
 async fn sets_on_hot_keys_wait_for_releases_never_for_the_recheck(at: StoreAt) {
-    const CLIENTS: usize = 4;
+    const CLIENTS: usize = 6;
     /// Cycles per client: counted, not timed, so a slow machine runs longer instead.
     const CYCLES: usize = 12;
     /// A wait this long was ended by the recheck, not by a wake-up: a release lets the next
@@ -154,8 +154,9 @@ async fn sets_on_hot_keys_wait_for_releases_never_for_the_recheck(at: StoreAt) {
     }
     let waits: Vec<(Duration, bool)> = clients.join_all().await.into_iter().flatten().collect();
     let waited = waits.iter().filter(|(_, waited)| *waited).count();
+    // A run in which few waited checked little (a loaded machine spreads the clients out).
     assert!(
-        waited >= CYCLES,
+        waited >= CYCLES / 2,
         "only {waited} of {} sets waited",
         waits.len()
     );
