@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::store::{AcquireOutcome, AcquireSpec, SetOutcome, StoreError};
+use crate::store::{AcquireSpec, SetOutcome, StoreError};
 use crate::waiting::{Exposure, WaitPlan, WaitRefused, WaitStep, Waiters};
 
 /// How a waiting set acquire ended, short of a store error.
@@ -70,7 +70,7 @@ pub async fn acquire_set_waiting(
                 return Err(err);
             }
         };
-        let nap = match plan.after(called, &as_single(&outcome)) {
+        let nap = match plan.after(called, &outcome.as_acquire()) {
             WaitStep::Answer { waited_ms, leave } => {
                 if !leave {
                     // A grant: the store removed the set's places with it.
@@ -114,16 +114,4 @@ async fn last_try(
         SetOutcome::Granted { .. } => SetWaited::Answer(last, plan.granted_by_call_at(called)),
         SetOutcome::Refused { .. } => SetWaited::Answer(outcome, waited_ms),
     })
-}
-
-/// A set's outcome as the wait plan reads an acquire's: granted, or the refusal.
-fn as_single(outcome: &SetOutcome) -> AcquireOutcome {
-    match outcome {
-        SetOutcome::Granted { grants, store_now } => AcquireOutcome::Granted {
-            grant: grants[0].clone(),
-            took_over_expired: false,
-            store_now: *store_now,
-        },
-        SetOutcome::Refused { refusal, .. } => AcquireOutcome::Refused(*refusal),
-    }
 }

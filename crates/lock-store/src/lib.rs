@@ -90,6 +90,28 @@ pub struct RequestId(pub u64);
 impl RequestId {
     /// No request (tests and callers that never abandon).
     pub const NONE: Self = Self(0);
+
+    /// What a live grant recording this request records once `asking` is granted it again:
+    /// the same request, or, asked by another, none (either may have told its client, so
+    /// neither may abandon it).
+    pub fn after_regrant(self, asking: Self) -> Self {
+        if self == asking { self } else { Self::NONE }
+    }
+}
+
+impl SetOutcome {
+    /// The outcome as an acquire's reads to the wait plan (`wait_plan::WaitPlan::after`):
+    /// a grant (its first member's), or the refusal.
+    pub fn as_acquire(&self) -> AcquireOutcome {
+        match self {
+            Self::Granted { grants, store_now } => AcquireOutcome::Granted {
+                grant: grants[0].clone(),
+                took_over_expired: false,
+                store_now: *store_now,
+            },
+            Self::Refused { refusal, .. } => AcquireOutcome::Refused(*refusal),
+        }
+    }
 }
 
 /// What an acquire asks of the store beyond the key and the session.

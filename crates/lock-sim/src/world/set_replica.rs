@@ -9,24 +9,11 @@
 
 use lock_api::{LockKey, SessionId};
 use lock_store::wait_plan::{WaitPlan, WaitStep};
-use lock_store::{AcquireOutcome, AcquireSpec, RequestId, SetOutcome};
+use lock_store::{AcquireSpec, RequestId, SetOutcome};
 
 use super::links::Node;
 use super::{Event, Parked, SetWait, World};
 use crate::service::{LockAnswer, LockCall};
-
-/// A set's outcome as the wait plan reads an acquire's (as lock-server's `as_single`): a
-/// grant, or the refusal.
-fn as_single(outcome: &SetOutcome) -> AcquireOutcome {
-    match outcome {
-        SetOutcome::Granted { grants, store_now } => AcquireOutcome::Granted {
-            grant: grants[0].clone(),
-            took_over_expired: false,
-            store_now: *store_now,
-        },
-        SetOutcome::Refused { refusal, .. } => AcquireOutcome::Refused(*refusal),
-    }
-}
 
 impl World {
     /// Whether parked request `id` is a key set's.
@@ -120,7 +107,7 @@ impl World {
             self.coverage.hit("a refused key set parked");
             return self.set_call(id);
         }
-        match plan.after(now, &as_single(&outcome)) {
+        match plan.after(now, &outcome.as_acquire()) {
             WaitStep::Nap(nap) => {
                 if let (Some(p), SetOutcome::Refused { key, .. }) =
                     (self.parked.get_mut(&id), &outcome)
@@ -145,7 +132,7 @@ impl World {
                     }
                 }
                 if let Some(p) = self.parked.get_mut(&id) {
-                    p.leaving = Some((as_single(&outcome), waited_ms));
+                    p.leaving = Some((outcome.as_acquire(), waited_ms));
                 }
                 let call = self.store_call_nanos();
                 self.q.after(call, Event::LastTry(id));

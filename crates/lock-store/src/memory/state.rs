@@ -255,16 +255,10 @@ impl State {
                 assert!(current.session == session && current.token == token);
                 let lease_ms = current.lease_ms.max(spec.lease_ms);
                 let expires = current.expires.max(after(now, lease_ms));
-                // Another request's re-grant: either may have told its client.
-                let request = if current.request == spec.request {
-                    spec.request
-                } else {
-                    RequestId::NONE
-                };
                 let regrant = Grant {
                     lease_ms,
                     expires,
-                    request,
+                    request: current.request.after_regrant(spec.request),
                     ..current
                 };
                 self.locks.insert(key.clone(), regrant);

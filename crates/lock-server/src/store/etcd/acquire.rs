@@ -68,13 +68,10 @@ impl EtcdStore {
         spec: AcquireSpec,
         place: Option<&Place>,
     ) -> Result<Option<LockGrant>, StoreError> {
+        let pins = self.regrant_pins(key, &current);
         let old = current.value;
         let grows = spec.lease_ms > old.lease_ms;
-        let request = if old.request == spec.request.0 {
-            old.request
-        } else {
-            RequestId::NONE.0
-        };
+        let request = RequestId(old.request).after_regrant(spec.request).0;
         if !grows {
             if !self.keep_alive(old.lease).await? {
                 return Ok(None);
@@ -103,35 +100,21 @@ impl EtcdStore {
             .members
             .txn(
                 "regrant",
-                Txn::new()
-                    .when([
-                        Compare::mod_revision(
-                            self.keys.grant_key(key),
-                            CompareOp::Equal,
-                            current.mod_revision,
-                        ),
-                        Compare::version(self.keys.grant_marker(old.lease), CompareOp::Greater, 0),
-                        Compare::version(
-                            self.keys.session_marker(old.session),
-                            CompareOp::Greater,
-                            0,
-                        ),
-                    ])
-                    .and_then(
-                        [
-                            TxnOp::put(self.keys.grant_key(key), encode(&grown)?, None),
-                            // Absent when the session has no place: a no-op.
-                            TxnOp::delete(self.keys.place_key(key, old.session), None),
-                        ]
-                        .into_iter()
-                        .chain(
-                            grows
-                                .then(|| self.move_marker_ops(old.lease, lease))
-                                .into_iter()
-                                .flatten(),
-                        )
-                        .collect::<Vec<_>>(),
-                    ),
+                Txn::new().when(pins).and_then(
+                    [
+                        TxnOp::put(self.keys.grant_key(key), encode(&grown)?, None),
+                        // Absent when the session has no place: a no-op.
+                        TxnOp::delete(self.keys.place_key(key, old.session), None),
+                    ]
+                    .into_iter()
+                    .chain(
+                        grows
+                            .then(|| self.move_marker_ops(old.lease, lease))
+                            .into_iter()
+                            .flatten(),
+                    )
+                    .collect::<Vec<_>>(),
+                ),
             )
             .await?
             .succeeded();
@@ -150,6 +133,21 @@ impl EtcdStore {
             }
             (false, false) => Ok(None),
         }
+    }
+
+    /// What a re-grant of the live grant `current` of `key` pins: its record as read, its
+    /// lease's marker and its holder's session marker.
+    pub(super) fn regrant_pins(&self, key: &LockKey, current: &ReadGrant) -> [Compare; 3] {
+        let old = &current.value;
+        [
+            Compare::mod_revision(
+                self.keys.grant_key(key),
+                CompareOp::Equal,
+                current.mod_revision,
+            ),
+            Compare::version(self.keys.grant_marker(old.lease), CompareOp::Greater, 0),
+            Compare::version(self.keys.session_marker(old.session), CompareOp::Greater, 0),
+        ]
     }
 
     /// A grant's marker moved from lease `from` to lease `to`.

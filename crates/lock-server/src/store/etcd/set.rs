@@ -203,24 +203,14 @@ impl EtcdStore {
             return Ok(None);
         }
         let old = &current.value;
-        let request = if old.request == spec.request.0 {
-            old.request
-        } else {
-            RequestId::NONE.0
-        };
         let value = GrantValue {
-            request,
+            request: RequestId(old.request).after_regrant(spec.request).0,
             ..old.clone()
         };
         let keys = &self.keys;
-        let record = keys.grant_key(member.key);
-        let compares = vec![
-            Compare::mod_revision(record.clone(), CompareOp::Equal, current.mod_revision),
-            Compare::version(keys.grant_marker(old.lease), CompareOp::Greater, 0),
-            Compare::version(keys.session_marker(old.session), CompareOp::Greater, 0),
-        ];
+        let compares = self.regrant_pins(member.key, current).to_vec();
         let ops = vec![
-            TxnOp::put(record, encode(&value)?, None),
+            TxnOp::put(keys.grant_key(member.key), encode(&value)?, None),
             // Absent when the session has no place: a no-op.
             TxnOp::delete(keys.place_key(member.key, old.session), None),
         ];
