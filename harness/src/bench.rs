@@ -48,9 +48,10 @@ pub struct LockBenchOptions {
     /// CA of the run's own): the cost of TLS, in the same run.
     #[arg(long)]
     pub tls: bool,
-    /// Only the key-set table (two keys at once, as a set and as two ordered acquires).
+    /// Only the tables of the primitives beyond a lock: key sets (two keys at once, as a set
+    /// and as two ordered acquires), permits and shared holds (one hot key, against a lock).
     #[arg(long)]
-    pub sets_only: bool,
+    pub primitives_only: bool,
 }
 
 /// The baseline lock-server of a PostgreSQL run: the same store and build, with group commit
@@ -462,7 +463,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         Some((db_url, _)) => Some(PgConnection::connect(db_url).await?),
         None => None,
     };
-    if !options.sets_only {
+    if !options.primitives_only {
         print_table_header(options.seconds);
         for &clients in &options.clients {
             for hot in [false, true] {
@@ -471,6 +472,7 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         }
     }
     crate::bench_sets::print_rows(&run.sdk_config, &options.clients, run.duration).await?;
+    crate::bench_shares::print_rows(&run.sdk_config, &options.clients, run.duration).await?;
     let http = &run.http;
     if options.backend == BenchBackend::Postgres {
         let (batches, writes) = histogram_totals(http, &base, "lock_store_batch_writes").await?;

@@ -3,7 +3,7 @@
 //! - [`module_rule`]: the workspace dependency rule, checked on `cargo metadata`.
 //! - [`serve_lock`]: one lock-server on a throwaway database for test suites outside Rust.
 //! - [`imports`]: the import graph of a crate's modules and its circles (a house rule).
-//! - [`bench`], [`bench_load`], [`bench_sets`], [`bench_scale`], [`bench_python`]: benchmarks
+//! - [`bench`], [`bench_load`], [`bench_sets`], [`bench_shares`], [`bench_scale`], [`bench_python`]: benchmarks
 //!   (`harness bench locks`: granted locks through the SDK, raw HTTP, pgbench and etcd's lock
 //!   API, and two keys at once as a set or as two ordered acquires; `harness
 //!   bench pipeline`; `harness bench scale`: a million held keys; `harness bench python`: the
@@ -22,6 +22,7 @@ pub mod bench_load;
 pub mod bench_python;
 pub mod bench_scale;
 pub mod bench_sets;
+pub mod bench_shares;
 pub mod chaos;
 pub mod compose;
 pub mod demo;

@@ -93,6 +93,11 @@ pub enum ErrorCode {
     LockRevoked,
     /// 404: nobody holds the lock.
     LockNotHeld,
+    /// 409: the key's live grants are of another kind than the acquire asks for (a
+    /// semaphore of another count, permits beside a lock, a writer asked by a reader of the
+    /// key); the message names what the key is held as. Waiting does not help while they
+    /// live (ADR 0007).
+    LockKindConflict,
     /// 409: a token lower than the resource's fence was presented.
     FencedOut,
     /// 503: the store behind this replica cannot take writes now (read-only, no leader, draining).
@@ -113,7 +118,11 @@ impl ErrorCode {
             Self::NotFound | Self::SessionUnknown | Self::LockNotHeld => 404,
             Self::MethodNotAllowed => 405,
             Self::Timeout => 408,
-            Self::LockHeld | Self::LockLost | Self::LockRevoked | Self::FencedOut => 409,
+            Self::LockHeld
+            | Self::LockLost
+            | Self::LockRevoked
+            | Self::FencedOut
+            | Self::LockKindConflict => 409,
             Self::SessionExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -148,6 +157,7 @@ impl ErrorCode {
             Self::LockLost => "LOCK_LOST",
             Self::LockRevoked => "LOCK_REVOKED",
             Self::LockNotHeld => "LOCK_NOT_HELD",
+            Self::LockKindConflict => "LOCK_KIND_CONFLICT",
             Self::FencedOut => "FENCED_OUT",
             Self::NotLeader => "NOT_LEADER",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
@@ -345,7 +355,8 @@ impl LockError {
             | ErrorCode::HeadersTooLarge
             | ErrorCode::ProofInvalid
             | ErrorCode::Unauthenticated
-            | ErrorCode::Forbidden => Self::InvalidArgument { message },
+            | ErrorCode::Forbidden
+            | ErrorCode::LockKindConflict => Self::InvalidArgument { message },
             ErrorCode::NotFound
             | ErrorCode::MethodNotAllowed
             | ErrorCode::LockNotHeld
@@ -373,7 +384,8 @@ impl LockError {
 mod tests {
     use super::*;
 
-    const ALL: [ErrorCode; 24] = [
+    const ALL: [ErrorCode; 25] = [
+        ErrorCode::LockKindConflict,
         ErrorCode::LockRevoked,
         ErrorCode::RateLimited,
         ErrorCode::TooManySessions,

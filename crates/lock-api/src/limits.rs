@@ -9,6 +9,9 @@ pub const TTL_ABSURD_MS: u64 = 86_400_000;
 /// Most keys one set acquire may name (ADR 0007): a set is read and written in one store
 /// transaction.
 pub const SET_KEYS_MAX: usize = 16;
+/// Most permits one semaphore key may have (ADR 0007): a key's holders are read whole in
+/// every decision.
+pub const PERMITS_MAX: u32 = 256;
 /// Largest request body any lock-service endpoint accepts.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 

@@ -107,4 +107,20 @@ mod tests {
             assert_eq!(ttl["maximum"].as_u64(), Some(TTL_ABSURD_MS), "{json}");
         }
     }
+
+    #[test]
+    fn permit_bounds_in_the_schema_are_the_validation_limits() {
+        let json = serde_json::to_value(AcquireRequest::schema()).unwrap();
+        let permits = &json["properties"]["permits"];
+        let permits = match permits["maximum"].as_u64() {
+            None => &permits["oneOf"][0], // Option<u32>: the non-null branch
+            Some(_) => permits,
+        };
+        assert_eq!(permits["minimum"].as_u64(), Some(1), "{json}");
+        assert_eq!(
+            permits["maximum"].as_u64(),
+            Some(u64::from(crate::PERMITS_MAX)),
+            "{json}"
+        );
+    }
 }

@@ -76,9 +76,10 @@ pub enum ProofError {
 }
 
 /// What a grant holds of its key (ADR 0007).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum GrantScope {
     /// The key alone: a mutex, or the writer of a read/write lock.
+    #[default]
     Exclusive,
     /// A share of the key, beside other readers.
     Shared,
@@ -90,6 +91,11 @@ pub enum GrantScope {
 }
 
 impl GrantScope {
+    /// Whether the grant holds the whole key (a mutex, a writer): what a v2 proof signs.
+    pub fn is_exclusive(&self) -> bool {
+        *self == Self::Exclusive
+    }
+
     /// Its text form, as a v3 proof carries and signs it: `exclusive`, `shared`, `permit-{slot}`.
     pub fn as_text(self) -> String {
         match self {
@@ -120,6 +126,21 @@ impl GrantScope {
             Self::Permit { slot } => format!("{}#permit-{slot}", lock_key.as_str()),
             Self::Exclusive | Self::Shared => lock_key.as_str().to_owned(),
         }
+    }
+}
+
+impl serde::Serialize for GrantScope {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.as_text())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GrantScope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom("a grant scope is exclusive, shared or permit-{slot}")
+        })
     }
 }
 

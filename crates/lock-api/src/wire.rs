@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FencingToken, LockKey, OwnerId, SessionId};
-use crate::limits::{SET_KEYS_MAX, TTL_ABSURD_MS};
+use crate::limits::{PERMITS_MAX, SET_KEYS_MAX, TTL_ABSURD_MS};
+use crate::proof::GrantScope;
 use crate::validation::ValidationError;
 
 /// Which `LockStore` implementation answers; reported by L1 and used as a metric label.
@@ -109,6 +110,92 @@ pub struct AcquireRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86_400_000))]
     pub lock_delay_ms: Option<u64>,
+    /// A read/write lock's side (ADR 0007): `shared` for a reader, which holds the key with
+    /// other readers; `exclusive` (the default) for a writer, which holds it alone, exactly
+    /// as a lock does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+    /// A semaphore's permit count (ADR 0007): the key is held by up to this many sessions
+    /// at once, each in its own slot with its own token. 1 to [`PERMITS_MAX`]; every live
+    /// permit of a key was asked with the same count. Not with `mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 256))]
+    // PERMITS_MAX: a test in openapi.rs keeps them equal
+    pub permits: Option<u32>,
+}
+
+impl AcquireRequest {
+    /// What the request claims of its key: refused (naming `permits`) for a count outside
+    /// 1 to [`PERMITS_MAX`] or beside `mode`.
+    pub fn claim(&self) -> Result<Claim, ValidationError> {
+        Claim::of(self.mode, self.permits)
+    }
+}
+
+/// A read/write lock's side, as L4 names it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    /// A writer: the key alone.
+    Exclusive,
+    /// A reader: the key with other readers.
+    Shared,
+}
+
+/// What an acquire claims of its key (ADR 0007). A key's live grants are all of one kind:
+/// locks and writers (exclusive) beside readers (shared), or permits of one count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Claim {
+    /// The whole key: a lock, or a read/write lock's writer.
+    #[default]
+    Exclusive,
+    /// A reader's share, beside other readers.
+    Shared,
+    /// One of the key's `permits`.
+    Permit {
+        /// The key's permit count, 1 to [`PERMITS_MAX`].
+        permits: u32,
+    },
+}
+
+impl Claim {
+    /// The claim L4's `mode` and `permits` name together.
+    pub fn of(mode: Option<LockMode>, permits: Option<u32>) -> Result<Self, ValidationError> {
+        match (mode, permits) {
+            (None | Some(LockMode::Exclusive), None) => Ok(Self::Exclusive),
+            (Some(LockMode::Shared), None) => Ok(Self::Shared),
+            (None, Some(permits)) if (1..=PERMITS_MAX).contains(&permits) => {
+                Ok(Self::Permit { permits })
+            }
+            (None, Some(permits)) => Err(ValidationError::new(
+                "permits",
+                format!("a semaphore has 1 to {PERMITS_MAX} permits, got {permits}"),
+            )),
+            (Some(_), Some(_)) => Err(ValidationError::new(
+                "permits",
+                "a key is a semaphore (permits) or a read/write lock (mode), not both",
+            )),
+        }
+    }
+
+    /// L4's `mode` and `permits` for this claim (what a client sends).
+    pub fn as_wire(self) -> (Option<LockMode>, Option<u32>) {
+        match self {
+            Self::Exclusive => (None, None),
+            Self::Shared => (Some(LockMode::Shared), None),
+            Self::Permit { permits } => (None, Some(permits)),
+        }
+    }
+
+    /// Whether a grant in `scope` answers this claim.
+    pub fn answered_by(self, scope: GrantScope) -> bool {
+        match (self, scope) {
+            (Self::Exclusive, GrantScope::Exclusive) | (Self::Shared, GrantScope::Shared) => true,
+            (Self::Permit { permits }, GrantScope::Permit { slot }) => slot < permits,
+            _ => false,
+        }
+    }
 }
 
 /// `POST /v1/lock-sets/acquire` request (ADR 0007): several keys granted to one session
@@ -202,6 +289,12 @@ pub struct LockGrant {
     /// credits more than it measured itself.
     #[serde(default)]
     pub waited_ms: u64,
+    /// What the grant holds of its key (ADR 0007): absent for the whole key (a lock, a
+    /// writer), `shared` for a reader, `permit-{slot}` for a semaphore's permit. A resource
+    /// fences a permit per slot ([`GrantScope::fenced_resource`]).
+    #[serde(default, skip_serializing_if = "GrantScope::is_exclusive")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "permit-0"))]
+    pub scope: GrantScope,
 }
 
 /// L5 `POST /v1/locks/{lock_key}/renew` request.
@@ -252,6 +345,28 @@ pub struct LockInfo {
     /// Sessions queued for the key behind this grant (L4 with `wait_ms`), all replicas.
     #[serde(default)]
     pub waiters: u64,
+    /// A key held shared or by permits (ADR 0007): every live holder, lowest token first
+    /// (the fields above then name the newest). Empty for a key held exclusively.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<HolderInfo>,
+    /// A semaphore key's permit count, while any permit is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+}
+
+/// One live holder of a key held shared or by permits (L7).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    /// Its token.
+    pub fencing_token: FencingToken,
+    /// Its session's owner.
+    pub owner_id: OwnerId,
+    /// The earlier of its lease's and its session's expiry (display only).
+    pub expires_at: DateTime<Utc>,
+    /// What it holds: `shared`, or `permit-{slot}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "permit-0"))]
+    pub scope: GrantScope,
 }
 
 /// L8 `POST /v1/locks/{lock_key}/revoke` response (200). This is the revoke result only:

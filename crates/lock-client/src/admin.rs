@@ -78,6 +78,8 @@ impl AdminClient {
                     ttl_ms: Some(ttl_ms),
                     wait_ms: attempt.wait_ms(),
                     lock_delay_ms: None,
+                    mode: None,
+                    permits: None,
                 },
             );
             let err = match self

@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lock_api::{FencingToken, LockKey, SessionId};
+use lock_api::{FencingToken, GrantScope, LockKey, SessionId};
 
 /// Told when a handle is dropped without having been released (the SDK releases it).
 pub(crate) trait HandleOwner: Send + Sync + fmt::Debug {
@@ -27,6 +27,7 @@ pub struct LockHandle {
     lease_ms: u64,
     session_id: SessionId,
     proof: Option<String>,
+    scope: GrantScope,
     client_deadline_nanos: Arc<AtomicU64>,
     owner: Option<Arc<dyn HandleOwner>>,
 }
@@ -47,6 +48,7 @@ impl LockHandle {
             lease_ms,
             session_id,
             proof: None,
+            scope: GrantScope::Exclusive,
             client_deadline_nanos,
             owner,
         }
@@ -56,6 +58,25 @@ impl LockHandle {
     pub(crate) fn with_proof(mut self, proof: Option<String>) -> Self {
         self.proof = proof;
         self
+    }
+
+    /// The same handle over a share of its key (a reader's, a permit: ADR 0007).
+    pub(crate) fn with_scope(mut self, scope: GrantScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// What the grant holds of its key: the whole key (a lock, a writer), a reader's share,
+    /// or a permit with its slot. A resource fences a permit per slot
+    /// ([`GrantScope::fenced_resource`]); the proof signs the scope.
+    pub fn scope(&self) -> GrantScope {
+        self.scope
+    }
+
+    /// The name a resource fences this grant under: the key, or for a permit
+    /// `{key}#permit-{slot}` (each slot fenced as a lock is).
+    pub fn fenced_resource(&self) -> String {
+        self.scope.fenced_resource(&self.lock_key)
     }
 
     /// The lock-server's signed proof of this grant (`X-Fencing-Proof`), when it signs
@@ -103,6 +124,7 @@ impl fmt::Debug for LockHandle {
             .field("lock_key", &self.lock_key)
             .field("fencing_token", &self.fencing_token)
             .field("lease_ms", &self.lease_ms)
+            .field("scope", &self.scope)
             .field("session_id", &self.session_id)
             .field("client_deadline_nanos", &self.client_deadline_nanos())
             .finish()

@@ -68,7 +68,7 @@ pub use builder::ClientBuilder;
 pub use client::{ClientError, LockClient};
 pub use config::{ClientConfig, ConfigError};
 pub use handle::LockHandle;
-pub use lock_api::{FencingToken, LockError, LockKey, LockLost, LossReason};
+pub use lock_api::{Claim, FencingToken, LockError, LockKey, LockLost, LossReason};
 pub use lock_core::AcquirePolicy;
 pub use session::LockClientSession;
 pub use session::set::LockSet;

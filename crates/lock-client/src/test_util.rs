@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
     AcquireRequest, AcquireSetRequest, Backend, CreateSessionResponse, ErrorBody, ErrorCode,
-    FencingToken, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, OwnerId,
-    ReleaseResponse, RenewRequest, SessionId, SetGrant,
+    FencingToken, GrantScope, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome,
+    OwnerId, ReleaseResponse, RenewRequest, SessionId, SetGrant,
 };
 
 use std::sync::Arc;
@@ -270,6 +270,11 @@ impl MemoryTransport {
         if !state.sessions.contains_key(&req.session_id) {
             return Err(session_unknown());
         }
+        if req.mode.is_some() || req.permits.is_some() {
+            // Permits and readers are the real stores' (ADR 0007): said, never granted whole.
+            let message = "the test lock service grants whole keys only";
+            return Err(status(ErrorCode::InvalidArgument, message));
+        }
         let asked = req.ttl_ms.unwrap_or(10_000);
         let lease_ms = state.max_lease_ms.map_or(asked, |max| asked.min(max));
         let grant = |token| LockGrant {
@@ -281,6 +286,7 @@ impl MemoryTransport {
             proof: Some(rig_proof(&key, token)),
             // This double answers at once: it never holds a request (wait_ms).
             waited_ms: 0,
+            scope: GrantScope::Exclusive,
         };
         match state.locks.get(&key) {
             Some((token, holder, _)) if *holder == req.session_id => {
@@ -320,6 +326,8 @@ impl MemoryTransport {
                 ttl_ms: req.ttl_ms,
                 wait_ms: None,
                 lock_delay_ms: None,
+                mode: None,
+                permits: None,
             };
             match Self::acquire(state, key, &single, now)? {
                 Reply::Grant(grant) => grants.push(grant),
@@ -351,6 +359,7 @@ impl MemoryTransport {
                     session_id: *holder,
                     proof: Some(rig_proof(&key, *token)),
                     waited_ms: 0,
+                    scope: GrantScope::Exclusive,
                 }))
             }
             _ => Err(status(
@@ -373,6 +382,8 @@ impl MemoryTransport {
                     .ok_or_else(|| status(ErrorCode::Internal, "a grant of an unknown session"))?,
                 expires_at: now,
                 waiters: 0,
+                holders: Vec::new(),
+                permits: None,
             })),
             None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
         }

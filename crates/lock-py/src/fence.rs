@@ -62,6 +62,28 @@ impl TrustedKeys {
         Ok(proven.grant.to_string())
     }
 
+    /// `verify` for a resource that also takes permits and readers (ADR 0007): the grant's
+    /// id and what it holds of the key (`exclusive`, `shared`, `permit-{slot}`), signed in
+    /// the proof. Fence a permit's writes under `{key}#permit-{slot}`; refuse a reader's
+    /// write (`fencedlock.psycopg.fence_check(shared=True)` checks a reader's action).
+    #[pyo3(signature = (key, token, proof))]
+    fn verify_scoped(
+        &self,
+        key: &str,
+        token: u64,
+        proof: Option<String>,
+    ) -> PyResult<(String, String)> {
+        let key = LockKey::parse(key).map_err(|e| ProofInvalid::new_err(e.to_string()))?;
+        let write = FencedWrite {
+            token: FencingToken(token),
+            proof,
+        };
+        let (proven, scope) = write
+            .verify_scoped(&self.verifier, &key)
+            .map_err(|err| ProofInvalid::new_err(err.to_string()))?;
+        Ok((proven.grant.to_string(), scope.as_text()))
+    }
+
     /// Reads a write's `X-Fencing-Token` and `X-Fencing-Proof` (every value the request
     /// sent of each) by fence-kit's header rule, then verifies the proof for `key`.
     /// `InvalidArgument` for a bad key or a token header missing, repeated or malformed (or

@@ -18,6 +18,8 @@ pub(crate) struct Lock {
     key: String,
     fencing_token: u64,
     proof: Option<String>,
+    scope: String,
+    fenced_resource: String,
     handle: Mutex<Option<LockHandle>>,
 }
 
@@ -32,6 +34,8 @@ impl Lock {
             key: handle.lock_key().to_string(),
             fencing_token: handle.fencing_token().0,
             proof: live.fence_proof(&handle),
+            scope: handle.scope().as_text(),
+            fenced_resource: handle.fenced_resource(),
             handle: Mutex::new(Some(handle)),
         }
     }
@@ -68,6 +72,20 @@ impl Lock {
     #[getter]
     fn proof(&self) -> Option<&str> {
         self.proof.as_deref()
+    }
+
+    /// What the lock holds of its key: `exclusive` (a lock, a writer), `shared` (a reader),
+    /// or `permit-{slot}` (one of a semaphore's permits).
+    #[getter]
+    fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The name a resource fences this lock's writes under: the key, or for a permit
+    /// `{key}#permit-{slot}` (each slot fenced as a lock is).
+    #[getter]
+    fn fenced_resource(&self) -> &str {
+        &self.fenced_resource
     }
 
     /// Raises `LockLost` once the lock may be lost (its conservative deadline passed, the

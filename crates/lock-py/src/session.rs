@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_api::LockKey;
+use lock_api::{Claim, LockKey, LockMode};
 use lock_client::{AcquirePolicy, LockClientSession};
 use pyo3::prelude::*;
 
@@ -32,12 +32,29 @@ impl Session {
     /// Acquires `key` for a lease of `ttl` seconds, waiting up to `wait` seconds in the
     /// server's FIFO queue (0: try once). Raises `LockContended` when another session held
     /// it for the whole wait. Use the lock as a context manager to release it on exit.
-    #[pyo3(signature = (key, *, ttl=10.0, wait=0.0))]
-    fn lock(&self, py: Python<'_>, key: &str, ttl: f64, wait: f64) -> PyResult<Lock> {
+    /// `permits=N` takes one of the key's N permits (a semaphore); `shared=True` holds it as
+    /// a reader beside other readers (a read/write lock; without it, the writer). The lock's
+    /// `scope` says what it holds. A key held as another kind, or by this session in the
+    /// other mode, raises `InvalidArgument`.
+    #[pyo3(signature = (key, *, ttl=10.0, wait=0.0, permits=None, shared=false))]
+    fn lock(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        ttl: f64,
+        wait: f64,
+        permits: Option<i64>,
+        shared: bool,
+    ) -> PyResult<Lock> {
         let key = LockKey::parse(key).map_err(|e| InvalidArgument::new_err(e.to_string()))?;
         let (ttl, wait, policy) = acquire_terms(ttl, wait)?;
+        // A count no u32 holds is out of range as 0 is: `Claim::of` says so.
+        let permits = permits.map(|n| u32::try_from(n).unwrap_or(0));
+        let claim = Claim::of(shared.then_some(LockMode::Shared), permits)
+            .map_err(|e| InvalidArgument::new_err(e.to_string()))?;
         let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));
-        let acquired = py.detach(|| runtime.block_on(session.acquire(&key, ttl, &policy)));
+        let acquired =
+            py.detach(|| runtime.block_on(session.acquire_claim(&key, claim, ttl, &policy)));
         match acquired.map_err(lock_error)? {
             Some(handle) => Ok(Lock::new(Arc::clone(&self.slot), &session, handle)),
             None => Err(contended(&key.to_string(), wait)),

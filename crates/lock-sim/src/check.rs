@@ -7,9 +7,12 @@ use crate::sched::{MS, Nanos};
 
 /// Everything a seed run must reach at least once across the CI seed count: each fault kind,
 /// each loss reason, a stale write fenced, a lease-short skip, a NOT_LEADER retry, a
-/// failover, and each way a key set's request goes (granted, refused on either key, parked,
-/// woken, granted after parking, given up, cancelled, withheld, settled, a member stale). A counter missing from a run of many seeds means the fault model or the
-/// checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
+/// failover, each way a key set's request goes (granted, refused on either key, parked,
+/// woken, granted after parking, given up, cancelled, withheld, settled, a member stale), and
+/// what the shares' checkers check (permits granted, beside each other and filling the pool,
+/// refused when it is full; readers beside readers; writers after readers, each kind waiting
+/// for the other; shares woken, renewed, lost, revoked, abandoned; a kind conflict). A counter
+/// missing from a run of many seeds means the fault model or the checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
 /// client's deadline never lies after the server's expiry, that deadline always passes first,
 /// so it is not owed; nor is `SESSION_UNKNOWN` while the client still believes in its session,
 /// which takes a store that forgets a live session, outside this fault model.)
@@ -80,6 +83,27 @@ pub const MUST_REACH: &[&str] = &[
     "a key set given up unanswered sent its settling try",
     "a key set's member refused as a stale re-grant",
     "a guard stopped a write: its set's other member lost",
+    "a permit granted",
+    "a permit refused: every permit held",
+    "two permits held at once",
+    "every permit of the pool held at once",
+    "a reader granted",
+    "a reader granted beside a reader",
+    "a writer granted",
+    "a writer granted after readers",
+    "a writer waited for readers",
+    "a reader waited for a writer",
+    "a reader refused: a writer queued first",
+    "a parked share woken by its key",
+    "a share granted after waiting",
+    "a share renewed",
+    "a share lost: deadline passed",
+    "a guard stopped a share's use: deadline passed",
+    "a share job used its share and released it",
+    "an abandoned request's pool or doc grant given back",
+    "an acquire refused: its session holds the key in the other mode",
+    "fault: a shared key's grants revoked",
+    "fault: pause between a share's grant or guard and its use",
 ];
 
 /// How often each interesting thing happened.

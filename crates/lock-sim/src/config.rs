@@ -133,6 +133,12 @@ pub struct Config {
     pub set_share: f64,
     /// Accounts the key sets draw from: a small pool, so that sets contend on it.
     pub accounts: usize,
+    /// Share of jobs that hold a share of a key instead of settling a payout (ADR 0007):
+    /// half of them one of the pool key's permits, half the doc key as a reader (two in
+    /// three) or as its writer.
+    pub share_jobs: f64,
+    /// The pool key's permit count, the same for every permit job of the run.
+    pub permits: u32,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -165,9 +171,11 @@ impl Config {
             wake_loss: [0.0, 0.1, 0.5][rng.usize(0..3)],
             clock_steps: [0, 0, 2, 4][rng.usize(0..4)],
             lock_delay_ms: [0, 0, 250, 1_000][rng.usize(0..4)],
-            // Drawn last: the draws above stay what they were for every seed.
+            // Drawn after the rest: the draws above stay what they were for every seed.
             set_share: [0.0, 0.3, 0.6][rng.usize(0..3)],
             accounts: rng.usize(1..=2),
+            share_jobs: [0.0, 0.25, 0.5][rng.usize(0..3)],
+            permits: rng.u32(2..=3),
             bugs,
         }
     }

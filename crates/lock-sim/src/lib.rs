@@ -10,16 +10,23 @@
 //! messages, partitions parties, pauses clients (0-3 × TTL, some aimed between a guard and its
 //! write), crashes replicas, opens store `NOT_LEADER` windows, revokes grants and skews each
 //! client's clock rate. Some jobs take their payout's key together with an account's as one key
-//! set (ADR 0007), through the store's `acquire_set`. Checkers run after every event (every
-//! invariant of the domain contract, an accepted superseded write, and mutual exclusion in true
-//! time) and after every set's store call (a set is never partly held). `docs/simulation.md`
+//! set (ADR 0007), through the store's `acquire_set`; others hold a share of a key instead of
+//! settling a payout (ADR 0007): one of a semaphore key's permits, or a read/write key as a
+//! reader or as its writer, each through the store's acquire with its claim and the SDK core's
+//! registration, renewal, guard, loss and release. Checkers run after every event (every
+//! invariant of the domain contract, an accepted superseded write, and exclusion of the
+//! clients' beliefs in true time: mutual exclusion of locks, a semaphore's bound, readers
+//! beside no writer), after every grant (tokens rise per key; a writer's token is above every
+//! reader's before it), after every set's store call (a set is never partly held) and after
+//! every permit's (the store holds no more permits than the key has). `docs/simulation.md`
 //! says what is production code and what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
-//! [`service`] (replicas over the store, key sets in `service/sets.rs`), [`bank`] (resource
+//! [`service`] (replicas over the store; the lock surface's calls in `service/calls.rs`, key
+//! sets in `service/sets.rs`, permits read back in `service/shares.rs`), [`bank`] (resource
 //! and rail), [`world`] (the run: one file each for the clients' protocol, their key sets,
-//! the network, the nemesis, the service nodes, their key sets and the checkers), [`check`]
-//! (violations, coverage).
+//! their share jobs, the network, the nemesis, the service nodes, their key sets, their
+//! shares' store calls and the checkers), [`check`] (violations, coverage).
 
 pub mod bank;
 pub mod check;

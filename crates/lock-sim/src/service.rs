@@ -4,7 +4,8 @@
 //! lock-server runs against steps of the store's clock) on its own virtual clocks. A replica
 //! can be down (requests to it vanish: the client's request times out) and the store can
 //! refuse writes for a window (`NOT_LEADER`, as a read-only or leaderless database makes the
-//! real replicas answer). Key sets (`sets.rs`) go to the store alone, as lock-server sends them.
+//! real replicas answer). Key sets (`sets.rs`) go to the store alone, as lock-server sends them,
+//! and so do readers' and permits' acquires (`shares.rs`).
 
 use std::future::Future;
 use std::pin::pin;
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
-use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
+use lock_api::{Claim, FencingToken, LockGrant, LockKey, OwnerId, SessionId};
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
 use lock_store::{
     AcquireOutcome, AcquireSpec, ClockCheckedStore, LockStore, MemoryStore, Refusal, ReplicaClock,
@@ -23,7 +24,11 @@ use lock_store::{
 use crate::config::Bugs;
 use crate::sched::Nanos;
 
+pub mod calls;
 pub mod sets;
+pub mod shares;
+
+pub use calls::{LockAnswer, LockCall, Member};
 
 /// The store's environment on virtual time: the store host's wall clock (the true time, plus
 /// whatever steps it took), session ids from a counter.
@@ -118,141 +123,6 @@ fn now_or_never<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// A lock-surface request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockCall {
-    /// Open a session.
-    Open { owner: String, ttl_ms: u64 },
-    /// Heartbeat a session: keep it alive.
-    Heartbeat(SessionId),
-    /// Acquire a key, with the wait the SDK's loop asked for (`None`: a try). `request`: the
-    /// replica's name for the request ([`RequestId::NONE`] as the client sends it; the
-    /// replica that takes it names it, as lock-server's `waiting::Exposure` does).
-    Acquire {
-        key: LockKey,
-        session: SessionId,
-        lease_ms: u64,
-        wait_ms: Option<u64>,
-        request: RequestId,
-    },
-    /// Acquire a key set (sorted, each key once) all or nothing, as `Acquire` does one key
-    /// (ADR 0007); never batched: a set is a store transaction of its own.
-    AcquireSet {
-        keys: Vec<LockKey>,
-        session: SessionId,
-        lease_ms: u64,
-        wait_ms: Option<u64>,
-        request: RequestId,
-    },
-    /// Renew a lease.
-    Renew {
-        key: LockKey,
-        session: SessionId,
-        token: FencingToken,
-    },
-    /// Release a grant.
-    Release {
-        key: LockKey,
-        session: SessionId,
-        token: FencingToken,
-    },
-}
-
-impl LockCall {
-    /// Whether `answer` can be this call's own: an answer of its kind about its key and
-    /// token, or a refusal.
-    pub fn answered_by(&self, answer: &LockAnswer) -> bool {
-        match (self, answer) {
-            (Self::Open { .. }, LockAnswer::Opened { .. })
-            | (Self::Heartbeat(_), LockAnswer::Extended { .. })
-            | (Self::Release { .. }, LockAnswer::Released)
-            | (_, LockAnswer::Held | LockAnswer::NotLeader)
-            | (_, LockAnswer::SessionUnknown | LockAnswer::SessionExpired | LockAnswer::LockLost) => {
-                true
-            }
-            (Self::Acquire { key, .. }, LockAnswer::Granted { key: granted, .. }) => granted == key,
-            (Self::AcquireSet { keys, .. }, LockAnswer::SetGranted { members, .. }) => {
-                members.iter().map(|m| &m.key).eq(keys.iter())
-            }
-            (
-                Self::Renew { key, token, .. },
-                LockAnswer::Granted {
-                    key: granted,
-                    token: renewed,
-                    ..
-                },
-            ) => granted == key && renewed == token,
-            _ => false,
-        }
-    }
-
-    /// The key a call is about, if any (a set's are several: none).
-    pub fn key(&self) -> Option<&LockKey> {
-        match self {
-            Self::Open { .. } | Self::Heartbeat(_) | Self::AcquireSet { .. } => None,
-            Self::Acquire { key, .. } | Self::Renew { key, .. } | Self::Release { key, .. } => {
-                Some(key)
-            }
-        }
-    }
-}
-
-/// One member of a set granted whole, as a replica tells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    /// Its key.
-    pub key: LockKey,
-    /// Its own token.
-    pub token: FencingToken,
-    /// Its lease, as told.
-    pub lease_ms: u64,
-    /// Its expiry in true time, as told.
-    pub expires: Nanos,
-}
-
-/// A lock-surface answer (`expires` in true nanoseconds: the store's expiry read through its
-/// clock's offset at the answer; a later step of that clock moves the real expiry).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockAnswer {
-    /// A session was opened.
-    Opened {
-        session: SessionId,
-        ttl_ms: u64,
-        expires: Nanos,
-    },
-    /// A heartbeat extended the session.
-    Extended { ttl_ms: u64, expires: Nanos },
-    /// A grant, from an acquire or a renew.
-    Granted {
-        key: LockKey,
-        token: FencingToken,
-        lease_ms: u64,
-        expires: Nanos,
-        session: SessionId,
-        /// How long the replica held the request before the store call that granted it.
-        waited_ms: u64,
-    },
-    /// A key set granted whole: each member's grant, in the set's order.
-    SetGranted {
-        members: Vec<Member>,
-        session: SessionId,
-        /// How long the replica held the request before the store call that granted it.
-        waited_ms: u64,
-    },
-    /// An acquire refused: another session holds it.
-    Held,
-    /// A release's answer (whatever it found).
-    Released,
-    /// 503.
-    NotLeader,
-    /// 404.
-    SessionUnknown,
-    /// 410.
-    SessionExpired,
-    /// 409 on renew.
-    LockLost,
-}
-
 /// A store refusal as the lock surface answers it.
 fn refusal(err: StoreError) -> LockAnswer {
     match err {
@@ -261,6 +131,7 @@ fn refusal(err: StoreError) -> LockAnswer {
         StoreError::LockLost { .. } => LockAnswer::LockLost,
         StoreError::NotLeader(_) | StoreError::Unavailable(_) => LockAnswer::NotLeader,
         StoreError::Internal(e) => panic!("memory store failed: {e}"),
+        StoreError::KindConflict { .. } => LockAnswer::KindConflict,
     }
 }
 
@@ -281,6 +152,8 @@ pub struct LockService {
     wakes: Arc<Mutex<Vec<Wake>>>,
     /// Per replica: whether it is up.
     pub up: Vec<bool>,
+    /// Per replica: how often it came back up (a call it took before is lost with it).
+    pub restarts: Vec<u64>,
     /// The store refuses writes.
     pub not_leader: bool,
     /// Every grant the store made: (true time, key, token, session), the witness that tokens
@@ -336,6 +209,7 @@ impl LockService {
             store,
             wakes,
             up: vec![true; replicas],
+            restarts: vec![0; replicas],
             not_leader: false,
             grants: Vec::new(),
             withheld: 0,
@@ -415,16 +289,24 @@ impl LockService {
                 session,
                 lease_ms,
                 request,
+                claim,
                 ..
-            } => BatchOp::Acquire {
-                key: key.clone(),
-                session: *session,
-                spec: AcquireSpec {
-                    lock_delay_ms: self.lock_delay_ms,
-                    request: *request,
-                    ..AcquireSpec::lease(*lease_ms)
-                },
-            },
+            } => {
+                // As lock-server's `Batched`: a batch decides locks only.
+                assert!(
+                    *claim == Claim::Exclusive,
+                    "a share's acquire is not a batched write"
+                );
+                BatchOp::Acquire {
+                    key: key.clone(),
+                    session: *session,
+                    spec: AcquireSpec {
+                        lock_delay_ms: self.lock_delay_ms,
+                        request: *request,
+                        ..AcquireSpec::lease(*lease_ms)
+                    },
+                }
+            }
             LockCall::Renew {
                 key,
                 session,
@@ -469,6 +351,7 @@ impl LockService {
                     expires,
                     session: g.session_id,
                     waited_ms: 0,
+                    scope: g.scope,
                 }
             }
             (LockCall::Release { .. }, Ok(BatchAnswer::Release(_))) => LockAnswer::Released,
@@ -500,6 +383,7 @@ impl LockService {
                     expires,
                     session: grant.session_id,
                     waited_ms,
+                    scope: grant.scope,
                 }
             }
             AcquireOutcome::Refused(_) => LockAnswer::Held,
@@ -539,6 +423,7 @@ impl LockService {
             expires,
             session: grant.session_id,
             waited_ms,
+            scope: grant.scope,
         }
     }
 
@@ -654,6 +539,7 @@ impl LockService {
         // As lock-server's start: one reading before serving.
         let _ = now_or_never(self.replicas[replica].sample());
         self.up[replica] = true;
+        self.restarts[replica] += 1;
     }
 
     /// Each replica's sampler reads the store's clock (lock-server's

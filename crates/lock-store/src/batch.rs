@@ -388,6 +388,7 @@ mod tests {
                 session_id: session,
                 proof: None,
                 waited_ms: 0,
+                scope: lock_api::GrantScope::Exclusive,
             }))
         };
         let (a, b) = (renew("a", 1), renew("b", 2));

@@ -23,6 +23,7 @@
 
 pub mod batch;
 mod checked;
+pub mod claim;
 mod clock_guard;
 pub mod decide;
 mod env;
@@ -35,7 +36,7 @@ pub mod wait_plan;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+    Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
 };
 
 #[cfg(feature = "sampler")]
@@ -130,6 +131,9 @@ pub struct AcquireSpec {
     /// records it. A re-grant to another request of the session records none: either may
     /// have told its client, so neither may abandon it.
     pub request: RequestId,
+    /// What the acquire claims of its key (ADR 0007): the key alone (a lock, a writer), a
+    /// reader's share, or a permit. A key set's members are always exclusive.
+    pub claim: Claim,
 }
 
 impl AcquireSpec {
@@ -141,7 +145,13 @@ impl AcquireSpec {
             queue_ms: 0,
             lock_delay_ms: 0,
             request: RequestId::NONE,
+            claim: Claim::Exclusive,
         }
+    }
+
+    /// The same acquire, claiming `claim`.
+    pub const fn claiming(self, claim: Claim) -> Self {
+        Self { claim, ..self }
     }
 }
 
@@ -338,7 +348,7 @@ impl Revocation {
     }
 }
 
-/// Store failures. The first three are answers about the caller's request; the rest are
+/// Store failures. The first four are answers about the caller's request; the rest are
 /// about the store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -355,6 +365,17 @@ pub enum StoreError {
         lock_key: LockKey,
         /// The token presented.
         fencing_token: FencingToken,
+    },
+    /// The key's live grants are of another kind than the acquire claims ([`claim::conflict`]),
+    /// or the caller holds it in the other mode: nothing granted, the caller's mistake.
+    #[error("lock {lock_key} is held as {held}; this acquire asks for {asked}")]
+    KindConflict {
+        /// The key.
+        lock_key: LockKey,
+        /// What its live grants are ([`claim::HeldAs::describe`]).
+        held: String,
+        /// What the acquire asked for ([`claim::describe`]).
+        asked: String,
     },
     /// The store refuses writes (read-only database, no leader).
     #[error("store cannot take writes: {0}")]

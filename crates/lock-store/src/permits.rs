@@ -18,7 +18,7 @@ use crate::Refusal;
 use crate::decide::queued_or_delayed;
 
 /// Most permits one key may have: a key's holders are read whole in every decision.
-pub const MAX_PERMITS: u32 = 256;
+pub const MAX_PERMITS: u32 = lock_api::PERMITS_MAX;
 
 /// One live permit of a key, as a decision needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

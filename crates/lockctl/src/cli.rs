@@ -53,7 +53,11 @@ protects the resource. Pass LOCK_FENCING_TOKEN and LOCK_FENCING_PROOF with every
 makes to a fenced resource. With several keys (`lockctl run KEY KEY... -- CMD`, at most 16) the \
 keys are acquired together or not at all (a key set: nothing is held while waiting), CMD gets \
 LOCK_KEYS (the keys, sorted, space-separated) and, for each key N (from 0, in that order), \
-LOCK_KEY_N, LOCK_FENCING_TOKEN_N and LOCK_FENCING_PROOF_N, and the loss of any key stops CMD.";
+LOCK_KEY_N, LOCK_FENCING_TOKEN_N and LOCK_FENCING_PROOF_N, and the loss of any key stops CMD. \
+With --permits N, KEY is a semaphore and CMD holds one of its N permits; with --shared, CMD holds \
+KEY as a reader beside other readers (a `run` without either is the key's writer). CMD then gets \
+LOCK_SCOPE (permit-SLOT or shared; exclusive for a writer): a resource fences a permit per slot, \
+as KEY#permit-SLOT.";
 
 const FENCE_CHECK_ABOUT: &str = "\
 Check that a resource keeps the fence's promises. Takes a grant of KEY (and of a second key, \
@@ -304,9 +308,25 @@ pub struct RunArgs {
     /// Owner id of the session [default: lockctl@HOST:PID].
     #[arg(long, value_parser = owner_id)]
     pub owner: Option<OwnerId>,
+    /// Hold one of N permits of KEY, a semaphore: up to N sessions run at once, each in a
+    /// slot of its own (CMD gets LOCK_SCOPE=permit-SLOT). One key only.
+    #[arg(long, value_parser = permits, conflicts_with = "shared")]
+    pub permits: Option<u32>,
+    /// Hold KEY shared, as a read/write lock's reader: beside other readers, never beside a
+    /// writer (a `run` without it holds the key alone). One key only.
+    #[arg(long)]
+    pub shared: bool,
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// A permit count, 1 to `PERMITS_MAX`.
+pub fn permits(raw: &str) -> Result<u32, String> {
+    let n: u32 = raw.parse().map_err(|e| format!("{raw:?}: {e}"))?;
+    lock_api::Claim::of(None, Some(n))
+        .map(|_| n)
+        .map_err(|e| e.to_string())
 }
 
 /// A duration with a unit (`10s`, `500ms`, `1m`).

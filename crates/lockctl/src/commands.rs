@@ -181,13 +181,26 @@ pub async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, CtlError>
 pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
     let info = admin(config(global)?)?.inspect(&args.key).await?;
     let fields: Fields = match info {
-        Some(info) => vec![
-            ("lock_key", info.lock_key.as_str().into()),
-            ("held", true.into()),
-            ("fencing_token", info.fencing_token.0.into()),
-            ("owner_id", info.owner_id.as_str().into()),
-            ("expires_at", display_time(&info.expires_at)),
-        ],
+        Some(info) => {
+            let mut fields: Fields = vec![
+                ("lock_key", info.lock_key.as_str().into()),
+                ("held", true.into()),
+                ("fencing_token", info.fencing_token.0.into()),
+                ("owner_id", info.owner_id.as_str().into()),
+                ("expires_at", display_time(&info.expires_at)),
+            ];
+            // A key held by readers or permits: how many, and each one's scope and token.
+            if !info.holders.is_empty() {
+                let holders: Vec<String> = (info.holders.iter())
+                    .map(|h| format!("{}:{}", h.scope.as_text(), h.fencing_token.0))
+                    .collect();
+                fields.push(("holders", holders.join(",").into()));
+            }
+            if let Some(permits) = info.permits {
+                fields.push(("permits", permits.into()));
+            }
+            fields
+        }
         None => vec![
             ("lock_key", args.key.as_str().into()),
             ("held", false.into()),

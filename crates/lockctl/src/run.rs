@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_api::{FencingToken, LockKey, LockLost, OwnerId, SET_KEYS_MAX};
+use lock_api::{Claim, FencingToken, LockKey, LockLost, LockMode, OwnerId, SET_KEYS_MAX};
 use lock_client::{LockClient, LockClientSession, LockHandle, LockSet};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -42,6 +42,8 @@ pub const TOKEN_ENV: &str = "LOCK_FENCING_TOKEN";
 /// The lock-server's proof of the token (`X-Fencing-Proof`); unset when the server signs no
 /// grants.
 pub const PROOF_ENV: &str = "LOCK_FENCING_PROOF";
+/// What the grant holds of its key (`exclusive`, `shared`, `permit-SLOT`: ADR 0007).
+pub const SCOPE_ENV: &str = "LOCK_SCOPE";
 /// Never handed to CMD: lockctl's credentials (CMD gets the token, not the right to act on
 /// the lock service).
 const WITHHELD_ENV: [&str; 2] = ["LOCK_CLIENT_TOKEN", ADMIN_TOKEN_ENV];
@@ -154,6 +156,7 @@ fn granted(held: &[LockHandle]) -> Fields {
             ("event", "acquired".into()),
             ("lock_key", handle.lock_key().as_str().into()),
             ("fencing_token", handle.fencing_token().0.into()),
+            ("scope", handle.scope().as_text().into()),
             ("lease_ms", lease_ms.into()),
         ];
     }
@@ -184,10 +187,20 @@ async fn acquire(
             format!("a key of the set {}", keys.join(", "))
         }
     };
+    let claim = Claim::of(args.shared.then_some(LockMode::Shared), args.permits)
+        .map_err(|e| CtlError::Usage(e.to_string()))?;
+    if claim != Claim::Exclusive && args.keys.len() > 1 {
+        return Err(CtlError::Usage(
+            "--permits and --shared hold one key; a set holds each key alone".into(),
+        ));
+    }
     let acquiring = async {
         match args.keys.as_slice() {
             [key] => Ok::<_, lock_api::LockError>(
-                session.acquire(key, ttl, &policy).await?.map(|h| vec![h]),
+                session
+                    .acquire_claim(key, claim, ttl, &policy)
+                    .await?
+                    .map(|h| vec![h]),
             ),
             keys => Ok(session
                 .acquire_set(keys, ttl, &policy)
@@ -415,7 +428,7 @@ fn spawn(command: &[OsString], held: &[LockHandle]) -> Result<Child, CtlError> {
     cmd.args(args).process_group(0).kill_on_drop(false);
     // Every grant name is cleared first, so that CMD never reads one an outer `lockctl run`
     // gave lockctl itself (the other form's names would otherwise pass through).
-    cmd.env_remove(KEYS_ENV);
+    cmd.env_remove(KEYS_ENV).env_remove(SCOPE_ENV);
     for suffix in std::iter::once(String::new()).chain((0..SET_KEYS_MAX).map(|n| format!("_{n}"))) {
         for name in [KEY_ENV, TOKEN_ENV, PROOF_ENV] {
             cmd.env_remove(format!("{name}{suffix}"));
@@ -423,6 +436,7 @@ fn spawn(command: &[OsString], held: &[LockHandle]) -> Result<Child, CtlError> {
     }
     if let [handle] = held {
         grant_env(&mut cmd, handle, "");
+        cmd.env(SCOPE_ENV, handle.scope().as_text());
     } else {
         let keys: Vec<&str> = held.iter().map(|h| h.lock_key().as_str()).collect();
         cmd.env(KEYS_ENV, keys.join(" "));

@@ -13,6 +13,8 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use test_support::{ServiceProcess, poll_until};
 
+mod shares;
+
 /// The operators' credential of the test lock-server (L8).
 const ADMIN_TOKEN: &str = "test-lockctl-admin-token";
 /// Budget of one one-shot lockctl command.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_api::{
-    AcquireRequest, Backend, ErrorCode, FencingToken, LockError, LockGrant, LockKey, LockLost,
+    Backend, Claim, ErrorCode, FencingToken, GrantScope, LockError, LockGrant, LockKey, LockLost,
     LossReason, OwnerId, ReleaseRequest, SessionId,
 };
 use tokio::sync::mpsc;
@@ -22,15 +22,13 @@ use tokio::sync::mpsc;
 use crate::background::Background;
 use crate::clock::Clock;
 use crate::config::ClientConfig;
-use crate::core::AcquirePolicy;
 use crate::core::acquire;
-use crate::core::{
-    AcquireLoop, Attempt, Held, Next, Refused, Renewal, Sent, SessionCore, TickPlan, Unhold,
-};
+use crate::core::{Attempt, Held, Refused, Renewal, Sent, SessionCore, TickPlan, Unhold};
 use crate::handle::{HandleOwner, LockHandle};
 use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
+mod acquiring;
 pub(crate) mod set;
 
 /// A loss listener: runs on the heartbeat thread; must not block or do I/O.
@@ -44,6 +42,9 @@ struct State {
     /// Each held grant's token and newest signed proof, as the server last sent it (the
     /// grant's, then each renewal's: a renewal signed with a rotated key replaces it).
     proofs: HashMap<LockKey, (FencingToken, String)>,
+    /// Each held grant's token, the claim it answered and what it holds of its key (a
+    /// share's scope: ADR 0007).
+    scopes: HashMap<LockKey, (FencingToken, Claim, GrantScope)>,
     listeners: Vec<Listener>,
 }
 
@@ -58,6 +59,18 @@ impl State {
             .get(key)
             .filter(|(held, _)| *held == token)
             .map(|(_, proof)| proof.clone())
+    }
+
+    /// The claim `key`'s grant with `token` answered and what it holds (the whole key
+    /// unless a share's).
+    fn scope_of(&self, key: &LockKey, token: FencingToken) -> (Claim, GrantScope) {
+        self.scopes
+            .get(key)
+            .filter(|(held, ..)| *held == token)
+            .map_or(
+                (Claim::Exclusive, GrantScope::Exclusive),
+                |(_, claim, scope)| (*claim, *scope),
+            )
     }
 }
 
@@ -110,6 +123,7 @@ impl Shared {
                 core,
                 cells: HashMap::new(),
                 proofs: HashMap::new(),
+                scopes: HashMap::new(),
                 listeners: Vec::new(),
             }),
             background,
@@ -260,6 +274,7 @@ impl Shared {
         if matches!(outcome, Unhold::Last(_)) {
             state.cells.remove(key);
             state.proofs.remove(key);
+            state.scopes.remove(key);
         }
         outcome
     }
@@ -318,129 +333,6 @@ impl LockClientSession {
         self.shared.ttl_ms
     }
 
-    /// Acquires `key` for a lease of `ttl` (the server may clamp it), retrying contention
-    /// with full-jitter backoff within `policy.budget` on the SDK's clock.
-    ///
-    /// `Ok(None)` is the ordinary contended outcome: the budget ran out while another
-    /// session held the key. Acquiring a key this session already holds returns a new handle
-    /// on the same grant and token (a hold count); only the last release is sent to the server.
-    pub async fn acquire(
-        &self,
-        key: &LockKey,
-        ttl: Duration,
-        policy: &AcquirePolicy,
-    ) -> Result<Option<LockHandle>, LockError> {
-        let shared = &self.shared;
-        let started = shared.clock.now_nanos();
-        let backend = shared.backend.as_str();
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        if let Some(handle) = self.reenter(key)? {
-            metrics::counter!(m::ACQUIRE_TOTAL, "backend" => backend, "outcome" => "reentrant")
-                .increment(1);
-            return Ok(Some(handle));
-        }
-        let mut acquiring = AcquireLoop::new(policy, shared.config.request_timeout, started);
-        loop {
-            let attempt = acquiring.attempt(shared.clock.now_nanos());
-            let call = self.acquire_call(key, ttl_ms, attempt.wait_ms());
-            let failure = match self.transport.send(&shared.endpoint(), call).await {
-                Ok(Reply::Grant(grant)) => match self.register(key, &grant, attempt).await? {
-                    Some(handle) => {
-                        self.observe(started, "granted");
-                        return Ok(Some(handle));
-                    }
-                    None => LockError::Contention {
-                        message: format!("{key}: re-granted a token whose release is unanswered"),
-                    },
-                },
-                Ok(other) => {
-                    self.observe(started, "error");
-                    return Err(LockError::Protocol {
-                        status: 200,
-                        message: format!("acquire answered {other:?}"),
-                    });
-                }
-                Err(err) => self.classify(err),
-            };
-            match self.after_failure(&mut acquiring, &failure) {
-                Next::Retry(sleep) => shared.clock.sleep(sleep).await,
-                Next::Contended => {
-                    self.observe(started, "contended");
-                    return Ok(None);
-                }
-                Next::Fail => {
-                    if acquiring.ended_unanswered() {
-                        self.settle(key, ttl_ms).await;
-                    }
-                    self.observe(started, "error");
-                    return Err(failure);
-                }
-            }
-        }
-    }
-
-    /// What the acquire loop does after `failure`: the endpoint moves on when the loop says
-    /// so; the retry's sleep, contention, or the end.
-    fn after_failure(&self, acquiring: &mut AcquireLoop, failure: &LockError) -> Next {
-        let shared = &self.shared;
-        let after = {
-            let mut rng = shared
-                .rng
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            acquiring.failed(shared.clock.now_nanos(), failure.retry(), &mut rng)
-        };
-        if after.rotate {
-            shared.rotate_endpoint();
-        }
-        after.next
-    }
-
-    /// The loop gave up on an attempt whose answer never came: the server may have granted
-    /// it meanwhile to a caller that no longer listens. One try without waiting answers such
-    /// a grant again (same session, same token); unless this session holds `key` otherwise,
-    /// it is released at once. Best effort: a try that fails leaves the grant to the
-    /// server's own abandon, at worst to its lease.
-    async fn settle(&self, key: &LockKey, ttl_ms: u64) {
-        let call = self.acquire_call(key, ttl_ms, None);
-        let Ok(Reply::Grant(grant)) = self.transport.send(&self.shared.endpoint(), call).await
-        else {
-            return;
-        };
-        let token = grant.fencing_token;
-        let ours = grant.lock_key == *key && grant.session_id == self.shared.id;
-        if !(ours && self.shared.state().core().settling(key, token)) {
-            return;
-        }
-        tracing::info!(event = "acquire_settled", key = %key, token = token.0, session = %self.shared.id.tag(), "gave back a grant made for an attempt whose answer never came");
-        metrics::counter!(m::ACQUIRES_SETTLED_TOTAL, "backend" => self.shared.backend.as_str())
-            .increment(1);
-        self.send_release(key, token).await;
-    }
-
-    /// This session's L4 for `key`: a lease of `ttl_ms`, waiting `wait_ms` in the server
-    /// (`None`: a try).
-    fn acquire_call(&self, key: &LockKey, ttl_ms: u64, wait_ms: Option<u64>) -> Call {
-        Call::Acquire(
-            key.clone(),
-            AcquireRequest {
-                session_id: self.shared.id,
-                ttl_ms: Some(ttl_ms),
-                wait_ms,
-                lock_delay_ms: None,
-            },
-        )
-    }
-
-    fn observe(&self, started: u64, outcome: &'static str) {
-        let backend = self.shared.backend.as_str();
-        let waited = Duration::from_nanos(self.shared.clock.now_nanos().wrapping_sub(started));
-        metrics::counter!(m::ACQUIRE_TOTAL, "backend" => backend, "outcome" => outcome)
-            .increment(1);
-        metrics::histogram!(m::ACQUIRE_WAIT_SECONDS, "backend" => backend, "outcome" => outcome)
-            .record(waited.as_secs_f64());
-    }
-
     /// Maps a transport error, losing the session when the core says the code means it.
     fn classify(&self, err: TransportError) -> LockError {
         match err {
@@ -463,15 +355,24 @@ impl LockClientSession {
     }
 
     /// Same-session reentrancy, or an error when the session or the key's grant is lost.
-    fn reenter(&self, key: &LockKey) -> Result<Option<LockHandle>, LockError> {
+    fn reenter(&self, key: &LockKey, claim: Claim) -> Result<Option<LockHandle>, LockError> {
         let now = self.shared.clock.now_nanos();
         let mut state = self.shared.state();
         match state.core().reenter(key, now) {
             Ok(None) => Ok(None),
             Ok(Some(held)) => {
+                let (held_claim, scope) = state.scope_of(key, held.token);
+                if held_claim != claim {
+                    let _ = state.core().unhold(key, held.token);
+                    let message = format!(
+                        "this session holds {key} as {}; release it before asking for {claim:?}",
+                        scope.as_text()
+                    );
+                    return Err(LockError::InvalidArgument { message });
+                }
                 let cell = Self::cell(&mut state, key, &held);
                 let proof = state.proof_of(key, held.token);
-                Ok(Some(self.handle(key, &held, cell, proof)))
+                Ok(Some(self.handle(key, &held, cell, proof, scope)))
             }
             Err(Refused::Session(reason)) => Err(self.session_error(reason)),
             Err(Refused::Grant(lost)) => Err(LockError::Lost(lost)),
@@ -492,10 +393,21 @@ impl LockClientSession {
     async fn register(
         &self,
         key: &LockKey,
+        claim: Claim,
         grant: &LockGrant,
         attempt: Attempt,
     ) -> Result<Option<LockHandle>, LockError> {
-        if grant.lock_key != *key || grant.session_id != self.shared.id {
+        if grant.lock_key == *key && grant.session_id == self.shared.id {
+            if !claim.answered_by(grant.scope) {
+                // Granted, but not what was asked: given back, never held unseen.
+                self.send_release(key, grant.fencing_token).await;
+                let message = format!("asked for {claim:?} of {key}, granted {:?}", grant.scope);
+                return Err(LockError::Protocol {
+                    status: 200,
+                    message,
+                });
+            }
+        } else {
             return Err(LockError::Protocol {
                 status: 200,
                 message: format!("grant for another key or session: {grant:?}"),
@@ -522,6 +434,8 @@ impl LockClientSession {
                             .insert(key.clone(), (held.token, proof.clone())),
                         None => state.proofs.remove(key),
                     };
+                    let scope = (held.token, claim, grant.scope);
+                    state.scopes.insert(key.clone(), scope);
                     Ok((held, cell))
                 }
                 Err(stale) => Err(stale),
@@ -531,7 +445,13 @@ impl LockClientSession {
             Ok((held, cell)) => {
                 // A shorter lease may shorten the heartbeat period.
                 let _ = self.shared.background.send(Background::Wake);
-                Ok(Some(self.handle(key, &held, cell, grant.proof.clone())))
+                Ok(Some(self.handle(
+                    key,
+                    &held,
+                    cell,
+                    grant.proof.clone(),
+                    grant.scope,
+                )))
             }
             Err(stale) => {
                 // Our own earlier release of this token is unanswered and may still delete
@@ -575,6 +495,7 @@ impl LockClientSession {
         held: &Held,
         deadline: Arc<AtomicU64>,
         proof: Option<String>,
+        scope: GrantScope,
     ) -> LockHandle {
         let owner: Arc<dyn HandleOwner> = self.shared.clone();
         LockHandle::new(
@@ -586,6 +507,7 @@ impl LockClientSession {
             Some(owner),
         )
         .with_proof(proof)
+        .with_scope(scope)
     }
 
     /// The newest proof of `handle`'s grant: the one its last renewal brought (a lock-server

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_api::{AcquireSetRequest, LockError, LockGrant, LockKey, LockLost, SetGrant};
+use lock_api::{AcquireSetRequest, Claim, LockError, LockGrant, LockKey, LockLost, SetGrant};
 
 use super::LockClientSession;
 use crate::core::{AcquireLoop, AcquirePolicy, Attempt, Next, Refused};
@@ -163,7 +163,7 @@ impl LockClientSession {
         }
         let mut handles = Vec::with_capacity(keys.len());
         for (i, (key, grant)) in keys.iter().zip(&answer.grants).enumerate() {
-            match self.register(key, grant, attempt).await? {
+            match self.register(key, Claim::Exclusive, grant, attempt).await? {
                 Some(handle) => handles.push(handle),
                 None => {
                     for handle in handles {

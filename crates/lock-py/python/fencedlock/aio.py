@@ -69,6 +69,16 @@ class Lock:
     def proof(self) -> str | None:
         return self._native.proof
 
+    @property
+    def scope(self) -> str:
+        """What the lock holds of its key: `exclusive`, `shared` or `permit-{slot}`."""
+        return self._native.scope
+
+    @property
+    def fenced_resource(self) -> str:
+        """The name a resource fences its writes under (`{key}#permit-{slot}` for a permit)."""
+        return self._native.fenced_resource
+
     def ensure_held(self) -> None:
         """Raises `LockLost` once the lock may be lost."""
         self._native.ensure_held()
@@ -108,12 +118,24 @@ class Session:
     def __init__(self, native: _native.Session) -> None:
         self._native = native
 
-    def lock(self, key: str, *, ttl: float = 10.0, wait: float = 0.0) -> _Opening[Lock]:
-        """Acquires `key` (see `fencedlock.Session.lock`); as a context manager, releases it
+    def lock(
+        self,
+        key: str,
+        *,
+        ttl: float = 10.0,
+        wait: float = 0.0,
+        permits: int | None = None,
+        shared: bool = False,
+    ) -> _Opening[Lock]:
+        """Acquires `key` (see `fencedlock.Session.lock`: `permits=N` for one of a
+        semaphore's permits, `shared=True` for a reader); as a context manager, releases it
         on exit."""
 
         async def acquire() -> Lock:
-            return Lock(await asyncio.to_thread(self._native.lock, key, ttl=ttl, wait=wait))
+            native = await asyncio.to_thread(
+                self._native.lock, key, ttl=ttl, wait=wait, permits=permits, shared=shared
+            )
+            return Lock(native)
 
         async def release(lock: Lock) -> None:
             await lock.release()

@@ -1,11 +1,13 @@
 -- L4 acquire in one round trip. Outcomes: GRANTED (new token, or the same token when the
 -- session already holds the key), LOCK_HELD (wait_ms: until the holder's grant ends),
 -- LOCK_DELAYED (wait_ms: until the delay ends), QUEUED (ahead: waiters first), and
--- SESSION_UNKNOWN, SESSION_EXPIRED. With p_queue_ms > 0 a refused caller keeps a place in
+-- SESSION_UNKNOWN, SESSION_EXPIRED, and KIND_CONFLICT (lock_shares_answer: the key holds
+-- permits, or this session reads it). With p_queue_ms > 0 a refused caller keeps a place in
 -- the key's queue; a grant removes it. Grantors of one key serialise on its lock_fences row,
 -- so tokens strictly increase. p_request names the request asking: its grant, its queue
--- place and a grant handed over to that place record it (lock_abandon). The uncontended path runs five statements: session, grant row
--- (and whether anyone queues), fence, grant row again under the fence lock, insert.
+-- place and a grant handed over to that place record it (lock_abandon). The uncontended path
+-- runs six statements: session, grant row (and whether anyone queues or shares the key),
+-- fence, grant row and shares again under the fence lock, insert.
 -- lock_store::decide::decide is the same decision in Rust (the conformance suite holds both
 -- to one table).
 CREATE OR REPLACE FUNCTION lock_acquire(p_key text, p_session uuid, p_lease_ms bigint,
@@ -21,6 +23,7 @@ DECLARE
     v_delay_until timestamptz;
     v_seq bigint;
     v_ahead bigint;
+    v_shared boolean;
 BEGIN
     SELECT s.expires_at INTO v_session_expires
       FROM lock_sessions s WHERE s.session_id = p_session;
@@ -41,6 +44,11 @@ BEGIN
         -- the look below sees the key free) or waits for this transaction (and its wake-up
         -- sees this place). Taken before the place, so that a wait here holds nothing.
         PERFORM 1 FROM locks l WHERE l.lock_key = p_key FOR KEY SHARE;
+        -- A share's release takes the fence row first (FOR SHARE): while the key has shares
+        -- (ADR 0007), the fence row orders this place against their releases the same way.
+        IF EXISTS (SELECT 1 FROM lock_holds h WHERE h.lock_key = p_key) THEN
+            PERFORM 1 FROM lock_fences f WHERE f.lock_key = p_key FOR NO KEY UPDATE;
+        END IF;
         -- The place names the grant its waiter asks for (a hand-over grants exactly that)
         -- and when this call touched it (a hand-over's grant begins after it).
         INSERT INTO lock_waiters AS w (lock_key, session_id, expires_at, lease_ms, lock_delay_ms,
@@ -52,7 +60,8 @@ BEGIN
                lease_ms      = EXCLUDED.lease_ms,
                lock_delay_ms = EXCLUDED.lock_delay_ms,
                touched_at    = EXCLUDED.touched_at,
-               request_id    = EXCLUDED.request_id;
+               request_id    = EXCLUDED.request_id,
+               claim         = 'exclusive';
     END IF;
 
     -- First look, without a write: somebody else holds it, or this session does; and
@@ -60,7 +69,8 @@ BEGIN
     -- path pays no separate queue query).
     SELECT l.fencing_token, l.session_id, LEAST(l.expires_at, s.expires_at) AS ends_at,
            COALESCE(l.expires_at > now() AND s.expires_at > now(), false) AS live,
-           EXISTS (SELECT 1 FROM lock_waiters q WHERE q.lock_key = p_key) AS queued
+           EXISTS (SELECT 1 FROM lock_waiters q WHERE q.lock_key = p_key) AS queued,
+           EXISTS (SELECT 1 FROM lock_holds h WHERE h.lock_key = p_key) AS shared
       INTO v_cur
       FROM (SELECT 1) AS one
       LEFT JOIN locks l ON l.lock_key = p_key
@@ -69,6 +79,12 @@ BEGIN
         RETURN QUERY SELECT 'LOCK_HELD'::text, v_cur.fencing_token, NULL::bigint, v_cur.ends_at, false,
                ceil(extract(epoch FROM v_cur.ends_at - now()) * 1000)::bigint, NULL::bigint;
         RETURN;
+    END IF;
+    -- Readers or permits hold the key (ADR 0007): another kind, or a writer waits for them.
+    v_shared := v_cur.shared;
+    IF v_shared THEN
+        RETURN QUERY SELECT * FROM lock_shares_answer(p_key, p_session);
+        IF FOUND THEN RETURN; END IF;
     END IF;
     -- Same session again: the same grant (idempotent retry of L4). Lease and expiry only
     -- grow, so every answer satisfies expires_at >= now() + lease_ms (I4).
@@ -143,11 +159,23 @@ BEGIN
         RETURN;
     END IF;
 
+    -- A share granted since the first look (share grantors take the fence row first).
+    RETURN QUERY SELECT * FROM lock_shares_answer(p_key, p_session);
+    IF FOUND THEN RETURN; END IF;
+
     -- Lock-delay: of the dead grant still in the table (from its end), and of one already
     -- removed (on the fence row). Refused after drawing a token: that number is skipped.
     v_delay_until := NULL;
     IF v_found AND v_cur.session_id <> p_session AND v_cur.lock_delay_ms > 0 THEN
         v_delay_until := v_cur.ends_at + v_cur.lock_delay_ms * interval '1 millisecond';
+    END IF;
+    -- Ended shares of other sessions not yet reaped (ADR 0007), from their ends.
+    IF v_shared THEN
+        SELECT GREATEST(v_delay_until,
+                        max(LEAST(h.expires_at, s.expires_at) + h.lock_delay_ms * interval '1 millisecond'))
+          INTO v_delay_until
+          FROM lock_holds h LEFT JOIN lock_sessions s ON s.session_id = h.session_id
+         WHERE h.lock_key = p_key AND h.session_id <> p_session AND h.lock_delay_ms > 0;
     END IF;
     IF v_fence.delay_until IS NOT NULL AND v_fence.delay_exempt IS DISTINCT FROM p_session THEN
         v_delay_until := GREATEST(v_delay_until, v_fence.delay_until);

@@ -55,7 +55,8 @@ BEGIN
                    lease_ms      = NULL,
                    lock_delay_ms = EXCLUDED.lock_delay_ms,
                    touched_at    = EXCLUDED.touched_at,
-                   request_id    = EXCLUDED.request_id;
+                   request_id    = EXCLUDED.request_id,
+                   claim         = 'exclusive';
         END IF;
     END LOOP;
 

@@ -1,7 +1,7 @@
 -- Group commit: the writes a replica gathered while its previous batch was in flight, in one
 -- statement and one transaction, so N heartbeats, acquires, renews and releases cost one WAL
 -- flush instead of N. Each write is decided by the same function that decides it alone
--- (lock_acquire, lock_renew, session_heartbeat, the release's compare-and-delete), and sees
+-- (lock_acquire, lock_renew, session_heartbeat, lock_release), and sees
 -- the writes before it in the batch as it would see them committed: its answer is one it
 -- could have been given alone. One row per write, `ord` its position in the arrays (1-based).
 --
@@ -41,10 +41,7 @@ BEGIN
                    NULL::bigint, NULL::bigint
               FROM lock_renew(p_keys[i], p_sessions[i], p_tokens[i]) r;
         WHEN 'release' THEN
-            DELETE FROM locks l
-             WHERE l.lock_key = p_keys[i] AND l.fencing_token = p_tokens[i]
-               AND l.session_id = p_sessions[i];
-            v_released := FOUND;
+            v_released := lock_release(p_keys[i], p_sessions[i], p_tokens[i]);
             RETURN QUERY
             SELECT i, CASE WHEN v_released THEN 'RELEASED' ELSE 'NOT_HELD' END, NULL::bigint,
                    NULL::bigint, NULL::timestamptz, NULL::boolean, NULL::bigint, NULL::bigint;

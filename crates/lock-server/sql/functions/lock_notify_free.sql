@@ -1,5 +1,5 @@
--- Wake-ups and hand-over across replicas: when a key's grant row or a queue place goes
--- (release, revoke, the reaper, a closed session, a head leaving) and the key is free with a
+-- Wake-ups and hand-over across replicas: when a key's grant row, a share (ADR 0007) or a
+-- queue place goes (release, revoke, the reaper, a closed session, a head leaving) and the key is free with a
 -- live head waiter, the head is granted the key in the transaction that freed it when its own
 -- acquire would have been granted at this instant (lock_store::decide::hand_over is the same
 -- rule in Rust): no live or ended grant row, no lock-delay for it, and a place that names the
@@ -42,13 +42,22 @@ BEGIN
     IF FOUND AND v_grant.live THEN
         RETURN NULL;
     END IF;
-    v_ended := FOUND;
-    SELECT w.session_id, w.lease_ms INTO v_head
+    v_ended := FOUND OR EXISTS (SELECT 1 FROM lock_holds h WHERE h.lock_key = OLD.lock_key);
+    SELECT w.session_id, w.lease_ms, w.claim INTO v_head
       FROM lock_waiters w JOIN lock_sessions s ON s.session_id = w.session_id
      WHERE w.lock_key = OLD.lock_key AND w.expires_at > v_at AND s.expires_at > v_at
      ORDER BY w.seq
      LIMIT 1;
     IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- Readers or permits hold the key (ADR 0007): a head that asks for a share may fit
+    -- beside them and is woken to ask; one that asks for the whole key waits for the last.
+    IF EXISTS (SELECT 1 FROM lock_holds h JOIN lock_sessions s ON s.session_id = h.session_id
+                WHERE h.lock_key = OLD.lock_key AND h.expires_at > v_at AND s.expires_at > v_at) THEN
+        IF v_head.claim <> 'exclusive' THEN
+            PERFORM pg_notify('lock_free', v_head.session_id::text || ' ' || OLD.lock_key);
+        END IF;
         RETURN NULL;
     END IF;
     -- An ended grant row still there (its lock-delay is the acquire's to judge), a place
@@ -76,9 +85,14 @@ BEGIN
         PERFORM pg_notify('lock_free', v_head.session_id::text || ' ' || OLD.lock_key);
         RETURN NULL;
     END IF;
+    -- Under the fence row, which every grantor holds until it commits, look again: a grant
+    -- or a share committed since the first looks (none was there then, live or ended) is
+    -- seen now, and the key is never handed over beside it.
     IF v_place.lease_ms IS NULL OR v_place.expires_at <= v_at
        OR (v_fence.delay_until > v_at
-           AND v_fence.delay_exempt IS DISTINCT FROM v_head.session_id) THEN
+           AND v_fence.delay_exempt IS DISTINCT FROM v_head.session_id)
+       OR EXISTS (SELECT 1 FROM locks l WHERE l.lock_key = OLD.lock_key)
+       OR EXISTS (SELECT 1 FROM lock_holds h WHERE h.lock_key = OLD.lock_key) THEN
         PERFORM pg_notify('lock_free', v_head.session_id::text || ' ' || OLD.lock_key);
         RETURN NULL;
     END IF;
@@ -117,4 +131,6 @@ $$;
 CREATE OR REPLACE TRIGGER locks_notify_free AFTER DELETE ON locks
     FOR EACH ROW EXECUTE FUNCTION lock_notify_free();
 CREATE OR REPLACE TRIGGER lock_waiters_notify_free AFTER DELETE ON lock_waiters
+    FOR EACH ROW EXECUTE FUNCTION lock_notify_free();
+CREATE OR REPLACE TRIGGER lock_holds_notify_free AFTER DELETE ON lock_holds
     FOR EACH ROW EXECUTE FUNCTION lock_notify_free();

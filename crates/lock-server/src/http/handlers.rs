@@ -6,9 +6,9 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
     AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
-    FencingToken, GrantId, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome,
-    ReleaseRequest, ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest, SessionId,
-    validate_requested_duration, validate_requested_ttl,
+    FencingToken, GrantId, GrantScope, HeartbeatResponse, LockGrant, LockInfo, LockKey,
+    LockOutcome, ReleaseRequest, ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest,
+    SessionId, validate_requested_duration, validate_requested_ttl,
 };
 
 use super::store_error::api_error;
@@ -166,9 +166,9 @@ pub async fn delete_session(
 #[utoipa::path(post, path = "/v1/locks/{lock_key}/acquire", tag = "locks", operation_id = "L4_acquire",
     params(("lock_key" = LockKey, Path, description = "the lock key")), request_body = AcquireRequest, security(("lock_client" = [])),
     responses((status = 200, description = "granted: a new token, or the same token to the same session", body = LockGrant),
-        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, an unknown field or the body", body = ErrorBody),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, permits (1 to 256, not with mode), an unknown field or the body", body = ErrorBody),
         (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
-        (status = 409, description = "LOCK_HELD: another live session holds it, the key is in a lock-delay, or waiters queued first (after wait_ms, if given)", body = ErrorBody),
+        (status = 409, description = "LOCK_HELD: another live session holds it, the key is in a lock-delay, or waiters queued first (after wait_ms, if given); LOCK_KIND_CONFLICT: the key's live grants are of another kind (permits of another count, permits beside a lock or readers) or this session holds it in the other mode", body = ErrorBody),
         (status = 410, description = "SESSION_EXPIRED", body = ErrorBody),
         (status = 429, description = "TOO_MANY_WAITERS: wait_ms given but this replica already holds lock.max.waiters(-per-key) waiters, or this credential's limits.waiters; RATE_LIMITED: over its requests a second", body = ErrorBody),
         (status = 503, description = "NOT_LEADER: draining (a waiter keeps its queue place for its retry elsewhere)", body = ErrorBody)))]
@@ -182,6 +182,7 @@ pub async fn acquire(
 ) -> ApiResult<Json<LockGrant>> {
     let key = key_from_path(lock_key)?;
     let (spec, wait_ms) = acquire_spec(&state, req.ttl_ms, req.wait_ms, req.lock_delay_ms)?;
+    let spec = spec.claiming(req.claim()?);
     let backend = state.backend().as_str();
     let _place = (wait_ms > 0)
         .then(|| state.quotas().wait(&caller))
@@ -516,16 +517,20 @@ pub const CLIENT_CREDENTIAL: &str = "lock-client";
 pub const ADMIN_CREDENTIAL: &str = "lock-admin";
 
 /// The proof of `grant`, when this replica signs grants: it names the grant (its session,
-/// key and token, digested), so a token issued twice is two proofs for two grants.
+/// key and token, digested), so a token issued twice is two proofs for two grants. A share
+/// (a reader's, a permit: ADR 0007) gets a v3 proof, which signs its scope too.
 fn sign(state: &AppState, grant: &LockGrant) -> Option<String> {
     sign_as(state, grant, &grant_id(grant))
 }
 
 /// [`sign`] with the grant's id already derived.
 fn sign_as(state: &AppState, grant: &LockGrant, id: &GrantId) -> Option<String> {
-    state
-        .signer()
-        .map(|signer| signer.sign(&grant.lock_key, grant.fencing_token, id))
+    let signer = state.signer()?;
+    let (key, token) = (&grant.lock_key, grant.fencing_token);
+    Some(match grant.scope {
+        GrantScope::Exclusive => signer.sign(key, token, id),
+        scope => signer.sign_scoped(key, token, id, scope),
+    })
 }
 
 /// The id a grant's proofs name: its session, key and token, digested.

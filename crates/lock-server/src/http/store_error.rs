@@ -11,6 +11,7 @@ pub fn code(err: &StoreError) -> ErrorCode {
         StoreError::SessionUnknown(_) => ErrorCode::SessionUnknown,
         StoreError::SessionExpired(_) => ErrorCode::SessionExpired,
         StoreError::LockLost { .. } => ErrorCode::LockLost,
+        StoreError::KindConflict { .. } => ErrorCode::LockKindConflict,
         StoreError::NotLeader(_) => ErrorCode::NotLeader,
         StoreError::Unavailable(_) => ErrorCode::StoreUnavailable,
         StoreError::Internal(_) => ErrorCode::Internal,

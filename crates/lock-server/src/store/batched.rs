@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
@@ -215,6 +215,10 @@ impl LockStore for Batched {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
+        // A reader's or a permit's acquire goes alone: a batch decides locks only.
+        if spec.claim != Claim::Exclusive {
+            return self.inner.acquire_with(key, session, spec).await;
+        }
         let op = BatchOp::Acquire {
             key: key.clone(),
             session,

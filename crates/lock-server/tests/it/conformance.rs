@@ -1289,3 +1289,5 @@ mod etcd_wake_watch {
         );
     }
 }
+
+mod shares;

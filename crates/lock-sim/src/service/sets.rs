@@ -6,7 +6,8 @@
 use lock_api::{FencingToken, LockKey, SessionId};
 use lock_store::{AcquireSpec, LockStore, Refusal, SetOutcome, StoreError};
 
-use super::{LockAnswer, LockService, Member, now_or_never, refusal};
+use super::calls::{LockAnswer, Member};
+use super::{LockService, now_or_never, refusal};
 use crate::sched::Nanos;
 
 /// A set's store call: what came of it, and how it broke all or nothing, if it did.

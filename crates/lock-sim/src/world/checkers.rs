@@ -1,17 +1,21 @@
 //! The checkers, after every event and at the end: the invariants of
 //! `docs/contracts/C1-domain.md` (at most once at the rail, fences only rise, tokens unique
 //! and rising per key, conservative expiry, ambiguity is terminal, the ledger balances,
-//! nothing is lost), an accepted superseded write, mutual exclusion of the clients' beliefs
-//! in true time, a reported loss that stays final, and no orphan grant. Each holds for a key
-//! set's members as for any grant (each is registered in its client's core like a single
-//! grant); that a set is never partly held is checked at each set's store call
-//! (`service/sets.rs`, reported by `set_replica.rs`).
+//! nothing is lost), an accepted superseded write, exclusion of the clients' beliefs in true
+//! time (mutual exclusion of locks; a semaphore's bound; readers beside no writer), a
+//! writer's token above every reader's before it, a reported loss that stays final, and no
+//! orphan grant. Each holds for a key set's members and for shares as for any grant (each
+//! is registered in its client's core like a single grant); that a set is never partly held
+//! is checked at each set's store call (`service/sets.rs`, reported by `set_replica.rs`),
+//! and the semaphore's bound also in the store after each permit's store call
+//! (`share_replica.rs`).
 
-use lock_api::{FencingToken, LockKey, SessionId};
+use lock_api::{FencingToken, GrantScope, LockKey, SessionId};
 use payment_api::PayoutState;
 
-use super::World;
 use super::links::Node;
+use super::witness::Granted;
+use super::{SharedKey, World};
 use crate::check::Violation;
 use crate::sched::{MS, Nanos};
 
@@ -20,27 +24,48 @@ use crate::sched::{MS, Nanos};
 const ORPHAN_BOUND: Nanos = 50 * MS;
 
 impl World {
-    /// Tokens unique and rising per key, on the grant just made: above the key's previous token,
-    /// unless it is the same session's idempotent re-grant; never a token another session had.
-    pub(super) fn check_grant(&mut self, key: &LockKey, token: FencingToken, session: SessionId) {
-        let previous = self
-            .service
-            .grants
-            .iter()
-            .rev()
-            .filter(|(_, k, _, _)| k == key)
-            .nth(1)
-            .map(|(_, _, t, s)| (*t, *s));
-        let Some((last_token, last_session)) = previous else {
-            return;
+    /// Tokens unique and rising per key, on the grant just made (`scope` of its key): a new
+    /// token above every token the key was granted before (a reader's, a permit's, a lock's),
+    /// unless it is the same session's idempotent re-grant; never a token another session
+    /// had. A writer's new token is above every reader's granted before it (checked first:
+    /// the narrower rule).
+    pub(super) fn check_grant(
+        &mut self,
+        key: &LockKey,
+        token: FencingToken,
+        session: SessionId,
+        scope: GrantScope,
+    ) {
+        let (invariant, detail) = match self.witness.granted(key, token, session, scope) {
+            Granted::New { after_readers } => {
+                if after_readers {
+                    self.coverage.hit("a writer granted after readers");
+                }
+                return;
+            }
+            Granted::Again => return,
+            Granted::Twice(other) => (
+                "I3 tokens unique per key",
+                format!(
+                    "{key}: token {} granted to {} and {}",
+                    token.0,
+                    other.tag(),
+                    session.tag()
+                ),
+            ),
+            Granted::BelowReader(reader) => (
+                "a writer's token above every reader's before it",
+                format!(
+                    "{key}: a writer granted token {} after a reader was granted {}",
+                    token.0, reader.0
+                ),
+            ),
+            Granted::Below(highest) => (
+                "I3 tokens rise per key",
+                format!("{key}: token {} granted after {}", token.0, highest.0),
+            ),
         };
-        if last_token == token && last_session != session {
-            let detail = format!("{key}: token {} granted to two sessions", token.0);
-            self.violate("I3 tokens unique per key", &[], detail);
-        } else if last_token != token && token <= last_token {
-            let detail = format!("{key}: token {} granted after {}", token.0, last_token.0);
-            self.violate("I3 tokens rise per key", &[], detail);
-        }
+        self.violate(invariant, &[], detail);
     }
 
     pub(super) fn check_session_deadline(&mut self, c: usize) {
@@ -80,47 +105,96 @@ impl World {
         }
     }
 
-    /// Mutual exclusion in true time: at most one client whose own deadline says it holds a
-    /// key. Every grant a client handed its core is asked about (a job's key, each member of
-    /// its key set, a grant of an ended job still to be released), not only the job's.
+    /// Exclusion in true time, of what the clients' own deadlines say they hold: a key held
+    /// alone (a lock, a writer) by at most one client and beside no reader; a semaphore key
+    /// by at most its permits, never two in one slot. Every grant a client handed its core
+    /// is asked about (a job's key, each member of its key set, a share, a grant of an ended
+    /// job still to be released), not only the job's.
     pub(super) fn check_exclusion(&mut self) {
+        let held = self.beliefs(None);
+        if held.len() < 2 {
+            return;
+        }
+        let mut from = 0;
+        while from < held.len() {
+            let key = held[from].0;
+            let to = from + held[from..].iter().take_while(|h| h.0 == key).count();
+            if to - from > 1 {
+                if let Some((invariant, detail)) = self.excluded(key, &held[from..to]) {
+                    let parties: Vec<Node> =
+                        held[from..to].iter().map(|h| Node::Client(h.1)).collect();
+                    let key = key.clone();
+                    self.violate(invariant, &parties, format!("{key} {detail}"));
+                    return;
+                }
+            }
+            from = to;
+        }
+    }
+
+    /// What every client believes it holds now, by its own deadline (of `only` that key, if
+    /// given), a revoked grant left out: (key, client, scope), sorted by key and client.
+    pub(super) fn beliefs(&self, only: Option<&LockKey>) -> Vec<(&LockKey, usize, GrantScope)> {
         let now = self.q.now();
-        let mut held: Vec<(&LockKey, usize)> = Vec::new();
+        let mut held = Vec::new();
         for (c, client) in self.clients.iter().enumerate() {
             let Some(s) = &client.session else {
                 continue;
             };
             for (key, token) in s.grant_expiry.keys() {
-                if self.witness.is_revoked(key, *token) {
+                if only.is_some_and(|only| only != key) || self.witness.is_revoked(key, *token) {
                     continue;
                 }
                 if s.core
                     .held_deadline(key, *token, client.local(now))
                     .is_some()
                 {
-                    held.push((key, c));
+                    held.push((key, c, s.scope_of(key, *token)));
                 }
             }
         }
-        if held.len() < 2 {
-            return;
+        held.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        held
+    }
+
+    /// What breaks exclusion among `held`, the beliefs of one key by several clients: the
+    /// invariant and what was seen.
+    fn excluded(
+        &self,
+        key: &LockKey,
+        held: &[(&LockKey, usize, GrantScope)],
+    ) -> Option<(&'static str, String)> {
+        let cs: Vec<(usize, GrantScope)> = held.iter().map(|h| (h.1, h.2)).collect();
+        let alone = held.iter().any(|h| h.2 == GrantScope::Exclusive);
+        let reading = held.iter().any(|h| h.2 == GrantScope::Shared);
+        if alone {
+            let invariant = if reading {
+                "reader/writer exclusion"
+            } else {
+                "mutual exclusion"
+            };
+            let detail = format!("is held at once by clients {cs:?}, each by its own deadline");
+            return Some((invariant, detail));
         }
-        held.sort_unstable();
-        let Some(twice) = held.windows(2).find(|w| w[0].0 == w[1].0).map(|w| w[0].0) else {
-            return;
-        };
-        let cs: Vec<usize> = held
-            .iter()
-            .filter(|(key, _)| *key == twice)
-            .map(|(_, c)| *c)
-            .collect();
-        let key = twice.clone();
-        let parties: Vec<Node> = cs.iter().map(|c| Node::Client(*c)).collect();
-        self.violate(
-            "mutual exclusion",
-            &parties,
-            format!("{key} is held at once by clients {cs:?}, each by its own deadline"),
-        );
+        if SharedKey::of(key) != Some(SharedKey::Pool) {
+            return None;
+        }
+        let permits = self.cfg.permits;
+        let mut slots: Vec<u32> = Vec::new();
+        let twice = held.iter().any(|h| match h.2 {
+            GrantScope::Permit { slot } if !slots.contains(&slot) => {
+                slots.push(slot);
+                false
+            }
+            _ => true,
+        });
+        (twice || held.len() > permits as usize).then(|| {
+            let detail = format!(
+                "of {permits} permits is held at once by clients {cs:?} (client, scope), each by \
+                 its own deadline"
+            );
+            ("semaphore bound", detail)
+        })
     }
 
     /// A reported loss is final: a grant the SDK told its listener it lost is never held by

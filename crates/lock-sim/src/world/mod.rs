@@ -3,8 +3,10 @@
 //! what came of it, and decides nothing the SDK decides), the lock service and the bank
 //! (`services.rs`), the network (`network.rs`) and the nemesis (`nemesis.rs`), on one event
 //! queue in virtual time, with the checkers (`checkers.rs`) applied after every event. Jobs
-//! that take a key set are `set_jobs.rs` at the client and `set_replica.rs` at the replica.
-//! This file holds the run's state and its event loop.
+//! that take a key set are `set_jobs.rs` at the client and `set_replica.rs` at the replica;
+//! jobs that hold a permit or a reader's or writer's share of a key (ADR 0007) are
+//! `share_jobs.rs` at the client and `share_replica.rs` at the replica. This file holds the
+//! run's state and its event loop.
 
 mod checkers;
 mod links;
@@ -14,6 +16,8 @@ mod protocol;
 mod services;
 mod set_jobs;
 mod set_replica;
+mod share_jobs;
+mod share_replica;
 mod witness;
 mod writes;
 
@@ -24,7 +28,7 @@ use witness::Witness;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+use lock_api::{Claim, FencingToken, GrantScope, LockGrant, LockKey, SessionId};
 use lock_core::{AcquireLoop, Attempt, Renewal, Sent, SessionCore, TickGrid};
 
 use crate::bank::{Answer, Bank, RailFault, Write};
@@ -54,6 +58,9 @@ enum Body {
         token: i64,
         /// The grant id of the proof the write carries.
         grant: String,
+        /// Its job was paused between a guard (or the grant) and a write: fenced, it is a
+        /// zombie's (the coverage's mark only; the resource never reads it).
+        paused: bool,
     },
     WriteReply(Answer),
     /// The client gave up on its request of this number (its connection closed).
@@ -70,6 +77,8 @@ enum Fault {
     Heal(Node, Node),
     /// An operator revokes the payout's lock.
     Revoke(usize),
+    /// An operator revokes a shared key: every live grant of it ends.
+    RevokeShares(SharedKey),
     /// The store host's wall clock steps by this many nanoseconds.
     StoreClockStep(i64),
 }
@@ -94,6 +103,12 @@ enum Event {
     /// The job of this id sends its next write: the scheduling point between the guard
     /// (or the grant) and the write, where a pause makes a zombie.
     Write(usize, u64, Write),
+    /// The share job of this id ends a use of its share (after the scheduling point and
+    /// the work), and guards it.
+    Use(usize, u64),
+    /// Replica r (as of its restart count) makes the store call of a share's acquire that
+    /// reached it: alone, never in a batch.
+    ShareCall(usize, u64, Node, u64, LockCall),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
     /// A parked acquire that left its queue place at its deadline makes its last try: a
@@ -147,11 +162,17 @@ enum Phase {
 #[derive(Debug, Clone)]
 struct Job {
     id: u64,
-    payout: usize,
+    /// The payout it settles (`None`: a share job, which writes nothing).
+    payout: Option<usize>,
     /// The payout's key: its token fences the writes.
     key: LockKey,
     /// The payout's key and an account's, sorted, when the job takes them as a set.
     set: Option<Vec<LockKey>>,
+    /// What it claims of its key: the key alone (a payout's, a writer's), a reader's share or
+    /// a permit.
+    claim: Claim,
+    /// A share job's uses still to make before it releases.
+    uses_left: u32,
     token: Option<FencingToken>,
     /// Every grant the job holds (the payout's, and a set's other member), in key order.
     held: Vec<(LockKey, FencingToken)>,
@@ -181,6 +202,21 @@ struct Session {
     store_expiry: Nanos,
     /// The store's expiry of each grant, as last answered.
     grant_expiry: BTreeMap<(LockKey, FencingToken), Nanos>,
+    /// What each grant registered holds of its key, when it is not the whole key (a reader's
+    /// share, a permit's slot), as the SDK keeps each handle's scope.
+    scopes: BTreeMap<(LockKey, FencingToken), GrantScope>,
+}
+
+impl Session {
+    /// What grant `token` of `key` holds of its key.
+    fn scope_of(&self, key: &LockKey, token: FencingToken) -> GrantScope {
+        // A few entries at most: looked through, no key cloned.
+        self.scopes
+            .iter()
+            .find(|((k, t), _)| k == key && *t == token)
+            .map(|(_, scope)| *scope)
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug)]
@@ -245,6 +281,8 @@ struct Parked {
     /// A key set's request: parked on every key of the set; `key` is the one that refused it
     /// last (for the trace).
     set: Option<SetWait>,
+    /// What it claims of its key (a set's members: the key alone).
+    claim: Claim,
 }
 
 impl Parked {
@@ -330,6 +368,37 @@ fn key_of(payout: usize) -> LockKey {
 /// The key of account `account` (a small pool the key sets share).
 fn account_key(account: usize) -> LockKey {
     LockKey::parse(format!("account:{account}")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The keys share jobs hold (ADR 0007): one semaphore key, one read/write key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SharedKey {
+    /// A semaphore key: its permit jobs each hold one of its permits.
+    Pool,
+    /// A read/write key: readers share it, a writer holds it alone.
+    Doc,
+}
+
+impl SharedKey {
+    const POOL: &str = "pool:0";
+    const DOC: &str = "doc:0";
+
+    fn key(self) -> LockKey {
+        let name = match self {
+            Self::Pool => Self::POOL,
+            Self::Doc => Self::DOC,
+        };
+        LockKey::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Which shared key `key` is, if it is one.
+    fn of(key: &LockKey) -> Option<Self> {
+        match key.as_str() {
+            Self::POOL => Some(Self::Pool),
+            Self::DOC => Some(Self::Doc),
+            _ => None,
+        }
+    }
 }
 
 impl World {
@@ -498,6 +567,7 @@ impl World {
             | Event::Tick(c, _)
             | Event::Retry(c, _)
             | Event::Write(c, _, _)
+            | Event::Use(c, _)
             | Event::Timeout(c, _) => Some(*c),
             _ => None,
         }
@@ -544,6 +614,14 @@ impl World {
                 if self.job_is(c, job) {
                     self.send_write(c, write);
                 }
+            }
+            Event::Use(c, job) => {
+                if self.job_is(c, job) {
+                    self.use_done(c);
+                }
+            }
+            Event::ShareCall(r, restarts, from, req, call) => {
+                self.share_call(r, restarts, from, req, call);
             }
             Event::WaitRetry(id) if self.is_set(id) => self.set_call(id),
             Event::WaitRetry(id) => self.wait_call(id),

@@ -2,7 +2,7 @@
 //! `NOT_LEADER` windows, revocations, steps of the store's clock) and what each one does.
 
 use super::links::Node;
-use super::{Event, Fault, World, key_of};
+use super::{Event, Fault, SharedKey, World, key_of};
 use crate::sched::MS;
 
 impl World {
@@ -48,6 +48,15 @@ impl World {
                 self.q.at(at, Event::Nemesis(Fault::StoreClockStep(by)));
             }
         }
+        // Drawn last, and only in a run with share jobs: a run without is what it was.
+        if self.cfg.share_jobs > 0.0 {
+            for which in [SharedKey::Pool, SharedKey::Doc] {
+                for _ in 0..self.rng.usize(0..=1) {
+                    let at = self.rng.u64(0..until);
+                    self.q.at(at, Event::Nemesis(Fault::RevokeShares(which)));
+                }
+            }
+        }
     }
 
     pub(super) fn nemesis(&mut self, fault: Fault) {
@@ -90,6 +99,17 @@ impl World {
                 if let Some(token) = self.service.revoke(self.q.now(), &key) {
                     self.coverage.hit("fault: a grant revoked");
                     self.witness.revoke(key, token);
+                }
+            }
+            Fault::RevokeShares(which) => {
+                // Every live grant of the key ends (the revoke names only the newest).
+                let (now, key) = (self.q.now(), which.key());
+                let live: Vec<_> = self.service.live_grants(now);
+                if self.service.revoke(now, &key).is_some() {
+                    self.coverage.hit("fault: a shared key's grants revoked");
+                    for (_, _, token) in live.into_iter().filter(|(k, ..)| *k == key) {
+                        self.witness.revoke(key.clone(), token);
+                    }
                 }
             }
         }

@@ -2,14 +2,18 @@
 //! protocol (acquire → claim → guard → submit → guard → post → release), with a scheduling
 //! point between every guard and its write. It sends what the core plans and hands back what
 //! came of it; every decision the SDK makes is the core's. A job that takes a key set
-//! registers and releases its members as `set_jobs.rs` says.
+//! registers and releases its members as `set_jobs.rs` says; a job that holds a share of a
+//! key (a permit, a reader's or a writer's hold) uses it as `share_jobs.rs` says.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lock_api::{ErrorCode, FencingToken, LockKey, LossReason, RetryVerdict, SessionId};
+use lock_api::{
+    Claim, ErrorBody, ErrorCode, FencingToken, GrantScope, LockError, LockKey, LossReason,
+    RetryVerdict, SessionId,
+};
 use lock_core::{
-    AcquireLoop, AcquirePolicy, Attempt, Next, SessionCore, TickGrid, Unhold, acquire,
+    AcquireLoop, AcquirePolicy, Attempt, Next, Renewal, SessionCore, TickGrid, Unhold, acquire,
     heartbeat_period,
 };
 use lock_store::RequestId;
@@ -47,12 +51,21 @@ impl World {
             self.q.after(100 * MS, Event::Step(c));
             return;
         }
-        let payout = claimable[self.rng.usize(0..claimable.len())];
-        // Some jobs take the payout's key together with an account's, as one key set.
-        let set = (self.cfg.set_share > 0.0 && self.rng.f64() < self.cfg.set_share).then(|| {
-            let account = account_key(self.rng.usize(0..self.cfg.accounts));
-            lock_api::key_set(vec![key_of(payout), account]).unwrap_or_else(|e| panic!("{e}"))
-        });
+        // Some jobs hold a share of a key instead (ADR 0007).
+        let (payout, key, set, claim, uses_left) = match self.pick_share_job() {
+            Some((key, claim, uses)) => (None, key, None, claim, uses),
+            None => {
+                let payout = claimable[self.rng.usize(0..claimable.len())];
+                // Some jobs take the payout's key together with an account's, as one key set.
+                let set =
+                    (self.cfg.set_share > 0.0 && self.rng.f64() < self.cfg.set_share).then(|| {
+                        let account = account_key(self.rng.usize(0..self.cfg.accounts));
+                        lock_api::key_set(vec![key_of(payout), account])
+                            .unwrap_or_else(|e| panic!("{e}"))
+                    });
+                (Some(payout), key_of(payout), set, Claim::Exclusive, 0)
+            }
+        };
         let now_local = self.now_local(c);
         let request_timeout = Duration::from_millis(self.cfg.request_timeout_ms);
         let client = &mut self.clients[c];
@@ -60,8 +73,10 @@ impl World {
         client.job = Some(Job {
             id: client.jobs,
             payout,
-            key: key_of(payout),
+            key,
             set,
+            claim,
+            uses_left,
             token: None,
             held: Vec::new(),
             phase: Phase::Acquiring,
@@ -99,6 +114,7 @@ impl World {
                 lease_ms,
                 wait_ms: attempt.wait_ms(),
                 request: RequestId::NONE,
+                claim: job.claim,
             },
         };
         let replica = client.endpoint % self.cfg.replicas;
@@ -123,7 +139,7 @@ impl World {
         let unanswered = job
             .acquiring
             .ended_unanswered()
-            .then(|| job.keys().to_vec());
+            .then(|| (job.keys().to_vec(), job.claim));
         if after.rotate {
             self.rotate(c);
         }
@@ -141,17 +157,17 @@ impl World {
             Next::Fail => {
                 self.clients[c].job = None;
                 self.schedule_step(c, 50 * MS);
-                if let Some(keys) = unanswered {
-                    self.send_settle(c, keys);
+                if let Some((keys, claim)) = unanswered {
+                    self.send_settle(c, keys, claim);
                 }
             }
         }
     }
 
     /// The acquire gave up on an attempt whose answer never came: one try, as the SDK's
-    /// `acquire` (or `acquire_set`, for a set's keys) settles it (C2 §2.4); a grant it is
-    /// answered is released.
-    fn send_settle(&mut self, c: usize, keys: Vec<LockKey>) {
+    /// `acquire_claim` (with the same claim, or `acquire_set`, for a set's keys) settles it
+    /// (C2 §2.4); a grant it is answered is released.
+    fn send_settle(&mut self, c: usize, keys: Vec<LockKey>, claim: Claim) {
         let Some(session) = &self.clients[c].session else {
             return;
         };
@@ -163,6 +179,7 @@ impl World {
                 lease_ms,
                 wait_ms: None,
                 request: RequestId::NONE,
+                claim,
             },
             set => {
                 self.coverage
@@ -329,6 +346,7 @@ impl World {
             LockAnswer::SessionExpired => Some(ErrorCode::SessionExpired),
             LockAnswer::LockLost => Some(ErrorCode::LockLost),
             LockAnswer::Held => Some(ErrorCode::LockHeld),
+            LockAnswer::KindConflict => Some(ErrorCode::LockKindConflict),
             _ => None,
         }
     }
@@ -361,26 +379,8 @@ impl World {
                 self.check_session_deadline(c);
                 self.check_grant_deadlines(c);
             }
-            (
-                LockAnswer::Granted {
-                    key,
-                    token,
-                    lease_ms,
-                    expires,
-                    ..
-                },
-                Pending::Renew(renewal),
-            ) => {
-                let Some(s) = &mut self.clients[c].session else {
-                    return;
-                };
-                if renewal.key != key || renewal.token != token {
-                    // Renew never changes the token: not our grant.
-                    let _ = s.core.renew_failed(&renewal, Some(ErrorCode::LockLost), "");
-                } else if s.core.renew_ok(&renewal, lease_ms).is_some() {
-                    s.grant_expiry.insert((key, token), expires);
-                }
-                self.check_grant_deadlines(c);
+            (answer @ LockAnswer::Granted { .. }, Pending::Renew(renewal)) => {
+                self.renewed(c, &renewal, answer);
             }
             (
                 LockAnswer::Granted {
@@ -389,12 +389,13 @@ impl World {
                     lease_ms,
                     expires,
                     waited_ms,
+                    scope,
                     ..
                 },
                 Pending::Acquire(job, attempt, _),
             ) => {
                 let grant = (key, token, lease_ms, expires, waited_ms);
-                self.acquired(c, job, attempt, grant);
+                self.acquired(c, job, attempt, grant, scope);
             }
             (
                 LockAnswer::SetGranted {
@@ -435,6 +436,34 @@ impl World {
             }
         }
     }
+    /// Client `c`'s `renewal` was answered `answer` (a grant): handed to the SDK's core.
+    fn renewed(&mut self, c: usize, renewal: &Renewal, answer: LockAnswer) {
+        let LockAnswer::Granted {
+            key,
+            token,
+            lease_ms,
+            expires,
+            scope,
+            ..
+        } = answer
+        else {
+            return;
+        };
+        let Some(s) = &mut self.clients[c].session else {
+            return;
+        };
+        if renewal.key != key || renewal.token != token {
+            // Renew never changes the token: not our grant.
+            let _ = s.core.renew_failed(renewal, Some(ErrorCode::LockLost), "");
+        } else if s.core.renew_ok(renewal, lease_ms).is_some() {
+            s.grant_expiry.insert((key, token), expires);
+            if scope != GrantScope::Exclusive {
+                self.coverage.hit("a share renewed");
+            }
+        }
+        self.check_grant_deadlines(c);
+    }
+
     /// An error answer to client `c`'s `pending` call, as the SDK takes it.
     fn lock_refused(&mut self, c: usize, pending: &Pending, code: ErrorCode) {
         if code == ErrorCode::NotLeader {
@@ -462,12 +491,15 @@ impl World {
                     if code == ErrorCode::LockHeld {
                         self.coverage.hit("an acquire found the lock held");
                     }
-                    let verdict = if code == ErrorCode::LockHeld {
-                        RetryVerdict::Backoff
-                    } else {
-                        RetryVerdict::NextTick
-                    };
-                    self.acquire_failed(c, verdict);
+                    if code == ErrorCode::LockKindConflict {
+                        self.coverage
+                            .hit("an acquire refused: its session holds the key in the other mode");
+                    }
+                    // The SDK's reading of the code (contention backs off, NOT_LEADER moves
+                    // on, a kind conflict is the caller's and ends the acquire).
+                    let message = String::new();
+                    let verdict = LockError::from_wire(409, ErrorBody { code, message }, None);
+                    self.acquire_failed(c, verdict.retry());
                 }
             }
             // The release failed: the lease expires on its own.
@@ -499,6 +531,7 @@ impl World {
             ttl_ms,
             store_expiry: expires,
             grant_expiry: BTreeMap::new(),
+            scopes: BTreeMap::new(),
         });
         self.check_session_deadline(c);
         self.schedule_tick(c);
@@ -506,16 +539,19 @@ impl World {
     }
 
     /// Client `c`'s acquire for job `job` was granted `(key, token, lease_ms, expires,
-    /// waited_ms)`: handed to the SDK's core, which takes it or refuses a stale re-grant.
+    /// waited_ms)` holding `scope` of its key: refused when it does not answer the job's
+    /// claim (the SDK's `register`), else handed to the SDK's core, which takes it or refuses
+    /// a stale re-grant.
     fn acquired(
         &mut self,
         c: usize,
         job: u64,
         attempt: Attempt,
         (key, token, lease_ms, expires, waited_ms): (LockKey, FencingToken, u64, Nanos, u64),
+        scope: GrantScope,
     ) {
         let now_local = self.now_local(c);
-        if !self.job_is(c, job) {
+        if !self.job_is(c, job) || !self.grant_answers_claim(c, &key, scope) {
             return;
         }
         let Some(s) = &mut self.clients[c].session else {
@@ -543,13 +579,19 @@ impl World {
             return;
         }
         s.grant_expiry.insert((key.clone(), token), expires);
+        if scope != GrantScope::Exclusive {
+            s.scopes.insert((key.clone(), token), scope);
+        }
         self.check_grant_deadlines(c);
         let Some(job) = &mut self.clients[c].job else {
             return;
         };
-        job.held = vec![(key, token)];
+        job.held = vec![(key.clone(), token)];
         job.token = Some(token);
         job.phase = Phase::Claiming;
+        if job.payout.is_none() {
+            return self.share_granted(c, &key, scope);
+        }
         self.write_after_think(c, Write::Claim);
     }
 
@@ -588,6 +630,7 @@ impl World {
                 break;
             };
             session.grant_expiry.remove(&(key.clone(), token));
+            session.scopes.remove(&(key.clone(), token));
             if let Unhold::Last(_) = session.core.unhold(&key, token) {
                 let call = LockCall::Release {
                     key: key.clone(),
@@ -620,6 +663,7 @@ impl World {
         let lost_session = session.core.lost();
         for loss in &losses.grants {
             let lost = &loss.lost;
+            self.share_lost(c, lost);
             self.witness
                 .lost(c, lost.lock_key.clone(), lost.fencing_token);
             self.coverage.hit(match loss.lost.reason {

@@ -1,15 +1,16 @@
 //! The lock service's replicas (each over lock-store's `MemoryStore` through its own
 //! `ClockCheckedStore`, parking waiting acquires with lock-store's `WaitPlan`) and the bank (the
 //! resource and the rail, with fence-kit's `check_fence`) as nodes on the network. Key sets'
-//! own store calls are `set_replica.rs`'s.
+//! own store calls are `set_replica.rs`'s, and the first store call of a share's acquire
+//! `share_replica.rs`'s.
 
-use lock_api::{LockGrant, LockKey, SessionId};
+use lock_api::{Claim, GrantScope, LockGrant, LockKey, SessionId};
 use lock_store::wait_plan::{WaitPlan, WaitStep};
 use lock_store::{AcquireOutcome, AcquireSpec, RequestId, Wake};
 use payment_api::PayoutState;
 
 use super::links::Node;
-use super::{Body, Event, HAND_OVER_LATE_MAX_MS, Parked, World};
+use super::{Body, Event, HAND_OVER_LATE_MAX_MS, Parked, SharedKey, World};
 use crate::bank::Answer;
 use crate::sched::{MS, Nanos};
 use crate::service::{LockAnswer, LockCall};
@@ -37,6 +38,7 @@ impl World {
                 session,
                 lease_ms,
                 wait_ms,
+                claim,
                 ..
             } => LockCall::Acquire {
                 key,
@@ -44,10 +46,16 @@ impl World {
                 lease_ms,
                 wait_ms,
                 request: RequestId(req),
+                claim,
             },
             set @ LockCall::AcquireSet { .. } => return self.set_arrives(r, from, req, set),
             other => other,
         };
+        if let LockCall::Acquire { claim, .. } = &call {
+            if *claim != Claim::Exclusive {
+                return self.share_arrives(r, from, req, call);
+            }
+        }
         if let LockCall::Open { .. } = call {
             let answer = self.service.handle(self.q.now(), r, &call);
             return self.answered(r, from, req, &call, answer);
@@ -106,7 +114,7 @@ impl World {
 
     /// Replica `r`'s answer to request `req` from `from` (`None`: the replica is down, and the
     /// request vanishes): checked, parked when it may wait, or sent.
-    fn answered(
+    pub(super) fn answered(
         &mut self,
         r: usize,
         from: Node,
@@ -151,6 +159,7 @@ impl World {
                 lease_ms,
                 wait_ms: Some(wait_ms),
                 request,
+                claim,
             },
         ) = (&answer, call)
         {
@@ -171,6 +180,7 @@ impl World {
                     request: *request,
                     leaving: None,
                     set: None,
+                    claim: *claim,
                 },
             );
             return self.wait_call(id);
@@ -196,7 +206,8 @@ impl World {
             request,
             // The replica gives every grant its default lock-delay (the SDK names none).
             ..AcquireSpec::lease(p.lease_ms)
-        };
+        }
+        .claiming(p.claim);
         self.place_of.insert((key.clone(), session), request);
         let answer = match self.parked_call(id, spec) {
             None => return,
@@ -258,7 +269,8 @@ impl World {
         let spec = AcquireSpec {
             request: p.request,
             ..AcquireSpec::lease(p.lease_ms)
-        };
+        }
+        .claiming(p.claim);
         self.coverage
             .hit("a waiting acquire's last try after its leave");
         let answer = match self.parked_call(id, spec) {
@@ -292,6 +304,7 @@ impl World {
             self.parked.remove(&id);
             return None;
         };
+        self.shared_key_called(r, &key, spec.claim, &result, true);
         if result.is_err() {
             self.abandon_request(&key, session, spec.request, false);
         }
@@ -304,13 +317,13 @@ impl World {
         let Some(p) = self.parked.remove(&id) else {
             return;
         };
-        if let LockAnswer::Granted { token, .. } = &answer {
-            self.check_grant(&p.key, *token, p.session);
+        if let LockAnswer::Granted { token, scope, .. } = &answer {
+            self.check_grant(&p.key, *token, p.session, *scope);
             self.witness.made(&p.key, *token, p.request);
         }
         if let LockAnswer::SetGranted { members, .. } = &answer {
             for m in members {
-                self.check_grant(&m.key, m.token, p.session);
+                self.check_grant(&m.key, m.token, p.session, GrantScope::Exclusive);
                 self.witness.made(&m.key, m.token, p.request);
             }
         }
@@ -435,6 +448,10 @@ impl World {
         });
         if released {
             self.coverage.hit("an abandoned request's grant given back");
+            if SharedKey::of(key).is_some() {
+                self.coverage
+                    .hit("an abandoned request's pool or doc grant given back");
+            }
         }
     }
 
@@ -445,12 +462,13 @@ impl World {
                 key,
                 token,
                 session,
+                scope,
                 ..
             },
             LockCall::Acquire { .. },
         ) = (answer, call)
         {
-            self.check_grant(key, *token, *session);
+            self.check_grant(key, *token, *session, *scope);
         }
     }
 
@@ -477,7 +495,8 @@ impl World {
                     grant.fencing_token,
                     grant.session_id,
                 ));
-                self.check_grant(&grant.lock_key, grant.fencing_token, grant.session_id);
+                let (key, token) = (&grant.lock_key, grant.fencing_token);
+                self.check_grant(key, token, grant.session_id, grant.scope);
             }
             let woken: Vec<u64> = self
                 .parked
@@ -500,6 +519,9 @@ impl World {
                 }
                 if matches!(wake, Wake::Head { .. }) && self.is_set(id) {
                     self.coverage.hit("a parked key set woken by its freed key");
+                }
+                if matches!(wake, Wake::Head { .. }) && self.is_share(id) {
+                    self.coverage.hit("a parked share woken by its key");
                 }
                 let late = if self.in_fault_window() && self.rng.f64() < self.cfg.wake_loss {
                     self.coverage.hit("fault: a wake-up late");
@@ -560,6 +582,7 @@ impl World {
             write,
             token,
             grant,
+            paused,
         } = body
         else {
             return;
@@ -575,15 +598,11 @@ impl World {
         });
         if answer == Answer::FencedOut {
             self.coverage.hit("a stale write fenced");
-            if let Node::Client(c) = from {
-                if self.clients[c]
-                    .job
-                    .as_ref()
-                    .is_some_and(|j| j.payout == payout && j.paused_before_write)
-                {
-                    self.coverage
-                        .hit("a zombie's write fenced after a pause between guard and write");
-                }
+            // Judged by the write, not by the writer's job now (a zombie's session is most
+            // often lost, and its job with it, by the time its write arrives).
+            if paused {
+                self.coverage
+                    .hit("a zombie's write fenced after a pause between guard and write");
             }
         }
         if matches!(answer, Answer::Ok(_)) {

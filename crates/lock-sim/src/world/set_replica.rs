@@ -7,7 +7,7 @@
 //! abandoned on every key, as `waiting::Exposure` abandons it. After each store call the
 //! service reports a set partly held, which the checker "a set is never partly held" fails.
 
-use lock_api::{LockKey, SessionId};
+use lock_api::{Claim, GrantScope, LockKey, SessionId};
 use lock_store::wait_plan::{WaitPlan, WaitStep};
 use lock_store::{AcquireSpec, RequestId, SetOutcome};
 
@@ -63,6 +63,7 @@ impl World {
                     tried: false,
                     cancelled: false,
                 }),
+                claim: Claim::Exclusive,
             },
         );
         let call = self.store_call_nanos();
@@ -244,7 +245,7 @@ impl World {
                     self.service.answer_set(now, session, granted, 0)
                 {
                     for m in members {
-                        self.check_grant(&m.key, m.token, session);
+                        self.check_grant(&m.key, m.token, session, GrantScope::Exclusive);
                         self.witness.made(&m.key, m.token, spec.request);
                     }
                 }

@@ -1,11 +1,12 @@
 //! The checkers' own records, kept beside the model rather than read from it: the highest
-//! token the resource accepted per payout, payouts ever ambiguous, losses the SDK reported,
-//! revoked grants, abandoned requests and the request each grant was made for. The only code
-//! that writes them; the checkers read them.
+//! token the resource accepted per payout, payouts ever ambiguous, every token granted per
+//! key (to whom, as what), losses the SDK reported, revoked grants, abandoned requests and
+//! the request each grant was made for. The only code that writes them; the checkers read
+//! them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lock_api::{FencingToken, LockKey};
+use lock_api::{FencingToken, GrantScope, LockKey, SessionId};
 use lock_store::RequestId;
 
 use crate::sched::Nanos;
@@ -17,6 +18,11 @@ pub(super) struct Witness {
     accepted_max: Vec<i64>,
     /// Payouts that were ever `RAIL_AMBIGUOUS` (I5's witness, not the model's state).
     ambiguous: Vec<bool>,
+    /// Every token granted, by key: the session it went to and what it held of its key
+    /// (I3's witness, and the witness that a writer's token is above every reader's before).
+    tokens: BTreeMap<(LockKey, FencingToken), (SessionId, GrantScope)>,
+    /// Per key: the highest token granted, and the highest a reader was granted.
+    highest: BTreeMap<LockKey, (FencingToken, Option<FencingToken>)>,
     /// Grants each client's SDK reported lost, by client and key, until that client asks
     /// for the key again (a loss is final: no answer may revive it).
     reported_lost: BTreeMap<(usize, LockKey), FencingToken>,
@@ -38,6 +44,8 @@ impl Witness {
         Self {
             accepted_max: vec![0; payouts],
             ambiguous: vec![false; payouts],
+            tokens: BTreeMap::new(),
+            highest: BTreeMap::new(),
             reported_lost: BTreeMap::new(),
             revoked: BTreeSet::new(),
             abandoned: BTreeMap::new(),
@@ -61,6 +69,52 @@ impl Witness {
     /// `payout` is ambiguous now (when `now` is true): ambiguous once, ambiguous for good.
     pub(super) fn ambiguous(&mut self, payout: usize, now: bool) {
         self.ambiguous[payout] |= now;
+    }
+
+    /// Grant `token` of `key` to `session`, holding `scope` of it, was answered (or made):
+    /// what it is against every grant of the key before it. Recorded whatever it is.
+    pub(super) fn granted(
+        &mut self,
+        key: &LockKey,
+        token: FencingToken,
+        session: SessionId,
+        scope: GrantScope,
+    ) -> Granted {
+        let writer = scope == GrantScope::Exclusive;
+        if let Some((to, was)) = self.tokens.get(&(key.clone(), token)) {
+            return match (*to == session, *was) {
+                (true, _) => Granted::Again,
+                (false, GrantScope::Shared) if writer => Granted::BelowReader(token),
+                (false, _) => Granted::Twice(*to),
+            };
+        }
+        self.tokens.insert((key.clone(), token), (session, scope));
+        let Some((highest, reader)) = self.highest.get_mut(key) else {
+            let reader = (scope == GrantScope::Shared).then_some(token);
+            self.highest.insert(key.clone(), (token, reader));
+            return Granted::New {
+                after_readers: false,
+            };
+        };
+        let was = (*highest, *reader);
+        *highest = (*highest).max(token);
+        if scope == GrantScope::Shared {
+            *reader = Some(reader.map_or(token, |r| r.max(token)));
+        }
+        match was {
+            (_, Some(reader)) if writer && token <= reader => Granted::BelowReader(reader),
+            (highest, _) if token <= highest => Granted::Below(highest),
+            (_, reader) => Granted::New {
+                after_readers: writer && reader.is_some(),
+            },
+        }
+    }
+
+    /// What grant `token` of `key` held of its key, if it was granted.
+    pub(super) fn scope_granted(&self, key: &LockKey, token: FencingToken) -> Option<GrantScope> {
+        self.tokens
+            .get(&(key.clone(), token))
+            .map(|(_, scope)| *scope)
     }
 
     /// Client `c`'s SDK reported grant `token` of `key` lost.
@@ -134,4 +188,20 @@ impl Witness {
     pub(super) fn made_for(&self, key: &LockKey, token: FencingToken) -> Option<RequestId> {
         self.made_for.get(&(key.clone(), token)).copied()
     }
+}
+
+/// A grant against every grant of its key before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Granted {
+    /// A new token, above every one before it; `after_readers` when it is a writer's (the
+    /// key alone) and readers were granted the key before.
+    New { after_readers: bool },
+    /// The same session's token again (a re-grant).
+    Again,
+    /// A token granted before to this other session.
+    Twice(SessionId),
+    /// A writer's new token at or below this reader's token, granted before it.
+    BelowReader(FencingToken),
+    /// A new token at or below the key's highest before it.
+    Below(FencingToken),
 }

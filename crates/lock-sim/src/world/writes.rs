@@ -5,7 +5,7 @@
 use super::links::Node;
 use super::{Body, Event, Pending, Phase, World};
 use crate::bank::{Answer, Write};
-use crate::sched::MS;
+use crate::sched::{MS, Nanos};
 use lock_api::{GrantId, LossReason};
 use payment_api::PayoutState;
 use std::time::Duration;
@@ -18,10 +18,7 @@ impl World {
             return;
         };
         let think = self.rng.u64(0..=2 * MS);
-        if self.in_fault_window() && self.rng.f64() < self.cfg.guard_pause {
-            let now = self.q.now();
-            let len = self.rng.u64(MS..=3 * self.cfg.ttl_ms * MS);
-            self.clients[c].pauses.push((now, now + think + len));
+        if let Some(len) = self.pause_before(c, think, || format!("{write:?}")) {
             if let Some(job) = &mut self.clients[c].job {
                 job.paused_before_write = true;
             }
@@ -31,14 +28,33 @@ impl World {
                 self.coverage
                     .hit("fault: a pause between guard and write outlived the lease");
             }
-            self.log(&[Node::Client(c)], || {
-                format!(
-                    "nemesis pauses c{c} for {:.3} ms before its {write:?}",
-                    len as f64 / MS as f64
-                )
-            });
         }
         self.q.after(think, Event::Write(c, id, write));
+    }
+
+    /// At a scheduling point `think` from now, before the action `what` names: during the
+    /// faults, with the seed's probability, the nemesis pauses the worker there for up to
+    /// 3 × TTL. The pause's length, if it did.
+    pub(super) fn pause_before(
+        &mut self,
+        c: usize,
+        think: Nanos,
+        what: impl FnOnce() -> String,
+    ) -> Option<Nanos> {
+        if !(self.in_fault_window() && self.rng.f64() < self.cfg.guard_pause) {
+            return None;
+        }
+        let now = self.q.now();
+        let len = self.rng.u64(MS..=3 * self.cfg.ttl_ms * MS);
+        self.clients[c].pauses.push((now, now + think + len));
+        self.log(&[Node::Client(c)], || {
+            format!(
+                "nemesis pauses c{c} for {:.3} ms before its {}",
+                len as f64 / MS as f64,
+                what()
+            )
+        });
+        Some(len)
     }
 
     /// Sends the job's `write` with its token.
@@ -52,7 +68,8 @@ impl World {
         };
         // The proof the lock-server signed names this grant: its session, key and token.
         let grant = GrantId::derive(session.id, &job.key, token).as_text();
-        let payout = job.payout;
+        let Some(payout) = job.payout else { return };
+        let paused = job.paused_before_write;
         let token = token.as_i64();
         self.request(
             c,
@@ -63,6 +80,7 @@ impl World {
                 write,
                 token,
                 grant,
+                paused,
             },
         );
     }

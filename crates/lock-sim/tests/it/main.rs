@@ -1,7 +1,8 @@
 //! The simulation's own evidence: runs replay byte for byte, the checkers catch each planted
 //! mistake within 100 seeds by the invariant it breaks (every `--bug` switch; I1, I2, I4, I5,
-//! I6, I7, mutual exclusion and the orphan check each fire by name), drift beyond the bound the margin covers breaks I4, and at the bound
-//! every invariant holds.
+//! I6, I7, mutual exclusion (or a semaphore's bound, or reader/writer exclusion) and the
+//! orphan check each fire by name), drift beyond the bound the margin covers breaks I4, and
+//! at the bound every invariant holds.
 #![allow(clippy::unwrap_used)]
 
 use lock_sim::{BUG_NAMES, Bugs, Config, DRIFT_BOUND, RunReport, World, run_seed, run_seeds};
@@ -9,11 +10,13 @@ use lock_sim::{BUG_NAMES, Bugs, Config, DRIFT_BOUND, RunReport, World, run_seed,
 /// Seeds a planted bug must be caught within.
 const CATCH_WITHIN: u64 = 100;
 
-/// Seed `seed` with no key sets (its other draws are the seed's own): the run it was before
-/// jobs took key sets, so a seed kept for what happened in it still shows it.
+/// Seed `seed` with no key sets and no share jobs (its other draws are the seed's own): the
+/// run it was before jobs took key sets, so a seed kept for what happened in it still shows
+/// it.
 fn run_without_sets(seed: u64) -> RunReport {
     let cfg = Config {
         set_share: 0.0,
+        share_jobs: 0.0,
         ..Config::for_seed(seed, DRIFT_BOUND, Bugs::default())
     };
     World::new(cfg, true).run()
@@ -27,6 +30,10 @@ fn a_seed_replays_to_a_byte_identical_trace() {
     assert!(
         first.trace.contains("AcquireSet"),
         "seed 42 takes key sets too"
+    );
+    assert!(
+        first.trace.contains("claim: Permit") && first.trace.contains("claim: Shared"),
+        "and holds permits and readers' shares"
     );
     assert_eq!(first.trace, second.trace);
     assert_eq!(first.events, second.events);
@@ -82,8 +89,16 @@ fn each_planted_mistake_is_caught_within_100_seeds_by_the_invariant_it_breaks() 
         // Replicas over databases of their own: the same token drawn twice for one key.
         ("split-store", &["I3 tokens unique per key"][..]),
         // A replica telling a longer lease than the store granted: its holder believes past
-        // the store's expiry while the next holder is granted.
-        ("tell-longer-lease", &["mutual exclusion"][..]),
+        // the store's expiry while the next holder is granted (a lock's, a permit's slot, a
+        // writer's key beside readers).
+        (
+            "tell-longer-lease",
+            &[
+                "mutual exclusion",
+                "semaphore bound",
+                "reader/writer exclusion",
+            ][..],
+        ),
     ];
     let named: Vec<&str> = planted.iter().map(|(name, _)| *name).collect();
     assert_eq!(named, BUG_NAMES, "every switch is shown caught");
@@ -142,10 +157,19 @@ fn at_the_drift_bound_every_invariant_holds() {
     );
     // Key sets ran through the store's `acquire_set`, refused and granted whole, some after
     // waiting, and "a set is never partly held" held above after each call.
+    // Shares ran through the store's readers and permits: permits beside each other and
+    // refused when the pool was full, readers beside readers, writers after them, each kind
+    // waiting for the other, and the belief checkers held above.
     for what in [
         "a key set granted",
         "a key set refused",
         "a waiting key set granted after parking",
+        "two permits held at once",
+        "a permit refused: every permit held",
+        "a reader granted beside a reader",
+        "a writer granted after readers",
+        "a writer waited for readers",
+        "a reader waited for a writer",
     ] {
         assert!(seen(what) > 0, "{what}: {:?}", summary.coverage);
     }

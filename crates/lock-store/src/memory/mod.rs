@@ -7,18 +7,20 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{Backend, Claim, FencingToken, GrantScope, LockGrant, LockInfo, LockKey, SessionId};
 
 use crate::decide::{Decision, KeyView, decide};
 use crate::env::{StoreEnv, SystemEnv};
 use crate::key_set::{SetDecision, decide_set};
 
+mod holds;
 mod state;
 
 use crate::{
     AcquireOutcome, AcquireSpec, ExpiredLock, LockStore, ReapReport, RequestId, Revocation,
     RevokeNote, SessionOwner, SessionRecord, SetOutcome, StoreError, Wake, WakeSink, WakeSlot,
 };
+use holds::Taken;
 use state::{Delay, Session, State, after};
 
 /// The in-memory lock store.
@@ -57,14 +59,15 @@ impl MemoryStore {
         let Ok(state) = self.state() else {
             return Vec::new();
         };
-        state
-            .locks
-            .keys()
-            .filter_map(|key| {
-                let grant = state.live_grant(key, now)?;
-                Some((key.clone(), grant.session, grant.token))
-            })
-            .collect()
+        let locks = state.locks.keys().filter_map(|key| {
+            let grant = state.live_grant(key, now)?;
+            Some((key.clone(), grant.session, grant.token))
+        });
+        let shares = state.holds.keys().flat_map(|key| {
+            let live = state.live_holds(key, now);
+            live.map(|h| (key.clone(), h.grant.session, h.grant.token))
+        });
+        locks.chain(shares).collect()
     }
 
     /// Delivers `wakes` (after the state's lock is released).
@@ -93,6 +96,15 @@ impl MemoryStore {
             session_id: session,
             proof: None,
             waited_ms: 0,
+            scope: GrantScope::Exclusive,
+        }
+    }
+
+    /// What a client is told of a share.
+    fn share_of(&self, key: &LockKey, session: SessionId, taken: Taken) -> LockGrant {
+        LockGrant {
+            scope: taken.scope,
+            ..self.grant_of(key, session, taken.token, taken.lease_ms, taken.expires)
         }
     }
 
@@ -175,6 +187,15 @@ impl LockStore for MemoryStore {
                 }
                 !mine
             });
+            let shared: Vec<LockKey> = state.holds.keys().cloned().collect();
+            for key in shared {
+                if !state
+                    .remove_holds(&key, |h| h.grant.session != session)
+                    .is_empty()
+                {
+                    touched.push(key);
+                }
+            }
             for (key, queue) in &mut state.queues {
                 if queue.iter().any(|w| w.session == session) {
                     queue.retain(|w| w.session != session);
@@ -198,12 +219,28 @@ impl LockStore for MemoryStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
+        crate::claim::check_count(key, spec.claim)?;
         let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
+        state.check_kind(key, session, spec.claim, now)?;
         // A place asked for is taken (or kept) before reading the queue; a grant gives it up.
         if spec.queue_ms > 0 {
             state.enqueue(key, session, spec, now);
+        }
+        if spec.claim != Claim::Exclusive {
+            let taken = state.acquire_share(key, session, spec, now)?;
+            let wake = taken.is_ok().then(|| state.wake_for_share(key, now));
+            drop(state);
+            self.deliver(wake.flatten());
+            return Ok(match taken {
+                Ok(taken) => AcquireOutcome::Granted {
+                    grant: self.share_of(key, session, taken),
+                    took_over_expired: false,
+                    store_now: Some(self.display(now)),
+                },
+                Err(refusal) => refusal.into(),
+            });
         }
         let view = state.key_view(key, session, now);
         let token = match decide(&view, session) {
@@ -227,6 +264,9 @@ impl LockStore for MemoryStore {
         let now = self.env.now_nanos();
         let mut state = self.state()?;
         state.live_session(session, now)?;
+        for key in keys {
+            state.check_kind(key, session, Claim::Exclusive, now)?;
+        }
         if spec.queue_ms > 0 {
             state.enqueue_set(keys, session, spec, now);
         }
@@ -293,6 +333,8 @@ impl LockStore for MemoryStore {
             if released {
                 state.locks.remove(key);
             }
+            let mine = |h: &state::Hold| h.grant.session == session && h.grant.request == request;
+            let released = released || !state.remove_holds(key, |h| !mine(h)).is_empty();
             let changed = released || (leave && placed);
             let wake = changed
                 .then(|| state.hand_over(key, now, |n| self.display(n)))
@@ -325,20 +367,26 @@ impl LockStore for MemoryStore {
             lock_key: key.clone(),
             fencing_token: token,
         };
-        let grant = state.locks.get_mut(key).ok_or_else(lost)?;
-        if grant.session != session || grant.token != token || grant.expires <= now {
+        let lock = state.locks.get_mut(key);
+        let (grant, scope) = match lock.filter(|g| g.session == session && g.token == token) {
+            Some(grant) => (grant, GrantScope::Exclusive),
+            None => {
+                let hold = state.hold_mut(key, session, token).ok_or_else(lost)?;
+                (&mut hold.grant, hold.scope)
+            }
+        };
+        if grant.expires <= now {
             return Err(lost());
         }
         grant.expires = after(now, grant.lease_ms);
-        Ok(LockGrant {
-            lock_key: key.clone(),
-            fencing_token: token,
-            lease_ms: grant.lease_ms,
-            expires_at: self.display(grant.expires),
-            session_id: session,
-            proof: None,
-            waited_ms: 0,
-        })
+        let (lease_ms, expires) = (grant.lease_ms, grant.expires);
+        let taken = Taken {
+            token,
+            scope,
+            lease_ms,
+            expires,
+        };
+        Ok(self.share_of(key, session, taken))
     }
 
     async fn release(
@@ -350,15 +398,13 @@ impl LockStore for MemoryStore {
         let now = self.env.now_nanos();
         let wake = {
             let mut state = self.state()?;
-            if !state
-                .locks
-                .get(key)
-                .is_some_and(|g| g.token == token && g.session == session)
-            {
+            let mine = |g: &state::Grant| g.token == token && g.session == session;
+            // Voluntary: no lock-delay.
+            if state.locks.get(key).is_some_and(mine) {
+                state.locks.remove(key);
+            } else if state.remove_holds(key, |h| !mine(&h.grant)).is_empty() {
                 return Ok(false);
             }
-            // Voluntary: no lock-delay.
-            state.locks.remove(key);
             state.hand_over(key, now, |n| self.display(n))
         };
         self.deliver(wake);
@@ -369,7 +415,7 @@ impl LockStore for MemoryStore {
         let now = self.env.now_nanos();
         let state = self.state()?;
         let Some(grant) = state.live_grant(key, now) else {
-            return Ok(None);
+            return Ok(state.shares_info(key, now, |n| self.display(n)));
         };
         let session = state
             .sessions
@@ -381,6 +427,8 @@ impl LockStore for MemoryStore {
             owner_id: session.opener.owner.clone(),
             expires_at: self.display(grant.expires.min(session.expires)),
             waiters: state.live_waiters(key, now),
+            holders: Vec::new(),
+            permits: None,
         }))
     }
 
@@ -393,7 +441,11 @@ impl LockStore for MemoryStore {
         let (token, wake) = {
             let mut state = self.state()?;
             let Some(grant) = state.live_grant(key, now).cloned() else {
-                return Ok(None);
+                let token = state.revoke_shares(key, note, now);
+                let wake = token.and_then(|_| state.hand_over(key, now, |n| self.display(n)));
+                drop(state);
+                self.deliver(wake);
+                return Ok(token);
             };
             state.locks.remove(key);
             let note = note.clone();
@@ -461,6 +513,7 @@ impl LockStore for MemoryStore {
             }
             false
         });
+        freed.extend(state.reap_shares(now, &mut report));
         let before = state.sessions.len();
         state.sessions.retain(|_, s| s.expires > now);
         report.sessions = (before - state.sessions.len()) as u64;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+use lock_api::{Claim, FencingToken, GrantScope, LockGrant, LockKey, SessionId};
 
 use crate::decide::{FreedView, HandOver, HeadView, HolderView, KeyView, hand_over};
 use crate::{AcquireSpec, RequestId, Revocation, SessionOwner, StoreError, Wake};
@@ -35,6 +35,16 @@ impl Grant {
     }
 }
 
+/// A live or ended grant of a share of a key: a reader's, or a permit (ADR 0007).
+#[derive(Debug, Clone)]
+pub(super) struct Hold {
+    pub(super) grant: Grant,
+    /// `Shared`, or `Permit` with its slot.
+    pub(super) scope: GrantScope,
+    /// A permit's key count (`None` for a reader).
+    pub(super) permits: Option<u32>,
+}
+
 /// A lock-delay in force: no session but `exempt` is granted the key before `until`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Delay {
@@ -56,6 +66,8 @@ pub(super) struct Waiter {
     pub(super) touched: u64,
     /// The request whose call touched it last: a hand-over is granted to that request.
     pub(super) request: RequestId,
+    /// What its acquire claims; a set's place claims the key alone.
+    pub(super) claim: Claim,
 }
 
 /// Every map keyed by lock key is ordered: the store hands freed keys over and reports them
@@ -65,6 +77,8 @@ pub(super) struct Waiter {
 pub(super) struct State {
     pub(super) sessions: HashMap<SessionId, Session>,
     pub(super) locks: BTreeMap<LockKey, Grant>,
+    /// Each key's readers' or permits' grants (ADR 0007), live or ended and not yet reaped.
+    pub(super) holds: BTreeMap<LockKey, Vec<Hold>>,
     /// Last token per key; never removed, so tokens are never reused.
     pub(super) fences: BTreeMap<LockKey, FencingToken>,
     /// Lock-delays of grants that ended involuntarily and were removed (revoke, reaper).
@@ -109,6 +123,13 @@ impl State {
                 until = after(ends, dead.lock_delay_ms);
             }
         }
+        // So does a reader's or a permit's that ended (a live one holds its share, no key).
+        for hold in self.holds.get(key).into_iter().flatten() {
+            let ends = hold.grant.ends(self.sessions.get(&hold.grant.session));
+            if hold.grant.session != session && ends <= now {
+                until = until.max(after(ends, hold.grant.lock_delay_ms));
+            }
+        }
         if let Some(delay) = self.delays.get(key) {
             if delay.exempt != Some(session) {
                 until = until.max(delay.until);
@@ -127,7 +148,9 @@ impl State {
     ) {
         self.next_seq += 1;
         let ticket = self.next_seq;
-        self.place(key, session, spec, Some(spec.lease_ms), ticket, now);
+        // Only a lock's place is handed the key; a share's waiter is woken to ask.
+        let lease_ms = (spec.claim == Claim::Exclusive).then_some(spec.lease_ms);
+        self.place(key, session, spec, lease_ms, ticket, now);
     }
 
     /// Puts `session` in the queue of every key of a set, or renews its places, all with one
@@ -173,7 +196,9 @@ impl State {
             place.lock_delay_ms = spec.lock_delay_ms;
             place.touched = now;
             place.request = spec.request;
-            if lease_ms.is_none() {
+            place.claim = spec.claim;
+            // A set's place takes its set's ticket; every other place keeps its turn.
+            if lease_ms.is_none() && spec.claim == Claim::Exclusive {
                 place.seq = ticket;
             }
             return;
@@ -186,6 +211,7 @@ impl State {
             lock_delay_ms: spec.lock_delay_ms,
             touched: now,
             request: spec.request,
+            claim: spec.claim,
         });
     }
 
@@ -220,15 +246,26 @@ impl State {
     }
 
     /// What an acquire of `key` by `session` decides on ([`crate::decide::decide`]).
+    /// Readers holding the key keep a writer out as a holder does: the one that ends last
+    /// is named (its session is never the caller's: a reader asking to write is refused
+    /// before).
     pub(super) fn key_view(&self, key: &LockKey, session: SessionId, now: u64) -> KeyView {
-        let holder = self.live_grant(key, now).map(|g| HolderView {
-            session: g.session,
-            token: g.token,
-            free_in_ms: g
-                .ends(self.sessions.get(&g.session))
+        let free_in_ms = |g: &Grant| {
+            g.ends(self.sessions.get(&g.session))
                 .saturating_sub(now)
-                .div_ceil(1_000_000),
-        });
+                .div_ceil(1_000_000)
+        };
+        let reader = self
+            .live_holds(key, now)
+            .max_by_key(|h| free_in_ms(&h.grant));
+        let holder = self
+            .live_grant(key, now)
+            .or(reader.map(|h| &h.grant))
+            .map(|g| HolderView {
+                session: g.session,
+                token: g.token,
+                free_in_ms: free_in_ms(g),
+            });
         KeyView {
             holder,
             delay_left_ms: self.delay_left(key, session, now).div_ceil(1_000_000),
@@ -317,6 +354,9 @@ impl State {
         now: u64,
         display: impl Fn(u64) -> DateTime<Utc>,
     ) -> Option<Wake> {
+        if self.live_holds(key, now).next().is_some() {
+            return self.wake_for_share(key, now);
+        }
         let head = self
             .queues
             .get(key)?
@@ -326,7 +366,7 @@ impl State {
             .cloned();
         let view = FreedView {
             held: self.live_grant(key, now).is_some(),
-            ended_grant: self.locks.contains_key(key),
+            ended_grant: self.locks.contains_key(key) || self.holds.contains_key(key),
             head: head.as_ref().map(|w| HeadView {
                 session: w.session,
                 lease_ms: w.lease_ms,
@@ -351,6 +391,7 @@ impl State {
                     queue_ms: 0,
                     lock_delay_ms: head.lock_delay_ms,
                     request: head.request,
+                    claim: Claim::Exclusive,
                 };
                 let (expires, _) = self.grant(key, session, token, spec, now);
                 self.leave(key, session);
@@ -363,6 +404,7 @@ impl State {
                         session_id: session,
                         proof: None,
                         waited_ms: 0,
+                        scope: GrantScope::Exclusive,
                     },
                     place_age_ms: now.saturating_sub(head.touched) / 1_000_000,
                 })

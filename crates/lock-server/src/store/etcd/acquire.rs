@@ -2,7 +2,7 @@
 //! live, a regrant to the holder, the operations that write a grant, and the ends of an
 //! acquire without a grant (a place left, a grant abandoned).
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use lock_api::{LockGrant, LockKey, SessionId};
 use lock_store::{AcquireSpec, RequestId, StoreError};
 
@@ -57,7 +57,7 @@ impl EtcdStore {
         decode(record.value(), "session record")
     }
 
-    /// Same session again: the same token; the lease only grows (so the client's deadline
+    /// Same session again (a grant's or a share's): the same token; the lease only grows (so the client's deadline
     /// never lies after the server's expiry). Re-granted to another request than the one it
     /// records, the grant records none (either may have told its client: neither abandons
     /// it). The session's queue place, if it has one, goes.
@@ -102,7 +102,7 @@ impl EtcdStore {
                 "regrant",
                 Txn::new().when(pins).and_then(
                     [
-                        TxnOp::put(self.keys.grant_key(key), encode(&grown)?, None),
+                        TxnOp::put(self.keys.record_key(key, &grown), encode(&grown)?, None),
                         // Absent when the session has no place: a no-op.
                         TxnOp::delete(self.keys.place_key(key, old.session), None),
                     ]
@@ -135,13 +135,13 @@ impl EtcdStore {
         }
     }
 
-    /// What a re-grant of the live grant `current` of `key` pins: its record as read, its
-    /// lease's marker and its holder's session marker.
+    /// What a re-grant of the live grant or share `current` of `key` pins: its record as
+    /// read, its lease's marker and its holder's session marker.
     pub(super) fn regrant_pins(&self, key: &LockKey, current: &ReadGrant) -> [Compare; 3] {
         let old = &current.value;
         [
             Compare::mod_revision(
-                self.keys.grant_key(key),
+                self.keys.record_key(key, old),
                 CompareOp::Equal,
                 current.mod_revision,
             ),
@@ -179,8 +179,8 @@ impl EtcdStore {
     }
 
     /// [`LockStore::abandon`]: a place carries no request here, so `leave` removes the
-    /// session's place; the grant goes only while its record names `request`, pinned on the
-    /// record's revision (a later request's re-grant rewrites it).
+    /// session's place; the grant or share goes only while its record names `request`,
+    /// pinned on the record's revision (a later request's re-grant rewrites it).
     pub(super) async fn abandon_grant(
         &self,
         key: &LockKey,
@@ -194,35 +194,44 @@ impl EtcdStore {
         if leave {
             self.leave_place(key, session).await?;
         }
-        let record = self
+        let read = self
             .members
-            .read_keys(&[self.keys.grant_key(key)])
-            .await?
-            .remove(0);
-        let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
-            return Ok(false);
-        };
-        if grant.value.session != session || grant.value.request != request.0 {
-            return Ok(false);
+            .read(vec![
+                TxnOp::get(self.keys.grant_key(key), None),
+                TxnOp::get(
+                    self.keys.hold_prefix(key),
+                    Some(GetOptions::new().with_prefix()),
+                ),
+            ])
+            .await?;
+        let records = read.iter().flatten().map(read_grant);
+        for grant in records {
+            let grant = grant?;
+            if grant.value.session != session || grant.value.request != request.0 {
+                continue;
+            }
+            return self
+                .delete_grant_if_unchanged(
+                    &self.keys.record_key(key, &grant.value),
+                    grant.mod_revision,
+                    grant.value.lease,
+                    Some(grant.value.lease_ms),
+                    None,
+                )
+                .await;
         }
-        self.delete_grant_if_unchanged(
-            &self.keys.grant_key(key),
-            grant.mod_revision,
-            grant.value.lease,
-            Some(grant.value.lease_ms),
-            None,
-        )
-        .await
+        Ok(false)
     }
 
-    /// A grant's writes: its record, the key's fence raised to its token, its lease's marker.
+    /// A grant's writes (a share's too): its record, the key's fence raised to its token,
+    /// its lease's marker.
     pub(super) fn grant_ops(
         &self,
         key: &LockKey,
         grant: &GrantValue,
     ) -> Result<Vec<TxnOp>, StoreError> {
         Ok(vec![
-            TxnOp::put(self.keys.grant_key(key), encode(grant)?, None),
+            TxnOp::put(self.keys.record_key(key, grant), encode(grant)?, None),
             TxnOp::put(self.keys.fence_key(key), encode(&grant.token.0)?, None),
             TxnOp::put(
                 self.keys.grant_marker(grant.lease),

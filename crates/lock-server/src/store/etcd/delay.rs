@@ -7,31 +7,91 @@ use lock_store::StoreError;
 
 use super::EtcdStore;
 use super::codec::{
-    DelayValue, GrantValue, LEASE_GRANULARITY_MS, ReadDelay, ReadGrant, decode, encode, read_grant,
+    DelayValue, LEASE_GRANULARITY_MS, NOBODY, ReadDelay, ReadGrant, decode, encode, read_grant,
 };
 
+/// A lock-delay that an acquire starts, having found what ended involuntarily.
+#[derive(Debug, Clone)]
+pub(super) enum DelayStart {
+    /// A grant of the whole key: the delay exempts its holder's session.
+    Grant(ReadGrant),
+    /// Ended shares (every ended share read, so that none starts another), the longest
+    /// delay any asked, read with the key's fence at `fence_revision`: the delay exempts
+    /// nobody.
+    Shares {
+        tokens: Vec<FencingToken>,
+        delay_ms: u64,
+        fence_revision: i64,
+    },
+}
+
+impl DelayStart {
+    /// How long the delay runs.
+    pub(super) fn delay_ms(&self) -> u64 {
+        match self {
+            Self::Grant(dead) => dead.value.lock_delay_ms,
+            Self::Shares { delay_ms, .. } => *delay_ms,
+        }
+    }
+
+    /// The record it leaves (its lease set by [`EtcdStore::delay_ops`]).
+    fn value(&self) -> DelayValue {
+        match self {
+            Self::Grant(dead) => DelayValue {
+                token: dead.value.token,
+                exempt: dead.value.session,
+                lease: 0,
+                delay_ms: dead.value.lock_delay_ms,
+                shares: Vec::new(),
+            },
+            Self::Shares {
+                tokens, delay_ms, ..
+            } => shares_delay(tokens.clone(), *delay_ms),
+        }
+    }
+}
+
+/// The record of a lock-delay of `delay_ms` that the ends of the shares `tokens` start: it
+/// names them all and exempts nobody (its lease set by [`EtcdStore::delay_ops`]).
+pub(super) fn shares_delay(tokens: Vec<FencingToken>, delay_ms: u64) -> DelayValue {
+    DelayValue {
+        token: tokens.iter().copied().max().unwrap_or(FencingToken(0)),
+        exempt: NOBODY,
+        lease: 0,
+        delay_ms,
+        shares: tokens,
+    }
+}
+
 impl EtcdStore {
-    /// Starts the lock-delay of `dead`, a grant that ended involuntarily and that this
-    /// acquire found (etcd does not say when its lease ended, so the delay runs from now).
-    /// `false` when the grant record or the delay changed since the read.
+    /// Starts the lock-delay `start`, of what ended involuntarily and this acquire found
+    /// (etcd does not say when a lease ended, so the delay runs from now). `false` when the
+    /// delay record, or what ended (a grant's record; for shares, the fence: no grant since),
+    /// changed since the read.
     pub(super) async fn start_delay(
         &self,
         key: &LockKey,
-        dead: &ReadGrant,
+        start: &DelayStart,
         prior: Option<&ReadDelay>,
     ) -> Result<bool, StoreError> {
-        let (lease, ops) = self.delay_ops(key, &dead.value).await?;
+        let (lease, ops) = self.delay_ops(key, start.value()).await?;
+        let unchanged = match start {
+            DelayStart::Grant(dead) => Compare::mod_revision(
+                self.keys.grant_key(key),
+                CompareOp::Equal,
+                dead.mod_revision,
+            ),
+            DelayStart::Shares { fence_revision, .. } => {
+                Compare::mod_revision(self.keys.fence_key(key), CompareOp::Equal, *fence_revision)
+            }
+        };
         let started = self
             .members
             .txn(
                 "start lock-delay",
                 Txn::new()
                     .when([
-                        Compare::mod_revision(
-                            self.keys.grant_key(key),
-                            CompareOp::Equal,
-                            dead.mod_revision,
-                        ),
+                        unchanged,
                         Compare::mod_revision(
                             self.keys.delay_key(key),
                             CompareOp::Equal,
@@ -50,20 +110,15 @@ impl EtcdStore {
         Ok(started)
     }
 
-    /// A new lease for `grant`'s lock-delay and the writes that start it: the delay record
-    /// naming the grant and its exempt session, and its marker.
+    /// A new lease for the lock-delay `value` and the writes that start it: the delay record
+    /// (naming the lease) and its marker.
     pub(super) async fn delay_ops(
         &self,
         key: &LockKey,
-        grant: &GrantValue,
+        value: DelayValue,
     ) -> Result<(i64, Vec<TxnOp>), StoreError> {
-        let lease = self.members.grant_lease(grant.lock_delay_ms).await?;
-        let value = DelayValue {
-            token: grant.token,
-            exempt: grant.session,
-            lease,
-            delay_ms: grant.lock_delay_ms,
-        };
+        let lease = self.members.grant_lease(value.delay_ms).await?;
+        let value = DelayValue { lease, ..value };
         Ok((
             lease,
             vec![
@@ -113,14 +168,20 @@ impl EtcdStore {
     /// session (a concurrent retry of the same acquire) is left to the next round, which
     /// answers it as a re-grant.
     pub(super) fn granted_meanwhile(
+        &self,
         lost: &etcd_client::TxnResponse,
         fence_revision: i64,
         session: SessionId,
     ) -> Result<Option<FencingToken>, StoreError> {
         let responses = lost.op_responses();
-        let [TxnOpResponse::Get(fence), TxnOpResponse::Get(grant)] = responses.as_slice() else {
+        let [
+            TxnOpResponse::Get(fence),
+            TxnOpResponse::Get(grant),
+            TxnOpResponse::Get(newest_share),
+        ] = responses.as_slice()
+        else {
             return Err(StoreError::Internal(
-                "etcd answered a failed acquire without its two reads".into(),
+                "etcd answered a failed acquire without its three reads".into(),
             ));
         };
         let Some(fence) = fence.kvs().first() else {
@@ -129,12 +190,20 @@ impl EtcdStore {
         if fence.mod_revision() == fence_revision {
             return Ok(None);
         }
+        let token = FencingToken(decode::<u64>(fence.value(), "fence")?);
+        // A share took the token: whether it keeps this acquire out (a reader) or conflicts
+        // with it (permits) is the next round's to say.
+        let newest_share = newest_share.kvs().first();
+        let share_token = newest_share.and_then(|kv| self.keys.parse_hold_path(kv.key()));
+        if share_token.is_some_and(|(_, share)| share == token) {
+            return Ok(None);
+        }
         if let Some(grant) = grant.kvs().first() {
             if read_grant(grant)?.value.session == session {
                 return Ok(None);
             }
         }
-        Ok(Some(FencingToken(decode::<u64>(fence.value(), "fence")?)))
+        Ok(Some(token))
     }
 
     /// Deletes `key`'s grant record (dead, or revoked) if it is unchanged since it was read,
@@ -148,7 +217,8 @@ impl EtcdStore {
         prior_delay: Option<i64>,
         also: Option<TxnOp>,
     ) -> Result<bool, StoreError> {
-        let (lease, mut ops) = self.delay_ops(key, &grant.value).await?;
+        let start = DelayStart::Grant(grant.clone());
+        let (lease, mut ops) = self.delay_ops(key, start.value()).await?;
         ops.extend([
             TxnOp::delete(self.keys.grant_key(key), None),
             TxnOp::delete(self.keys.grant_marker(grant.value.lease), None),

@@ -2,7 +2,7 @@
 //! without reading first, pinned by the compares of what the hint remembers (`hints.rs`).
 
 use etcd_client::{Compare, CompareOp, Txn};
-use lock_api::{FencingToken, LockKey, SessionId};
+use lock_api::{FencingToken, GrantScope, LockKey, SessionId};
 use lock_store::decide::{Decision, KeyView, decide};
 use lock_store::{AcquireOutcome, AcquireSpec, StoreError};
 
@@ -51,6 +51,8 @@ impl EtcdStore {
             lease_ms: spec.lease_ms,
             lock_delay_ms: spec.lock_delay_ms,
             request: spec.request.0,
+            scope: GrantScope::Exclusive,
+            permits: None,
         };
         let committed = self
             .members

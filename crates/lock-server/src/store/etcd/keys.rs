@@ -2,10 +2,10 @@
 //! backend reads or writes is built and parsed here, and nowhere else.
 
 use etcd_client::KeyValue;
-use lock_api::{LockKey, SessionId};
+use lock_api::{FencingToken, LockKey, SessionId};
 use lock_store::StoreError;
 
-use super::codec::{Place, decode};
+use super::codec::{GrantValue, Place, read_place_value};
 
 /// The deployment's prefix `P` (ending in `/`) and the paths under it.
 #[derive(Debug, Clone)]
@@ -65,6 +65,36 @@ impl Keys {
         format!("{}gl/{lease:x}", self.prefix)
     }
 
+    /// `P/h/{lock_key}/`: the key's shares, readers' or permits' (lock keys have no `/`, so
+    /// no other key's).
+    pub(super) fn hold_prefix(&self, key: &LockKey) -> String {
+        format!("{}h/{key}/", self.prefix)
+    }
+
+    /// `P/h/{lock_key}/{token}`, the token zero-padded so that the prefix lists a key's
+    /// shares lowest token first.
+    pub(super) fn hold_key(&self, key: &LockKey, token: FencingToken) -> String {
+        format!("{}{:020}", self.hold_prefix(key), token.0)
+    }
+
+    /// Where `grant` of `key` is recorded: the grant record for the whole key, a share's
+    /// own record otherwise.
+    pub(super) fn record_key(&self, key: &LockKey, grant: &GrantValue) -> String {
+        if grant.scope.is_exclusive() {
+            self.grant_key(key)
+        } else {
+            self.hold_key(key, grant.token)
+        }
+    }
+
+    /// The key and token of a stored share's path.
+    pub(super) fn parse_hold_path(&self, path: &[u8]) -> Option<(LockKey, FencingToken)> {
+        let path = std::str::from_utf8(path).ok()?;
+        let rest = path.strip_prefix(&format!("{}h/", self.prefix))?;
+        let (key, token) = rest.rsplit_once('/')?;
+        Some((LockKey::parse(key).ok()?, FencingToken(token.parse().ok()?)))
+    }
+
     pub(super) fn fence_key(&self, key: &LockKey) -> String {
         format!("{}f/{key}", self.prefix)
     }
@@ -118,16 +148,13 @@ impl Keys {
                         String::from_utf8_lossy(kv.key())
                     ))
                 })?;
-                let ttl_s = if kv.value().is_empty() {
-                    0
-                } else {
-                    decode(kv.value(), "queue place")?
-                };
+                let (ttl_s, claim) = read_place_value(kv.value())?;
                 Ok(Place {
                     session,
                     create_revision: kv.create_revision(),
                     lease: kv.lease(),
                     ttl_s,
+                    claim,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

@@ -9,16 +9,28 @@
 //! | `P/sl/{session}` | empty | the session's | the session's lease ends |
 //! | `P/sc/{credential}/{session}` | empty | the session's | the session's lease ends, or its close (the credential's session quota counts these) |
 //! | `P/g/{lock_key}` | [`GrantValue`] | none | a release or a revoke, or the reaper after expiry |
-//! | `P/gl/{lease}` | empty | the grant's own (a released grant's, reused) | the grant's lease ends, or its release |
+//! | `P/h/{lock_key}/{token}` | [`GrantValue`] with its scope (a reader's, or a permit's slot and count) | none | a release or a revoke, or the reaper after expiry |
+//! | `P/gl/{lease}` | empty | the grant's or share's own (a released one's, reused) | its lease ends, or its release |
 //! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
 //! | `P/r/{lock_key}` | the last revocation (token, who, why) | none | the key's next revoke replaces it |
-//! | `P/w/{lock_key}/{session}` | the place's TTL in seconds | the place's own | granted, left, lapsed, or the reaper once its session ended |
-//! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant, or the reaper once the delay is over |
+//! | `P/w/{lock_key}/{session}` | the place's TTL in seconds (a reader's or a permit's: with its claim) | the place's own | granted, left, lapsed, or the reaper once its session ended |
+//! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant (unless it names an ended share still there), or the reaper once the delay is over |
 //! | `P/dl/{lease}` | empty | the delay's own | the lock-delay ends |
 //!
 //! A session is live while its `sl` marker exists, expired while its record outlives the
 //! marker (so a heartbeat can say `SESSION_EXPIRED` until the reaper runs, as on PostgreSQL). A
-//! grant is live while its record, its `gl` marker and its holder's `sl` marker all exist. Leases
+//! grant is live while its record, its `gl` marker and its holder's `sl` marker all exist.
+//!
+//! Readers and permits (ADR 0007): a share of a key is a record `h/{lock_key}/{token}` beside
+//! the grant record, live by the same rule as a grant (`shares.rs` argues the layout). A key's
+//! live grants are of one kind: a grant of the whole key (a lock, a writer), readers, or
+//! permits of one count. Every grant and every share draws its token from the key's one fence
+//! `f/{lock_key}` and compares the fence's revision as read, so no grant of either kind is
+//! made between a decision's read and its commit: that one compare pins "no share created
+//! since", and a share read live or ended keeps that state until its record goes (ended
+//! shares never come back: tokens are not reused). A round reads the `h/` prefix in the same
+//! read as the grant record (`round.rs`); a lock's round with no shares pays one empty range
+//! more and nothing else. Leases
 //! are etcd's: the store's clock is the etcd leader's, never a lock-server's. etcd counts
 //! lease TTLs in whole seconds, so TTLs are rounded *up* (a holder keeps a lock at least as
 //! long as it was told, never less).
@@ -51,6 +63,7 @@ mod codec;
 mod delay;
 mod hinted;
 mod hints;
+mod holds;
 mod keep_alive;
 mod keys;
 mod leases;
@@ -60,6 +73,7 @@ mod reap;
 mod round;
 mod sessions;
 mod set;
+mod shares;
 mod wakes;
 mod watch;
 
@@ -68,13 +82,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
 use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
     SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
-use codec::{SessionValue, after_ms, encode, grant_of, read_grant};
+use codec::{SessionValue, after_ms, encode, grant_of};
 use hints::Hints;
 use keep_alive::KeepAlives;
 use keys::Keys;
@@ -262,17 +276,23 @@ impl LockStore for EtcdStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
+        lock_store::claim::check_count(key, spec.claim)?;
         let mut spare_lease = None;
-        let outcome = match self
-            .acquire_hinted(key, session, spec, &mut spare_lease)
-            .await
-        {
-            Ok(Some(decided)) => Ok(decided),
-            Ok(None) => {
-                self.acquire_rounds(key, session, spec, &mut spare_lease)
-                    .await
+        let outcome = if spec.claim != Claim::Exclusive {
+            self.acquire_share_rounds(key, session, spec, &mut spare_lease)
+                .await
+        } else {
+            match self
+                .acquire_hinted(key, session, spec, &mut spare_lease)
+                .await
+            {
+                Ok(Some(decided)) => Ok(decided),
+                Ok(None) => {
+                    self.acquire_rounds(key, session, spec, &mut spare_lease)
+                        .await
+                }
+                Err(err) => Err(err),
             }
-            Err(err) => Err(err),
         };
         if let Some(lease) = spare_lease {
             if outcome.is_ok() {
@@ -303,23 +323,22 @@ impl LockStore for EtcdStore {
                 self.keys.session_key(session),
                 self.keys.session_marker(session),
                 self.keys.grant_key(key),
+                self.keys.hold_key(key, token),
             ])
             .await?;
         Self::live_session(session, read[0].as_ref(), read[1].as_ref())?;
-        let Some(grant) = read[2].as_ref().map(read_grant).transpose()? else {
+        let Some(grant) = Self::record_of(&read[2..], session, token)? else {
             return Err(lost());
         };
-        if grant.value.session != session || grant.value.token != token {
-            return Err(lost());
-        }
         if !self.keep_alive(grant.value.lease).await? {
             return Err(lost());
         }
         // The keep-alive proves the lease was running; this read proves the grant still
         // names it and its session lives, so RENEWED is true at a single instant.
+        let record = self.keys.record_key(key, &grant.value);
         let after = self
             .members
-            .read_keys(&[self.keys.grant_key(key), self.keys.session_marker(session)])
+            .read_keys(&[record, self.keys.session_marker(session)])
             .await?;
         let unchanged = after[0]
             .as_ref()
@@ -342,19 +361,15 @@ impl LockStore for EtcdStore {
         if let Some(released) = self.release_hinted(key, session, token).await? {
             return Ok(released);
         }
-        let record = self
+        let read = self
             .members
-            .read_keys(&[self.keys.grant_key(key)])
-            .await?
-            .remove(0);
-        let Some(grant) = record.as_ref().map(read_grant).transpose()? else {
+            .read_keys(&[self.keys.grant_key(key), self.keys.hold_key(key, token)])
+            .await?;
+        let Some(grant) = Self::record_of(&read, session, token)? else {
             return Ok(false);
         };
-        if grant.value.session != session || grant.value.token != token {
-            return Ok(false);
-        }
         self.delete_grant_if_unchanged(
-            &self.keys.grant_key(key),
+            &self.keys.record_key(key, &grant.value),
             grant.mod_revision,
             grant.value.lease,
             Some(grant.value.lease_ms),
@@ -364,26 +379,7 @@ impl LockStore for EtcdStore {
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let (grant, places) = self.grant_and_places(key).await?;
-        let Some(grant) = grant else {
-            return Ok(None);
-        };
-        let mut checks = vec![
-            self.keys.grant_marker(grant.value.lease),
-            self.keys.session_marker(grant.value.session),
-        ];
-        checks.extend(places.iter().map(|p| self.keys.session_marker(p.session)));
-        let live = self.members.exist(&checks).await?;
-        if !(live[0] && live[1]) {
-            return Ok(None);
-        }
-        Ok(Some(LockInfo {
-            lock_key: key.clone(),
-            fencing_token: grant.value.token,
-            owner_id: grant.value.owner,
-            expires_at: after_ms(grant.value.lease_ms),
-            waiters: live[2..].iter().filter(|l| **l).count() as u64,
-        }))
+        self.inspect(key).await
     }
 
     async fn acquire_set(
@@ -441,7 +437,7 @@ impl LockStore for EtcdStore {
         note: &RevokeNote,
     ) -> Result<Option<FencingToken>, StoreError> {
         let Some(grant) = self.live_grant(key).await? else {
-            return Ok(None);
+            return self.revoke_shares(key, note).await;
         };
         let path = self.keys.grant_key(key);
         // The note is written by the transaction that deletes the grant.

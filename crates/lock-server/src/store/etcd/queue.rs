@@ -3,23 +3,24 @@
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use lock_api::{LockKey, SessionId};
+use lock_api::{Claim, LockKey, SessionId};
 use lock_store::StoreError;
 
 use super::EtcdStore;
-use super::codec::{Place, encode, lease_seconds};
+use super::codec::{Place, encode_place, lease_seconds};
 
 impl EtcdStore {
-    /// A refused caller with `queue_ms > 0` keeps its place in `key`'s queue for `queue_ms`
-    /// more (rounded up to whole seconds), so that a place lapses that long after the last
-    /// call that renewed it, as on PostgreSQL: the place's lease kept alive when its TTL is
-    /// that, else the place put again on a lease of that TTL (the same key keeps its
-    /// `create_revision`, so its turn; the earlier lease, now without a key, ends on its
-    /// own), or a new place at the back of the queue. (Keeping a longer lease alive would let
-    /// a crashed replica's place block its queue for up to the whole wait past its deadline.)
+    /// A refused caller with `queue_ms > 0` keeps its place in `key`'s queue, claiming
+    /// `claim`, for `queue_ms` more (rounded up to whole seconds), so that a place lapses that
+    /// long after the last call that renewed it, as on PostgreSQL: the place's lease kept
+    /// alive when its TTL and claim are those, else the place put again on a lease of that
+    /// TTL (the same key keeps its `create_revision`, so its turn; the earlier lease, now
+    /// without a key, ends on its own), or a new place at the back of the queue. (Keeping a
+    /// longer lease alive would let a crashed replica's place block its queue for up to the
+    /// whole wait past its deadline.)
     ///
     /// A place's put also reads `pins` (what held the caller back: the grant record, the
-    /// places ahead) as they are once the place exists: a release or a leave committed after
+    /// live shares, the places ahead) as they are once the place exists: a release or a leave committed after
     /// the caller's read but before its place existed woke nobody (the wake-up watch read the
     /// queue without it), so the caller must not sleep on its refusal. `false`: a pin moved,
     /// decide again (with the place, so the turn is kept). A place kept alive needs no pins:
@@ -29,7 +30,7 @@ impl EtcdStore {
         &self,
         key: &LockKey,
         session: SessionId,
-        queue_ms: u64,
+        (queue_ms, claim): (u64, Claim),
         mine: Option<&Place>,
         pins: Vec<Pin>,
     ) -> Result<bool, StoreError> {
@@ -38,7 +39,8 @@ impl EtcdStore {
         }
         let ttl_s = lease_seconds(queue_ms);
         if let Some(place) = mine {
-            if place.ttl_s == ttl_s && self.keep_alive(place.lease).await? {
+            let same = place.ttl_s == ttl_s && place.claim == claim;
+            if same && self.keep_alive(place.lease).await? {
                 return Ok(true);
             }
         }
@@ -56,7 +58,7 @@ impl EtcdStore {
                     .and_then(
                         [TxnOp::put(
                             self.keys.place_key(key, session),
-                            encode(&ttl_s)?,
+                            encode_place(ttl_s, claim)?,
                             Some(PutOptions::new().with_lease(lease)),
                         )]
                         .into_iter()

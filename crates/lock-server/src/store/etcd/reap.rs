@@ -1,19 +1,26 @@
-//! The reaper's pass: grants whose lease or holder's session ended, sessions whose marker
-//! is gone, lapsed places and ended delays.
+//! The reaper's pass: grants and shares whose lease or holder's session ended, sessions
+//! whose marker is gone, lapsed places and ended delays.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
 use lock_api::{FencingToken, LockKey, SessionId};
 use lock_store::{ExpiredLock, ReapReport, StoreError};
 
 use super::EtcdStore;
-use super::codec::{ReadDelay, read_delay, read_grant};
+use super::codec::{ReadDelay, ReadGrant, read_delay, read_grant};
+use super::delay::shares_delay;
+use super::holds::Ending;
 use super::members::TXN_OPS_MAX;
+
+/// The tokens of the grant and share records each key still has after the reaper ended
+/// what was dead.
+type Kept = HashMap<LockKey, Vec<FencingToken>>;
 
 /// One snapshot of everything the reaper judges, read at one revision.
 struct Snapshot {
     grants: Vec<KeyValue>,
+    holds: Vec<KeyValue>,
     live_grants: HashSet<Vec<u8>>,
     sessions: Vec<KeyValue>,
     session_records: HashSet<Vec<u8>>,
@@ -28,15 +35,16 @@ impl EtcdStore {
     pub(super) async fn reap(&self) -> Result<ReapReport, StoreError> {
         let snapshot = self.reap_snapshot().await?;
         let mut report = ReapReport::default();
-        // Grants first, while their sessions' records still name the expiry.
-        let kept = self.reap_grants(&snapshot, &mut report).await?;
+        // Grants and shares first, while their sessions' records still name the expiry.
+        let mut kept = self.reap_grants(&snapshot, &mut report).await?;
+        self.reap_holds(&snapshot, &mut report, &mut kept).await?;
         report.sessions = self.reap_sessions(&snapshot).await?;
         self.reap_places(&snapshot).await?;
         self.reap_delays(&snapshot, &kept).await?;
         Ok(report)
     }
 
-    /// Grant records, live grant markers, session records, live sessions, delay records,
+    /// Grant records, share records, live grant markers, session records, live sessions, delay records,
     /// delays in force and queue places, in one read.
     async fn reap_snapshot(&self) -> Result<Snapshot, StoreError> {
         let prefix = |sub: &str| {
@@ -53,6 +61,7 @@ impl EtcdStore {
         };
         let read = self.members.read(vec![
             prefix("g"),
+            prefix("h"),
             keys_only("gl"),
             prefix("s"),
             keys_only("sl"),
@@ -62,6 +71,7 @@ impl EtcdStore {
         ]);
         let mut read = read.await?.into_iter();
         let grants = read.next().unwrap_or_default();
+        let holds = read.next().unwrap_or_default();
         let live_grants = key_set(read.next());
         let sessions = read.next().unwrap_or_default();
         let live_sessions = key_set(read.next());
@@ -76,6 +86,7 @@ impl EtcdStore {
         let session_records = sessions.iter().map(|kv| kv.key().to_vec()).collect();
         Ok(Snapshot {
             grants,
+            holds,
             live_grants,
             sessions,
             session_records,
@@ -92,9 +103,9 @@ impl EtcdStore {
         &self,
         snapshot: &Snapshot,
         report: &mut ReapReport,
-    ) -> Result<HashMap<LockKey, FencingToken>, StoreError> {
+    ) -> Result<Kept, StoreError> {
         let keys = &self.keys;
-        let mut kept = HashMap::new();
+        let mut kept = Kept::new();
         for kv in &snapshot.grants {
             let grant = read_grant(kv)?;
             let lock_key = keys.parse_key_path("g", kv.key())?;
@@ -103,7 +114,7 @@ impl EtcdStore {
             let lease_marker = keys.grant_marker(grant.value.lease);
             let lease_live = snapshot.live_grants.contains(lease_marker.as_bytes());
             if lease_live && session_live {
-                kept.insert(lock_key, grant.value.token);
+                kept.entry(lock_key).or_default().push(grant.value.token);
                 continue;
             }
             // A close deleted the session: its grants went with it, as on PostgreSQL (no
@@ -123,7 +134,7 @@ impl EtcdStore {
                     .await?
             };
             if !deleted {
-                kept.insert(lock_key, grant.value.token);
+                kept.entry(lock_key).or_default().push(grant.value.token);
                 continue;
             }
             if session_closed {
@@ -138,6 +149,83 @@ impl EtcdStore {
             });
         }
         Ok(kept)
+    }
+
+    /// Ends the dead shares of `snapshot`, key by key in one transaction each: every one
+    /// reported unless its session was closed, and the lock-delay started (exempting nobody,
+    /// naming them all) when one whose end no delay record names yet ended involuntarily and
+    /// asked one. The shares still there after it are `kept`.
+    async fn reap_holds(
+        &self,
+        snapshot: &Snapshot,
+        report: &mut ReapReport,
+        kept: &mut Kept,
+    ) -> Result<(), StoreError> {
+        let keys = &self.keys;
+        let mut by_key: BTreeMap<LockKey, Vec<ReadGrant>> = BTreeMap::new();
+        for kv in &snapshot.holds {
+            let (lock_key, _) = keys.parse_hold_path(kv.key()).ok_or_else(|| {
+                let path = String::from_utf8_lossy(kv.key());
+                StoreError::Internal(format!("unreadable share record {path}"))
+            })?;
+            by_key.entry(lock_key).or_default().push(read_grant(kv)?);
+        }
+        let has = |set: &HashSet<Vec<u8>>, key: String| set.contains(key.as_bytes());
+        for (lock_key, holds) in by_key {
+            let lease_live =
+                |h: &ReadGrant| has(&snapshot.live_grants, keys.grant_marker(h.value.lease));
+            let session_live = |h: &ReadGrant| {
+                has(
+                    &snapshot.live_sessions,
+                    keys.session_marker(h.value.session),
+                )
+            };
+            let closed =
+                |h: &ReadGrant| !has(&snapshot.session_records, keys.session_key(h.value.session));
+            let (live, dead): (Vec<ReadGrant>, Vec<ReadGrant>) = holds
+                .into_iter()
+                .partition(|h| lease_live(h) && session_live(h));
+            let tokens = kept.entry(lock_key.clone()).or_default();
+            tokens.extend(live.iter().map(|h| h.value.token));
+            if dead.is_empty() {
+                continue;
+            }
+            let prior = snapshot.delays.get(&lock_key);
+            let delay_ms = (dead.iter())
+                .filter(|h| !closed(h) && prior.is_none_or(|d| !d.value.covers(h.value.token)))
+                .map(|h| h.value.lock_delay_ms)
+                .max()
+                .filter(|ms| *ms > 0);
+            let ended_tokens: Vec<FencingToken> = dead.iter().map(|h| h.value.token).collect();
+            let delay = delay_ms.map(|ms| {
+                let value = shares_delay(ended_tokens.clone(), ms);
+                (value, prior.map_or(0, |d| d.mod_revision))
+            });
+            let ending = Ending {
+                fence_revision: None,
+                delay,
+                also: None,
+            };
+            if !self.end_shares(&lock_key, &dead, ending).await? {
+                tokens.extend(ended_tokens);
+                continue;
+            }
+            for hold in dead.into_iter().filter(|h| !closed(h)) {
+                let reason = if lease_live(&hold) {
+                    "session"
+                } else {
+                    "lease"
+                };
+                report.locks.push(ExpiredLock {
+                    lock_key: lock_key.clone(),
+                    fencing_token: hold.value.token,
+                    session_id: hold.value.session,
+                    owner_id: hold.value.owner,
+                    reason,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the records of sessions whose marker is gone; how many.
@@ -186,18 +274,15 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// Deletes delay records whose delay is over, unless their grant's record is still there
-    /// (`kept`: it would start the delay a second time).
-    async fn reap_delays(
-        &self,
-        snapshot: &Snapshot,
-        kept: &HashMap<LockKey, FencingToken>,
-    ) -> Result<(), StoreError> {
+    /// Deletes delay records whose delay is over, unless the record of a grant or share
+    /// whose end started it is still there (`kept`: it would start the delay a second time).
+    async fn reap_delays(&self, snapshot: &Snapshot, kept: &Kept) -> Result<(), StoreError> {
         for (lock_key, delay) in &snapshot.delays {
             let marker = self.keys.delay_marker(delay.value.lease);
-            if snapshot.delays_in_force.contains(marker.as_bytes())
-                || kept.get(lock_key) == Some(&delay.value.token)
-            {
+            let started_by_kept = kept
+                .get(lock_key)
+                .is_some_and(|tokens| tokens.iter().any(|t| delay.value.covers(*t)));
+            if snapshot.delays_in_force.contains(marker.as_bytes()) || started_by_kept {
                 continue;
             }
             let path = self.keys.delay_key(lock_key);

@@ -6,7 +6,7 @@
 //! wakes the set's waiter (no place is handed a key on etcd: wake-ups name the head).
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lock_api::{LockGrant, LockKey, SessionId};
+use lock_api::{GrantScope, LockGrant, LockKey, SessionId};
 use lock_store::key_set::{SetDecision, decide_set};
 use lock_store::{AcquireSpec, Refusal, RequestId, SetOutcome, StoreError};
 
@@ -27,8 +27,18 @@ impl EtcdStore {
             self.hold_set_places(keys, session, spec.queue_ms).await?;
         }
         for _ in 0..ACQUIRE_ROUNDS_MAX {
-            if let Some(decided) = self.set_round(keys, session, spec).await? {
-                return Ok(decided);
+            match self.set_round(keys, session, spec).await {
+                Ok(Some(decided)) => return Ok(decided),
+                Ok(None) => {}
+                Err(err @ StoreError::KindConflict { .. }) => {
+                    // The caller's mistake: nothing is queued for it (its places would keep
+                    // others waiting behind them until they lapse).
+                    if spec.queue_ms > 0 {
+                        self.leave_set_places(keys, session).await?;
+                    }
+                    return Err(err);
+                }
+                Err(err) => return Err(err),
             }
         }
         Err(StoreError::Unavailable(format!(
@@ -65,6 +75,19 @@ impl EtcdStore {
         Ok(())
     }
 
+    /// Deletes the set's places, in one transaction.
+    async fn leave_set_places(
+        &self,
+        keys: &[LockKey],
+        session: SessionId,
+    ) -> Result<(), StoreError> {
+        let deletes: Vec<TxnOp> = (keys.iter())
+            .map(|key| TxnOp::delete(self.keys.place_key(key, session), None))
+            .collect();
+        let txn = Txn::new().and_then(deletes);
+        self.members.txn("leave set queues", txn).await.map(|_| ())
+    }
+
     /// One round: read and judge every key, decide the set, commit. `None` when a write lost
     /// a race.
     async fn set_round(
@@ -80,9 +103,11 @@ impl EtcdStore {
             Ok::<_, StoreError>((read, judged))
         }))
         .await?;
-        let views: Vec<_> = (keys.iter().zip(&reads))
-            .map(|(key, (_, judged))| (key.clone(), judged.view))
-            .collect();
+        // A member's live readers keep the set out as a holder does; its live permits, or
+        // the caller reading it, refuse the set outright.
+        let views = (keys.iter().zip(&reads))
+            .map(|(key, (_, judged))| Ok((key.clone(), judged.exclusive_view(key, session)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
         match decide_set(&views, session) {
             SetDecision::Refuse { member, refusal } => {
                 let (read, judged) = &reads[member];
@@ -164,6 +189,8 @@ impl EtcdStore {
                     lease_ms: spec.lease_ms,
                     lock_delay_ms: spec.lock_delay_ms,
                     request: spec.request.0,
+                    scope: GrantScope::Exclusive,
+                    permits: None,
                 };
                 let (pins, writes) = self.grant_parts(member.key, session, &member.read, &value)?;
                 compares.extend(pins);
@@ -224,8 +251,8 @@ impl EtcdStore {
         for (member, value) in members.into_iter().zip(values) {
             self.hints.forget(member.key);
             if !member.held {
+                let delay = member.read.ended_delay().map(|d| d.value.lease);
                 let ended = member.read.current.map(|old| old.value.lease);
-                let delay = member.read.delay.map(|d| d.value.lease);
                 for lease in ended.into_iter().chain(delay) {
                     self.members.revoke_lease_later(lease);
                 }

@@ -79,6 +79,7 @@ fn parse_hand_over(payload: &str) -> Option<Wake> {
             session_id: session,
             proof: None,
             waited_ms: 0,
+            scope: lock_api::GrantScope::Exclusive,
         },
         place_age_ms,
     })

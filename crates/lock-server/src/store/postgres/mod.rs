@@ -4,7 +4,9 @@
 //! carries their wake-ups.
 
 mod listen;
+mod reap;
 mod rows;
+mod shares;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+    Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
 };
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -343,12 +345,21 @@ impl LockStore for PostgresStore {
     async fn delete_session(&self, session: SessionId) -> Result<bool, StoreError> {
         // The session's grants are locked first, in key order (bytewise, as a batch and a key
         // set take keys), then the cascade deletes them: a close never waits for a set in a
-        // cycle.
+        // cycle. Its shares after their keys' fence rows, as every write to shares.
         let result = sqlx::query(
             "WITH held AS MATERIALIZED (
                  SELECT l.lock_key FROM locks l WHERE l.session_id = $1
-                  ORDER BY l.lock_key COLLATE \"C\" FOR UPDATE)
-             DELETE FROM lock_sessions WHERE session_id = $1 AND (SELECT count(*) FROM held) >= 0",
+                  ORDER BY l.lock_key COLLATE \"C\" FOR UPDATE),
+             fences AS MATERIALIZED (
+                 SELECT f.lock_key FROM lock_fences f
+                  WHERE f.lock_key IN (SELECT h.lock_key FROM lock_holds h WHERE h.session_id = $1)
+                  ORDER BY f.lock_key COLLATE \"C\" FOR SHARE),
+             shared AS MATERIALIZED (
+                 SELECT h.lock_key FROM lock_holds h WHERE h.session_id = $1
+                  ORDER BY h.lock_key COLLATE \"C\" FOR UPDATE)
+             DELETE FROM lock_sessions WHERE session_id = $1
+                AND (SELECT count(*) FROM held) + (SELECT count(*) FROM fences)
+                    + (SELECT count(*) FROM shared) >= 0",
         )
         .bind(session.0)
         .execute(&self.pool)
@@ -363,6 +374,10 @@ impl LockStore for PostgresStore {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Result<AcquireOutcome, StoreError> {
+        if spec.claim != Claim::Exclusive {
+            lock_store::claim::check_count(key, spec.claim)?;
+            return self.acquire_share(key, session, spec).await;
+        }
         // now() is the transaction's start, the same instant the function decided by.
         let row: AcquireRow =
             sqlx::query_as("SELECT *, now() FROM lock_acquire($1, $2, $3, $4, $5, $6)")
@@ -476,16 +491,13 @@ impl LockStore for PostgresStore {
         session: SessionId,
         token: FencingToken,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
-            "DELETE FROM locks WHERE lock_key = $1 AND fencing_token = $2 AND session_id = $3",
-        )
-        .bind(key.as_str())
-        .bind(to_i64(token.0)?)
-        .bind(session.0)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?;
-        Ok(result.rows_affected() > 0)
+        sqlx::query_scalar("SELECT lock_release($1, $2, $3)")
+            .bind(key.as_str())
+            .bind(session.0)
+            .bind(to_i64(token.0)?)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
@@ -500,6 +512,9 @@ impl LockStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
+        if row.is_none() {
+            return self.shares_info(key).await;
+        }
         row.map(|(token, owner, expires_at, waiters)| {
             Ok(LockInfo {
                 lock_key: key.clone(),
@@ -508,6 +523,8 @@ impl LockStore for PostgresStore {
                     .map_err(|e| StoreError::Internal(format!("stored owner id: {e}")))?,
                 expires_at,
                 waiters: to_u64(waiters)?,
+                holders: Vec::new(),
+                permits: None,
             })
         })
         .transpose()
@@ -519,35 +536,54 @@ impl LockStore for PostgresStore {
         note: &RevokeNote,
     ) -> Result<Option<FencingToken>, StoreError> {
         // An involuntary end: the grant's lock-delay runs from now (on the fence row, which
-        // outlives the grant row). The delete's trigger wakes the head waiter, who then
-        // learns of the delay. The note goes in with the delete: a renew that finds the
-        // grant gone finds who revoked it.
+        // outlives the grant row; a key's shares (ADR 0007) all end, the longest delay
+        // exempting nobody). The delete's trigger wakes the head waiter, who then learns of
+        // the delay. The note goes in with the delete, naming the newest token: a renew that
+        // finds the grant gone finds who revoked it. The fence row first, as every write to a
+        // key's shares takes it.
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query("SELECT 1 FROM lock_fences WHERE lock_key = $1 FOR UPDATE")
+            .bind(key.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         let token: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM locks l USING lock_sessions s
                   WHERE l.lock_key = $1 AND s.session_id = l.session_id
                     AND l.expires_at > now() AND s.expires_at > now()
-              RETURNING l.fencing_token, l.session_id, l.lock_delay_ms),
+              RETURNING l.fencing_token, l.session_id, l.lock_delay_ms, true AS whole),
+             shares_gone AS (
+                 DELETE FROM lock_holds h USING lock_sessions s
+                  WHERE h.lock_key = $1 AND s.session_id = h.session_id
+                    AND h.expires_at > now() AND s.expires_at > now()
+              RETURNING h.fencing_token, h.session_id, h.lock_delay_ms, false AS whole),
+             ended AS (SELECT * FROM gone UNION ALL SELECT * FROM shares_gone),
+             newest AS (
+                 SELECT max(fencing_token) AS fencing_token, max(lock_delay_ms) AS lock_delay_ms,
+                        CASE WHEN bool_and(whole) THEN (array_agg(session_id))[1] END AS exempt
+                   FROM ended),
              delayed AS (
                  UPDATE lock_fences f
-                    SET delay_until = now() + g.lock_delay_ms * interval '1 millisecond',
-                        delay_exempt = g.session_id
-                   FROM gone g
-                  WHERE f.lock_key = $1 AND g.lock_delay_ms > 0),
+                    SET delay_until = now() + n.lock_delay_ms * interval '1 millisecond',
+                        delay_exempt = n.exempt
+                   FROM newest n
+                  WHERE f.lock_key = $1 AND n.lock_delay_ms > 0),
              noted AS (
                  INSERT INTO lock_revocations (lock_key, fencing_token, revoked_by, reason, revoked_at)
-                 SELECT $1, fencing_token, $2, $3, now() FROM gone
+                 SELECT $1, fencing_token, $2, $3, now() FROM newest WHERE fencing_token IS NOT NULL
                  ON CONFLICT (lock_key) DO UPDATE
                     SET fencing_token = EXCLUDED.fencing_token, revoked_by = EXCLUDED.revoked_by,
                         reason = EXCLUDED.reason, revoked_at = EXCLUDED.revoked_at)
-             SELECT fencing_token FROM gone",
+             SELECT fencing_token FROM newest",
         )
         .bind(key.as_str())
         .bind(&note.by)
         .bind(note.reason.as_ref().map(RevokeReason::as_str))
-        .fetch_optional(&self.pool)
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
         token.map(|t| to_u64(t).map(FencingToken)).transpose()
     }
 
@@ -573,46 +609,16 @@ impl LockStore for PostgresStore {
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
-        // One statement, one snapshot and one now(): the grants of expired sessions are
-        // returned (and logged) before the sessions go, never dropped silently by the cascade.
-        // The victims' rows are locked first, in key order (bytewise, as a batch and a key set
-        // take keys), so a reap never waits for a set in a cycle.
-        // The victims are found through the two expiry indexes (expired leases; grants of
-        // expired sessions), so a pass that finds nothing costs two index probes, not a scan
-        // of every grant: with a million held keys, a scan took 0.6 s of every second.
-        let rows: Vec<ReapRow> =
-            sqlx::query_as(
-                "WITH candidates AS (
-                     SELECT l.lock_key FROM locks l WHERE l.expires_at <= now()
-                     UNION
-                     SELECT l.lock_key FROM lock_sessions s JOIN locks l ON l.session_id = s.session_id
-                      WHERE s.expires_at <= now()),
-                 victims AS MATERIALIZED (
-                     SELECT l.lock_key FROM locks l JOIN candidates c ON c.lock_key = l.lock_key
-                      ORDER BY l.lock_key COLLATE \"C\" FOR UPDATE OF l),
-                 gone AS (
-                     DELETE FROM locks l USING lock_sessions s, victims v
-                      WHERE l.lock_key = v.lock_key AND s.session_id = l.session_id
-                        AND (l.expires_at <= now() OR s.expires_at <= now())
-                  RETURNING l.lock_key, l.fencing_token, l.session_id, s.owner_id,
-                            l.expires_at <= now() AS lease_expired, l.lock_delay_ms,
-                            LEAST(l.expires_at, s.expires_at) AS ends_at),
-                 delayed AS (
-                     UPDATE lock_fences f
-                        SET delay_until = GREATEST(COALESCE(f.delay_until, '-infinity'),
-                                                   g.ends_at + g.lock_delay_ms * interval '1 millisecond'),
-                            delay_exempt = g.session_id
-                       FROM gone g
-                      WHERE f.lock_key = g.lock_key AND g.lock_delay_ms > 0),
-                 lapsed AS (DELETE FROM lock_waiters WHERE expires_at <= now()),
-                 dead AS (DELETE FROM lock_sessions WHERE expires_at <= now() RETURNING 1)
-                 SELECT lock_key, fencing_token, session_id, owner_id, lease_expired, NULL::bigint FROM gone
-                 UNION ALL
-                 SELECT NULL, NULL, NULL, NULL, NULL, count(*) FROM dead",
-            )
-            .fetch_all(&self.pool)
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(reap::LOCK_FENCES_OF_ENDED_SHARES)
+            .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+        let rows: Vec<ReapRow> = sqlx::query_as(reap::REAP_EXPIRED)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
         reap_report(rows)
     }
 

@@ -3,10 +3,11 @@
 //! calls and the batch.
 
 use chrono::{DateTime, Utc};
-use lock_api::{FencingToken, LockGrant, LockKey, OwnerId, SessionId};
+use lock_api::{Claim, FencingToken, GrantScope, LockGrant, LockKey, OwnerId, SessionId};
 use uuid::Uuid;
 
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult};
+use lock_store::claim::{HeldAs, conflict_error};
 use lock_store::{
     AcquireOutcome, ExpiredLock, ReapReport, Refusal, SessionRecord, SetOutcome, StoreError,
 };
@@ -83,6 +84,7 @@ pub(super) fn acquire_answer(
                 session_id: session,
                 proof: None,
                 waited_ms: 0,
+                scope: lock_api::GrantScope::Exclusive,
             },
             took_over_expired: took_over.unwrap_or(false),
             store_now: Some(store_now),
@@ -100,6 +102,15 @@ pub(super) fn acquire_answer(
             ahead: to_u64(required(ahead, "ahead")?)?,
         }
         .into()),
+        // lock_shares_answer: `ahead` carries the key's permit count, none when it is read.
+        "KIND_CONFLICT" => {
+            let held = match ahead.map(u32::try_from) {
+                Some(Ok(permits)) => HeldAs::Permits(permits),
+                Some(Err(_)) => return Err(StoreError::Internal(format!("permits {ahead:?}"))),
+                None => HeldAs::Shared,
+            };
+            Err(conflict_error(key, Claim::Exclusive, held))
+        }
         other => Err(session_error(other, session)),
     }
 }
@@ -148,6 +159,11 @@ pub(super) fn renew_answer(
     lease: Option<i64>,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<LockGrant, StoreError> {
+    // A share's renewal names its scope ('RENEWED permit-3'), which the replica signs.
+    let (outcome, scope) = match outcome.split_once(' ') {
+        Some(("RENEWED", scope)) => ("RENEWED", GrantScope::parse(scope)),
+        _ => (outcome, Some(GrantScope::Exclusive)),
+    };
     match outcome {
         "RENEWED" => Ok(LockGrant {
             lock_key: key.clone(),
@@ -157,6 +173,8 @@ pub(super) fn renew_answer(
             session_id: session,
             proof: None,
             waited_ms: 0,
+            scope: scope
+                .ok_or_else(|| StoreError::Internal(format!("renewed {key} in no scope")))?,
         }),
         "LOCK_LOST" => Err(StoreError::LockLost {
             lock_key: key.clone(),

@@ -1,0 +1,102 @@
+//! The permit and shared-hold rows of `harness bench locks` (ADR 0007): every client takes
+//! one hot key and releases it, in three ways in the same run: as a lock (the baseline: one
+//! holder at a time), as one of `PERMITS` permits of a semaphore, and as a reader beside the
+//! other readers. Cycles per second, the acquires that gave up, and the waits, with each
+//! side's rate as a ratio to the lock's.
+
+use std::time::{Duration, Instant};
+
+use lock_api::{Claim, LockKey};
+use lock_client::{AcquirePolicy, ClientBuilder};
+
+use crate::bench_load::{BENCH_LEASE_MS, ClientTally, SideFigures, join};
+
+/// A semaphore's permits in the permit rows.
+pub const PERMITS: u32 = 4;
+
+/// The three ways of taking the hot key.
+const SIDES: [(Claim, &str); 3] = [
+    (Claim::Exclusive, "SDK, a lock"),
+    (Claim::Permit { permits: PERMITS }, "SDK, one of 4 permits"),
+    (Claim::Shared, "SDK, a reader (shared)"),
+];
+
+/// `clients` clients, each with its own `LockClient` and session, taking the hot key as
+/// `claim` and releasing it for `duration`.
+pub async fn claim_side(
+    config: &ClientBuilder,
+    clients: usize,
+    duration: Duration,
+    claim: Claim,
+) -> anyhow::Result<SideFigures> {
+    let started = Instant::now();
+    let deadline = started + duration;
+    let key = LockKey::parse(match claim {
+        Claim::Exclusive => "bench.hot.lock",
+        Claim::Permit { .. } => "bench.hot.pool",
+        Claim::Shared => "bench.hot.doc",
+    })?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..clients {
+        let (config, key) = (config.clone(), key.clone());
+        tasks.spawn(async move {
+            let lock_client = config.build()?;
+            let session = lock_client.open_session(&format!("bench-{client}")).await?;
+            let (lease, policy) = (
+                Duration::from_millis(BENCH_LEASE_MS),
+                AcquirePolicy::DEFAULT,
+            );
+            let mut tally = ClientTally::default();
+            while Instant::now() < deadline {
+                let begun = Instant::now();
+                match session.acquire_claim(&key, claim, lease, &policy).await? {
+                    Some(held) => {
+                        tally.waits_us.push(begun.elapsed().as_micros() as u64);
+                        tally.granted += 1;
+                        session.release(held).await.map_err(|lost| {
+                            anyhow::anyhow!("a benchmark grant was lost: {lost:?}")
+                        })?;
+                    }
+                    None => tally.gave_up += 1,
+                }
+            }
+            session.close().await;
+            tokio::task::spawn_blocking(move || lock_client.close()).await?;
+            anyhow::Ok(tally)
+        });
+    }
+    let (tallies, elapsed) = join(started, tasks).await?;
+    Ok(SideFigures::of(&tallies, elapsed, false))
+}
+
+/// The permits and shared-holds table: for each client count, the three sides, each rate a
+/// ratio to the lock's in the same run.
+pub async fn print_rows(
+    config: &ClientBuilder,
+    clients: &[usize],
+    duration: Duration,
+) -> anyhow::Result<()> {
+    println!(
+        "\nPermits and shared holds: every client takes one hot key and releases it.\n\n\
+         | clients | side | cycles/s | gave up | wait p50 ms | wait p99 ms | ratio to a lock |\n\
+         |---|---|---|---|---|---|---|"
+    );
+    for &n in clients {
+        let mut lock_rate = None;
+        for (claim, side) in SIDES {
+            let figures = claim_side(config, n, duration, claim).await?;
+            let base = *lock_rate.get_or_insert(figures.granted_per_s);
+            let [p50, p99] = figures
+                .wait_ms
+                .map_or(["-".into(), "-".into()], |[p50, p99, _]| {
+                    [format!("{p50:.1}"), format!("{p99:.1}")]
+                });
+            let ratio = figures.granted_per_s / base.max(f64::MIN_POSITIVE);
+            println!(
+                "| {n} | {side} | {:.0} | {} | {p50} | {p99} | {ratio:.2} |",
+                figures.granted_per_s, figures.gave_up
+            );
+        }
+    }
+    Ok(())
+}
