@@ -56,13 +56,16 @@ impl EtcdStore {
             if let Some(decided) = self.share_round(key, session, spec, spare_lease).await? {
                 return Ok(decided);
             }
+            if round + 1 == SHARE_ROUNDS_MAX {
+                break;
+            }
             // Shares of a hot key are granted side by side, so rounds race more than a
             // lock's (which a rival's grant simply answers): back off, jittered, before the
             // next read, so that contenders spread out instead of colliding again.
             let cap_us = SHARE_BACKOFF_BASE_US << round.min(SHARE_BACKOFF_DOUBLINGS);
             tokio::time::sleep(std::time::Duration::from_micros(jitter() % (cap_us + 1))).await;
         }
-        // Every round lost to a rivals' grants: the key is contended, not the store down.
+        // Every round lost to rivals' grants: the key is contended, not the store down.
         // Answered as others being served first (a waiter parks until a free wakes it or its
         // recheck; a try backs off), never as a 503.
         tracing::debug!(event = "share_races_lost", key = %key, rounds = SHARE_ROUNDS_MAX);
