@@ -4,7 +4,7 @@
 //!
 //! - [`sdk_side`]: one `LockClient` and session per client, `acquire` with
 //!   `AcquirePolicy::DEFAULT` (its own jittered retries within a 2 s budget), then `release`:
-//!   the path users take. [`sdk_side_with`] takes another policy (`harness bench python`).
+//!   the path users take. [`sdk_side_with`] takes another policy (`harness bench python`), [`claim_side`] another claim (`bench_shares`).
 //! - [`http_side`]: raw acquire and release over HTTP, a refused acquire retried at once.
 //! - [`pgbench_side`]: the lock-server's own SQL driven by `pgbench`.
 //! - [`etcd_lock_side`]: etcd's lock API (`lock` with a lease, `unlock`): etcd queues waiters.
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use etcd_client::{Client, LockOptions};
-use lock_api::LockKey;
+use lock_api::{Claim, LockKey};
 use lock_client::{AcquirePolicy, ClientBuilder};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -126,20 +126,34 @@ pub async fn sdk_side_with(
     hot: bool,
     policy: AcquirePolicy,
 ) -> anyhow::Result<SideFigures> {
+    let key_for = move |client| key_of(hot, client);
+    claim_side(config, clients, duration, key_for, Claim::Exclusive, policy).await
+}
+
+/// `clients` clients, each with its own `LockClient` and session, taking `key_for(client)`
+/// as `claim` with `policy` and releasing it for `duration`: cycles per second, the acquires
+/// that gave up, and the waits.
+pub async fn claim_side(
+    config: &ClientBuilder,
+    clients: usize,
+    duration: Duration,
+    key_for: impl Fn(usize) -> String,
+    claim: Claim,
+    policy: AcquirePolicy,
+) -> anyhow::Result<SideFigures> {
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = tokio::task::JoinSet::new();
     for client in 0..clients {
-        let config = config.clone();
+        let (config, key) = (config.clone(), LockKey::parse(key_for(client))?);
         tasks.spawn(async move {
-            let key = LockKey::parse(key_of(hot, client))?;
             let lock_client = config.build()?;
             let session = lock_client.open_session(&format!("bench-{client}")).await?;
             let lease = Duration::from_millis(BENCH_LEASE_MS);
             let mut tally = ClientTally::default();
             while Instant::now() < deadline {
                 let begun = Instant::now();
-                match session.acquire(&key, lease, &policy).await? {
+                match session.acquire_claim(&key, claim, lease, &policy).await? {
                     Some(handle) => {
                         tally.waits_us.push(begun.elapsed().as_micros() as u64);
                         session.release(handle).await.map_err(|lost| {

@@ -4,12 +4,12 @@
 //! other readers. Cycles per second, the acquires that gave up, and the waits, with each
 //! side's rate as a ratio to the lock's.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_api::{Claim, LockKey};
+use lock_api::Claim;
 use lock_client::{AcquirePolicy, ClientBuilder};
 
-use crate::bench_load::{BENCH_LEASE_MS, ClientTally, SideFigures, join};
+use crate::bench_load::claim_side;
 
 /// A semaphore's permits in the permit rows.
 pub const PERMITS: u32 = 4;
@@ -21,52 +21,13 @@ const SIDES: [(Claim, &str); 3] = [
     (Claim::Shared, "SDK, a reader (shared)"),
 ];
 
-/// `clients` clients, each with its own `LockClient` and session, taking the hot key as
-/// `claim` and releasing it for `duration`.
-pub async fn claim_side(
-    config: &ClientBuilder,
-    clients: usize,
-    duration: Duration,
-    claim: Claim,
-) -> anyhow::Result<SideFigures> {
-    let started = Instant::now();
-    let deadline = started + duration;
-    let key = LockKey::parse(match claim {
+/// The hot key of `claim`'s side (one key per side: a key is of one kind while held).
+fn hot_key(claim: Claim) -> &'static str {
+    match claim {
         Claim::Exclusive => "bench.hot.lock",
         Claim::Permit { .. } => "bench.hot.pool",
         Claim::Shared => "bench.hot.doc",
-    })?;
-    let mut tasks = tokio::task::JoinSet::new();
-    for client in 0..clients {
-        let (config, key) = (config.clone(), key.clone());
-        tasks.spawn(async move {
-            let lock_client = config.build()?;
-            let session = lock_client.open_session(&format!("bench-{client}")).await?;
-            let (lease, policy) = (
-                Duration::from_millis(BENCH_LEASE_MS),
-                AcquirePolicy::DEFAULT,
-            );
-            let mut tally = ClientTally::default();
-            while Instant::now() < deadline {
-                let begun = Instant::now();
-                match session.acquire_claim(&key, claim, lease, &policy).await? {
-                    Some(held) => {
-                        tally.waits_us.push(begun.elapsed().as_micros() as u64);
-                        tally.granted += 1;
-                        session.release(held).await.map_err(|lost| {
-                            anyhow::anyhow!("a benchmark grant was lost: {lost:?}")
-                        })?;
-                    }
-                    None => tally.gave_up += 1,
-                }
-            }
-            session.close().await;
-            tokio::task::spawn_blocking(move || lock_client.close()).await?;
-            anyhow::Ok(tally)
-        });
     }
-    let (tallies, elapsed) = join(started, tasks).await?;
-    Ok(SideFigures::of(&tallies, elapsed, false))
 }
 
 /// The permits and shared-holds table: for each client count, the three sides, each rate a
@@ -84,7 +45,9 @@ pub async fn print_rows(
     for &n in clients {
         let mut lock_rate = None;
         for (claim, side) in SIDES {
-            let figures = claim_side(config, n, duration, claim).await?;
+            let key_for = move |_| hot_key(claim).to_owned();
+            let figures =
+                claim_side(config, n, duration, key_for, claim, AcquirePolicy::DEFAULT).await?;
             let base = *lock_rate.get_or_insert(figures.granted_per_s);
             let [p50, p99] = figures
                 .wait_ms
