@@ -18,6 +18,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod bench_failover;
 pub mod bench_load;
 pub mod bench_python;
 pub mod bench_scale;

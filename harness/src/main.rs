@@ -1,5 +1,6 @@
 //! `harness` binary: `harness demo`, `harness chaos`, `harness bench locks`,
-//! `harness bench pipeline`, `harness bench scale`, `harness bench python`.
+//! `harness bench pipeline`, `harness bench scale`, `harness bench python`,
+//! `harness bench failover`.
 
 use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
@@ -46,6 +47,9 @@ enum Bench {
     /// How cost grows: 100,000 sessions and 1,000,000 held keys, the reaper's passes, and
     /// 1,000 concurrent clients at rest and while the reaper deletes a tenth of the grants.
     Scale(ScaleBenchOptions),
+    /// Election failover: from a leader killed or frozen to its follower serving, p50/p99, on
+    /// PostgreSQL and etcd.
+    Failover(harness::bench_failover::FailoverBenchOptions),
     /// Lock cycles per second of the Python SDK (fencedlock) next to the Rust SDK, tooz on
     /// PostgreSQL and on etcd, and python-redis-lock on Redis, at 1 and 8 clients.
     Python(PythonBenchOptions),
@@ -70,6 +74,9 @@ async fn main() -> std::process::ExitCode {
         Command::Bench {
             which: Bench::Python(options),
         } => run_python(&options).await,
+        Command::Bench {
+            which: Bench::Failover(options),
+        } => harness::bench_failover::run_failover(&options).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::limits::{LOCK_KEY_MAX_BYTES, OWNER_ID_MAX_BYTES};
+use crate::limits::{LEADER_VALUE_MAX_BYTES, LOCK_KEY_MAX_BYTES, OWNER_ID_MAX_BYTES};
 use crate::validation::{ValidationError, check_readable};
 
 /// A fencing token: strictly increasing per lock key across grants, never reused.
@@ -157,6 +157,51 @@ impl fmt::Display for OwnerId {
     }
 }
 
+/// What an election's leader announces (C2 §2.4c): any text of at most
+/// [`LEADER_VALUE_MAX_BYTES`] bytes without a NUL (an address, a JSON document). It is the
+/// holder's, never logged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LeaderValue(String);
+
+impl LeaderValue {
+    /// Validates `raw` as a leader's value.
+    pub fn parse(raw: impl Into<String>) -> Result<Self, ValidationError> {
+        let raw = raw.into();
+        if raw.len() > LEADER_VALUE_MAX_BYTES {
+            return Err(ValidationError::new(
+                "value",
+                format!(
+                    "is {} bytes, the limit is {LEADER_VALUE_MAX_BYTES}",
+                    raw.len()
+                ),
+            ));
+        }
+        if raw.contains('\0') {
+            return Err(ValidationError::new("value", "must not contain NUL"));
+        }
+        Ok(Self(raw))
+    }
+
+    /// The value as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for LeaderValue {
+    type Error = ValidationError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::parse(raw)
+    }
+}
+
+impl From<LeaderValue> for String {
+    fn from(value: LeaderValue) -> Self {
+        value.0
+    }
+}
+
 /// A session's id: a random UUID chosen by the server. It is a capability (L2-L6 act on the
 /// session with it), so it has no `Display`: logs, metrics and error messages show its
 /// [`SessionId::tag`], and only the wire ([`SessionId::expose`], serde) carries the id itself.
@@ -274,6 +319,19 @@ mod tests {
             assert_eq!(
                 OwnerId::parse(bad).unwrap_err().field,
                 "owner_id",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn leader_value_refuses_nul_and_long() {
+        assert!(LeaderValue::parse("").is_ok());
+        assert!(LeaderValue::parse("{\"addr\":\"10.0.0.1:80\"}\n").is_ok());
+        for bad in ["nul\0", &"v".repeat(LEADER_VALUE_MAX_BYTES + 1)] {
+            assert_eq!(
+                LeaderValue::parse(bad).unwrap_err().field,
+                "value",
                 "{bad:?}"
             );
         }

@@ -25,7 +25,7 @@ pub use credentials::{
     parse_credentials, secret_sha256,
 };
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
-pub use ids::{FencingToken, LockKey, OwnerId, SessionId, SessionTag};
+pub use ids::{FencingToken, LeaderValue, LockKey, OwnerId, SessionId, SessionTag};
 pub use limits::*;
 pub use proof::{
     FENCING_PROOF_HEADER, FenceSigner, FenceVerifier, GRANT_ID_BYTES, GrantId, GrantScope,

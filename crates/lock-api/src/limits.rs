@@ -12,6 +12,9 @@ pub const SET_KEYS_MAX: usize = 16;
 /// Most permits one semaphore key may have (ADR 0007): a key's holders are read whole in
 /// every decision.
 pub const PERMITS_MAX: u32 = 256;
+/// Longest value an election's leader may announce (L4 `value`, L9), in bytes: it is read
+/// with the key's grant on every leader query.
+pub const LEADER_VALUE_MAX_BYTES: usize = 4096;
 /// Largest request body any lock-service endpoint accepts.
 pub const REQUEST_BODY_MAX_BYTES: usize = 16 * 1024;
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{FencingToken, LockKey, OwnerId, SessionId};
+use crate::ids::{FencingToken, LeaderValue, LockKey, OwnerId, SessionId};
 use crate::limits::{PERMITS_MAX, SET_KEYS_MAX, TTL_ABSURD_MS};
 use crate::proof::GrantScope;
 use crate::validation::ValidationError;
@@ -122,6 +122,11 @@ pub struct AcquireRequest {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 256))]
     // PERMITS_MAX: a test in openapi.rs keeps them equal
     pub permits: Option<u32>,
+    /// An election's campaign (C2 §2.4c): the value the grant announces, set before the
+    /// grant is answered, as L9 sets it later. Only for an exclusive claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, max_length = 4096))]
+    pub value: Option<LeaderValue>,
 }
 
 impl AcquireRequest {
@@ -308,6 +313,22 @@ pub struct RenewRequest {
     pub fencing_token: FencingToken,
 }
 
+/// L9 `POST /v1/locks/{lock_key}/proclaim` request: the live exclusive grant (key, session,
+/// token) announces `value` in place of the one it announced, keeping its token (an
+/// election's leader changing what it says without giving up its term).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProclaimRequest {
+    /// The holding session.
+    pub session_id: SessionId,
+    /// The grant's token: a leader's term.
+    pub fencing_token: FencingToken,
+    /// What the grant announces from now on.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, max_length = 4096))]
+    pub value: LeaderValue,
+}
+
 /// L6 `POST /v1/locks/{lock_key}/release` request: compare-and-delete on key, token and
 /// holding session. The session id is the holder's proof: L7 never shows it, so knowing
 /// the key and the token is not enough to release someone else's lock.
@@ -352,6 +373,11 @@ pub struct LockInfo {
     /// A semaphore key's permit count, while any permit is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// What the live exclusive grant announces (an election's leader, L4 `value` or L9);
+    /// absent while it has announced nothing. Never a value of an earlier grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub value: Option<LeaderValue>,
 }
 
 /// One live holder of a key held shared or by permits (L7).

@@ -80,6 +80,7 @@ impl AdminClient {
                     lock_delay_ms: None,
                     mode: None,
                     permits: None,
+                    value: None,
                 },
             );
             let err = match self
@@ -158,6 +159,11 @@ impl AdminClient {
             Err(NotHeld) => Ok(None),
             Err(Failed(err)) => Err(err),
         }
+    }
+
+    /// Sleeps `duration` on the SDK's clock.
+    pub(crate) async fn sleep(&self, duration: Duration) {
+        self.clock.sleep(duration).await;
     }
 
     /// Revokes the key's live grant, if any, presenting `admin` (the operators'

@@ -50,6 +50,7 @@ mod builder;
 mod client;
 mod clock;
 mod config;
+pub mod election;
 #[cfg(any(test, feature = "test-util"))]
 mod fake_clock;
 mod handle;

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
     AcquireRequest, AcquireSetRequest, Backend, CreateSessionResponse, ErrorBody, ErrorCode,
-    FencingToken, GrantScope, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome,
-    OwnerId, ReleaseResponse, RenewRequest, SessionId, SetGrant,
+    FencingToken, GrantScope, HeartbeatResponse, LeaderValue, LockGrant, LockInfo, LockKey,
+    LockOutcome, OwnerId, ProclaimRequest, ReleaseResponse, RenewRequest, SessionId, SetGrant,
 };
 
 use std::sync::Arc;
@@ -111,6 +111,8 @@ struct State {
     sessions: HashMap<SessionId, (u64, OwnerId)>,
     locks: HashMap<LockKey, (FencingToken, SessionId, u64)>,
     fences: HashMap<LockKey, FencingToken>,
+    /// What each key's grant announces, with the announcing token.
+    values: HashMap<LockKey, (FencingToken, LeaderValue)>,
     calls: Vec<Call>,
     fail_next: Vec<(&'static str, TransportError)>,
     fail_always: HashMap<&'static str, TransportError>,
@@ -247,6 +249,7 @@ impl MemoryTransport {
                 }
                 Ok(Reply::Released(ReleaseResponse { released }))
             }
+            Call::Proclaim(key, req) => Self::proclaim(state, key, req),
             Call::Inspect(key) => Self::inspect(state, key, now),
             Call::Revoke(key, _admin, _reason) => {
                 let revoked = state.locks.remove(&key).map(|(token, _, _)| token);
@@ -288,20 +291,48 @@ impl MemoryTransport {
             waited_ms: 0,
             scope: GrantScope::Exclusive,
         };
-        match state.locks.get(&key) {
-            Some((token, holder, _)) if *holder == req.session_id => {
-                Ok(Reply::Grant(grant(*token)))
-            }
+        let granted = Self::grant_key(state, &key, req.session_id, lease_ms)?;
+        if let Some(value) = &req.value {
+            state.values.insert(key.clone(), (granted, value.clone()));
+        }
+        Ok(Reply::Grant(grant(granted)))
+    }
+
+    /// The token of `key`'s grant to `session`: its own again, or a new one of a free key.
+    fn grant_key(
+        state: &mut State,
+        key: &LockKey,
+        session: SessionId,
+        lease_ms: u64,
+    ) -> Result<FencingToken, TransportError> {
+        match state.locks.get(key) {
+            Some((token, holder, _)) if *holder == session => Ok(*token),
             Some(_) => Err(status(ErrorCode::LockHeld, "held by another session")),
             None => {
-                let token = FencingToken(state.fences.get(&key).map_or(1, |t| t.0 + 1));
+                let token = FencingToken(state.fences.get(key).map_or(1, |t| t.0 + 1));
                 state.fences.insert(key.clone(), token);
-                state
-                    .locks
-                    .insert(key.clone(), (token, req.session_id, lease_ms));
-                Ok(Reply::Grant(grant(token)))
+                state.locks.insert(key.clone(), (token, session, lease_ms));
+                Ok(token)
             }
         }
+    }
+
+    /// A proclaim: the live grant (key, session, token) announces the value.
+    fn proclaim(
+        state: &mut State,
+        key: LockKey,
+        req: ProclaimRequest,
+    ) -> Result<Reply, TransportError> {
+        let held = (state.locks.get(&key))
+            .is_some_and(|(t, s, _)| *t == req.fencing_token && *s == req.session_id);
+        if !held {
+            return Err(status(
+                ErrorCode::LockLost,
+                "not held by this session with this token",
+            ));
+        }
+        state.values.insert(key, (req.fencing_token, req.value));
+        Ok(Reply::Proclaimed)
     }
 
     /// A set acquire: every key granted as [`Self::acquire`] would, or none while any is
@@ -328,6 +359,7 @@ impl MemoryTransport {
                 lock_delay_ms: None,
                 mode: None,
                 permits: None,
+                value: None,
             };
             match Self::acquire(state, key, &single, now)? {
                 Reply::Grant(grant) => grants.push(grant),
@@ -384,6 +416,9 @@ impl MemoryTransport {
                 waiters: 0,
                 holders: Vec::new(),
                 permits: None,
+                value: (state.values.get(&key))
+                    .filter(|(t, _)| t == token)
+                    .map(|(_, v)| v.clone()),
             })),
             None => Err(status(ErrorCode::LockNotHeld, "no live grant")),
         }

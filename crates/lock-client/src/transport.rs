@@ -1,7 +1,7 @@
 //! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs over
 //! real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its HTTP
 //! implementation are the only place that knows the lock surface's paths (open, heartbeat and close
-//! a session; acquire, renew, release, inspect and revoke a lock).
+//! a session; acquire, renew, release, proclaim, inspect and revoke a lock).
 
 use std::fmt;
 use std::time::Duration;
@@ -9,8 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_api::{
     AcquireRequest, AcquireSetRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody,
-    ErrorCode, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ReleaseRequest,
-    ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest, SessionId, SetGrant,
+    ErrorCode, HeartbeatResponse, LockGrant, LockInfo, LockKey, LockOutcome, ProclaimRequest,
+    ReleaseRequest, ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest, SessionId,
+    SetGrant,
 };
 
 use tls_kit::{POOL_IDLE_TIMEOUT_MS, bearer_headers};
@@ -34,6 +35,8 @@ pub enum Call {
     Renew(LockKey, RenewRequest),
     /// Release a grant.
     Release(LockKey, ReleaseRequest),
+    /// Change what a grant announces (an election's leader).
+    Proclaim(LockKey, ProclaimRequest),
     /// Inspect: who holds the key (operators and tools; never a safety decision).
     Inspect(LockKey),
     /// Revoke the key's grant, presenting the operators' credential (`LOCK_ADMIN_TOKEN`)
@@ -53,6 +56,7 @@ impl Call {
             Self::AcquireSet(..) => "acquire_set",
             Self::Renew(..) => "renew",
             Self::Release(..) => "release",
+            Self::Proclaim(..) => "proclaim",
             Self::Inspect(_) => "inspect",
             Self::Revoke(..) => "revoke",
         }
@@ -74,6 +78,8 @@ pub enum Reply {
     Grants(SetGrant),
     /// A release's answer (200).
     Released(ReleaseResponse),
+    /// A proclaim was applied (204).
+    Proclaimed,
     /// An inspect's answer (200).
     Info(LockInfo),
     /// A revoke's answer (200).
@@ -242,6 +248,15 @@ impl Transport for HttpTransport {
                     .post(format!("{base}/v1/locks/{key}/release"))
                     .json(&body);
                 Self::json(request, S::OK).await.map(Reply::Released)
+            }
+            Call::Proclaim(key, body) => {
+                let request = self
+                    .http
+                    .post(format!("{base}/v1/locks/{key}/proclaim"))
+                    .json(&body);
+                Self::checked(request, S::NO_CONTENT)
+                    .await
+                    .map(|_| Reply::Proclaimed)
             }
             Call::Inspect(key) => {
                 let request = self.http.get(format!("{base}/v1/locks/{key}"));

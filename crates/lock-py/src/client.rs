@@ -13,12 +13,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use lock_api::{LockKey, RevokeReason};
 use lock_client::admin::Credential;
 use lock_client::{ClientBuilder, LockClient};
 use pyo3::prelude::*;
 
+use crate::election::{Leader, election_name};
 use crate::errors::{ConfigError, InvalidArgument, client_error, lock_error};
 use crate::session::Session;
 use crate::slot::Runtime;
@@ -117,6 +119,29 @@ impl Client {
         Ok(revoked.map_err(lock_error)?.fencing_token.map(|t| t.0))
     }
 
+    /// The leader of the election `name`: its `term`, `value`, `owner_id` and `expires_at`,
+    /// or `None` when no candidate leads. For routing and display; the term fences writes.
+    fn leader(&self, py: Python<'_>, name: &str) -> PyResult<Option<Leader>> {
+        let client = self.live()?;
+        let name = election_name(name)?;
+        let admin = client.admin();
+        let runtime = Arc::clone(&self.runtime);
+        let leader = py.detach(|| runtime.block_on(admin.leader(&name)));
+        Ok(leader.map_err(lock_error)?.map(Leader::of))
+    }
+
+    /// The election `name`'s leader changes, as an iterator of `Leader | None`: each step
+    /// waits (the GIL released, asking every 200 ms) for the term or the value to change;
+    /// the first answers the current leader. Terms never go backwards.
+    fn observe(slf: Py<Self>, py: Python<'_>, name: &str) -> PyResult<Observer> {
+        let name = election_name(name)?;
+        let (admin, runtime) = {
+            let this = slf.borrow(py);
+            (this.live()?.admin(), Arc::clone(&this.runtime))
+        };
+        Ok(Observer::new(slf, runtime, admin.observe(&name)))
+    }
+
     /// Stops the heartbeat thread; sessions still open stop heartbeating and expire. A call on
     /// another thread still in flight (opening a session, a revoke) holds the client: the
     /// thread is stopped when that call returns (the SDK's `Drop`).
@@ -142,7 +167,8 @@ impl Client {
 }
 
 impl Client {
-    fn live(&self) -> PyResult<Arc<LockClient>> {
+    /// The client, while it is open.
+    pub(crate) fn live(&self) -> PyResult<Arc<LockClient>> {
         self.client
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -166,4 +192,63 @@ fn duration_setting(key: &str, seconds: f64) -> PyResult<String> {
 fn default_owner() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
     format!("python:{host}:{}", std::process::id())
+}
+
+/// How long one wait of `Observer.__next__` runs with the GIL released before it checks for
+/// a signal (Ctrl-C) and waits on.
+const SIGNAL_CHECK: Duration = Duration::from_secs(1);
+
+/// An election's leader changes, as an iterator: each `next()` waits (the GIL released) for
+/// the term or its value to differ from the last answer, and answers the `Leader` or `None`
+/// (no leader now); the first answers the current leader. Terms never go backwards.
+#[pyclass(module = "fencedlock._native")]
+pub(crate) struct Observer {
+    client: Py<Client>,
+    runtime: Runtime,
+    observer: Mutex<lock_client::election::Observer>,
+}
+
+impl Observer {
+    pub(crate) fn new(
+        client: Py<Client>,
+        runtime: Runtime,
+        observer: lock_client::election::Observer,
+    ) -> Self {
+        Self {
+            client,
+            runtime,
+            observer: Mutex::new(observer),
+        }
+    }
+}
+
+#[pymethods]
+impl Observer {
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next leader change: a `Leader`, or `None` (a Python `None`, never the end of the
+    /// iteration: the stream has none). Unavailability is waited out; a closed client raises
+    /// `ConfigError`, a final error (a refused credential) its exception.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        loop {
+            self.client.borrow(py).live()?;
+            let runtime = Arc::clone(&self.runtime);
+            // A wait cut at `SIGNAL_CHECK` loses nothing: the observer's state changes only
+            // when it answers.
+            let next = py.detach(|| {
+                let mut observer = self.observer.lock().unwrap_or_else(PoisonError::into_inner);
+                runtime
+                    .block_on(async { tokio::time::timeout(SIGNAL_CHECK, observer.next()).await })
+            });
+            match next {
+                Ok(answer) => {
+                    let leader = answer.map_err(lock_error)?.map(Leader::of);
+                    return Ok(leader.into_pyobject(py)?.into_any());
+                }
+                Err(_elapsed) => py.check_signals()?,
+            }
+        }
+    }
 }

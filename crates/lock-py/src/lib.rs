@@ -2,14 +2,18 @@
 //! (`lock-client`), so a Python client runs the same decisions as a Rust one (`lock-core`:
 //! conservative deadlines, heartbeat grid, the bounded acquire loop) and the same heartbeat
 //! thread, TLS and credentials. Python sees [`Client`](client::Client),
-//! [`Session`](session::Session), [`Lock`](lock::Lock), [`LockSet`](lock_set::LockSet), the resource side's
+//! [`Session`](session::Session), [`Lock`](lock::Lock), [`LockSet`](lock_set::LockSet), an
+//! election's [`Leadership`](election::Leadership), [`Leader`](election::Leader) and
+//! [`Observer`](client::Observer), the resource side's
 //! [`TrustedKeys`](fence::TrustedKeys) with its [`ProvenWrite`](fence::ProvenWrite), the
 //! PostgreSQL fence's SQL and refusals ([`postgres`]) and the exceptions of [`errors`];
 //! the package `fencedlock` (python/) re-exports them with its typing stubs.
 //!
-//! Every call that waits (open, acquire, release, close) releases the GIL while it waits.
+//! Every call that waits (open, acquire, release, campaign, proclaim, resign, an observer's
+//! next change, close) releases the GIL while it waits.
 
 mod client;
+mod election;
 mod errors;
 mod fence;
 mod lock;
@@ -27,6 +31,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::Session>()?;
     m.add_class::<lock::Lock>()?;
     m.add_class::<lock_set::LockSet>()?;
+    m.add_class::<election::Leadership>()?;
+    m.add_class::<election::Leader>()?;
+    m.add_class::<client::Observer>()?;
     m.add_class::<fence::TrustedKeys>()?;
     m.add_class::<fence::ProvenWrite>()?;
     errors::register(m)?;

@@ -8,6 +8,7 @@ use lock_api::{Claim, LockKey, LockMode};
 use lock_client::{AcquirePolicy, LockClientSession};
 use pyo3::prelude::*;
 
+use crate::election::{Leadership, election_name, leader_value};
 use crate::errors::{InvalidArgument, LockContended, lock_error, lock_lost};
 use crate::lock::Lock;
 use crate::lock_set::LockSet;
@@ -92,6 +93,33 @@ impl Session {
             .map(|handle| Py::new(py, Lock::new(Arc::clone(&self.slot), &session, handle)))
             .collect::<PyResult<Vec<_>>>()?;
         Ok(LockSet::new(locks))
+    }
+
+    /// Campaigns in the election `name`: acquires its key exclusively for a lease of `ttl`
+    /// seconds, announcing `value` (at most 4096 bytes, no NUL), waiting up to `wait` seconds
+    /// behind earlier candidates in the server's FIFO queue (0: try once). Raises
+    /// `LockContended` when another candidate led for the whole wait. The leadership's
+    /// `term` is its fencing token; use it as a context manager to resign on exit. A session
+    /// that leads already keeps its term and announces `value`.
+    #[pyo3(signature = (name, value, *, ttl=10.0, wait=0.0))]
+    fn campaign(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        value: &str,
+        ttl: f64,
+        wait: f64,
+    ) -> PyResult<Leadership> {
+        let name = election_name(name)?;
+        let value = leader_value(value)?;
+        let (ttl, wait, policy) = acquire_terms(ttl, wait)?;
+        let (session, runtime) = (self.slot.live()?, Arc::clone(self.slot.runtime()));
+        let campaigned =
+            py.detach(|| runtime.block_on(session.campaign(&name, value, ttl, &policy)));
+        match campaigned.map_err(lock_error)? {
+            Some(held) => Ok(Leadership::new(Arc::clone(&self.slot), &session, held)),
+            None => Err(contended(&name.to_string(), wait)),
+        }
     }
 
     /// Calls `listener(lost)` once for each lock of this session that may be lost, on the

@@ -181,7 +181,14 @@ fn register_counters_at_zero(backend: &'static str) {
 }
 
 /// Values of `lock_sessions_refused_total`'s `route` label: the routes that act on a session.
-pub const SESSION_ROUTES: [&str; 5] = ["heartbeat", "close", "acquire", "renew", "release"];
+pub const SESSION_ROUTES: [&str; 6] = [
+    "heartbeat",
+    "close",
+    "acquire",
+    "renew",
+    "release",
+    "proclaim",
+];
 
 /// Values of `lock_expired_total`'s `reason` label.
 pub const EXPIRY_REASONS: [&str; 3] = ["lease", "session", "takeover"];

@@ -3,9 +3,10 @@
 //! transaction), one submission per payout, a ledger, and a rail that records every transfer
 //! it receives. The model: a submit reserves, calls the rail and records its answer in one
 //! step (payment-resource + rail-proxy + rail-stub collapsed; their messages are not what the
-//! fence protects).
+//! fence protects). Beside the payouts, the register an election's leaders write (a resource
+//! that never ends, fenced with fence-kit's `check_open` by the leader's term).
 
-use fence_kit::{FenceRefusal, FenceRule, GrantFence, check_fence};
+use fence_kit::{FenceRefusal, FenceRule, GrantFence, check_fence, check_open};
 use payment_api::PayoutState;
 
 use crate::config::Bugs;
@@ -89,6 +90,8 @@ pub struct Bank {
     pub ledger: Vec<u32>,
     /// Every fence each payout had, in order (the witness that fences only rise).
     pub fence_history: Vec<Vec<i64>>,
+    /// The election's register: its fence (the last term that wrote) and that grant.
+    pub register: (i64, String),
     /// Planted bugs of the resource, the proxy and the rail.
     bugs: Bugs,
 }
@@ -110,6 +113,7 @@ impl Bank {
             rail: Vec::new(),
             ledger: vec![0; faults.len()],
             fence_history: vec![Vec::new(); faults.len()],
+            register: (0, String::new()),
             bugs,
         }
     }
@@ -124,6 +128,25 @@ impl Bank {
     /// Whether every payout is terminal.
     pub fn all_terminal(&self) -> bool {
         self.payouts.iter().all(|p| p.state.is_terminal())
+    }
+
+    /// A leader's write to the election's register with its term `token` by `grant`: each
+    /// write claims (a term above the fence, or the grant that set it), as a resource that
+    /// never ends fences a leader's writes; `true` when it is accepted.
+    pub fn leader_write(&mut self, token: i64, grant: &str) -> bool {
+        if !self.bugs.ignore_fence {
+            let presented = GrantFence { token, grant };
+            let (fence, fence_grant) = &self.register;
+            let fence = GrantFence {
+                token: *fence,
+                grant: fence_grant,
+            };
+            if check_open(FenceRule::Claim, presented, fence).is_err() {
+                return false;
+            }
+        }
+        self.register = (token, grant.to_owned());
+        true
     }
 
     fn set_fence(&mut self, payout: usize, token: i64, grant: &str) {

@@ -11,7 +11,11 @@ use crate::sched::{MS, Nanos};
 /// woken, granted after parking, given up, cancelled, withheld, settled, a member stale), and
 /// what the shares' checkers check (permits granted, beside each other and filling the pool,
 /// refused when it is full; readers beside readers; writers after readers, each kind waiting
-/// for the other; shares woken, renewed, lost, revoked, abandoned; a kind conflict). A counter
+/// for the other; shares woken, renewed, lost, revoked, abandoned; a kind conflict), and
+/// what the election's checkers check (elections won, some after waiting, by another session
+/// than the last; leaders proclaiming and writing, deposed ones refused and fenced, resigning;
+/// observers yielding leaders, none, a term before its value, a value, a change, and skipping
+/// a lagging read, the premise of the rule they run). A counter
 /// missing from a run of many seeds means the fault model or the checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
 /// client's deadline never lies after the server's expiry, that deadline always passes first,
 /// so it is not owed; nor is `SESSION_UNKNOWN` while the client still believes in its session,
@@ -104,6 +108,23 @@ pub const MUST_REACH: &[&str] = &[
     "an acquire refused: its session holds the key in the other mode",
     "fault: a shared key's grants revoked",
     "fault: pause between a share's grant or guard and its use",
+    "an election won",
+    "a candidate elected after waiting in line",
+    "a leadership change: another session won",
+    "a leader proclaimed its value",
+    "a deposed leader's proclaim refused",
+    "a leader's write accepted",
+    "a deposed leader's write fenced",
+    "a leader's guard found its term over",
+    "a leader resigned",
+    "fault: a leader paused between its guard and its next step",
+    "fault: the election's leader revoked",
+    "an observer yielded a leader",
+    "an observer yielded no leader",
+    "an observer yielded a term before its first proclaim",
+    "an observer yielded a leader's value",
+    "an observer saw the leader change",
+    "an observer skipped a term below its highest",
 ];
 
 /// How often each interesting thing happened.

@@ -139,6 +139,12 @@ pub struct Config {
     pub share_jobs: f64,
     /// The pool key's permit count, the same for every permit job of the run.
     pub permits: u32,
+    /// Share of jobs that campaign in the election instead of settling a payout: acquire
+    /// the election's key, proclaim and write as its leader, resign. A run with election
+    /// jobs also has observers polling the election's leader.
+    pub elect_jobs: f64,
+    /// Observers polling the election's leader (none in a run without election jobs).
+    pub observers: usize,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -176,6 +182,8 @@ impl Config {
             accounts: rng.usize(1..=2),
             share_jobs: [0.0, 0.25, 0.5][rng.usize(0..3)],
             permits: rng.u32(2..=3),
+            elect_jobs: [0.0, 0.2, 0.4][rng.usize(0..3)],
+            observers: rng.usize(1..=2),
             bugs,
         }
     }

@@ -18,19 +18,27 @@
 //! clients' beliefs in true time: mutual exclusion of locks, a semaphore's bound, readers
 //! beside no writer), after every grant (tokens rise per key; a writer's token is above every
 //! reader's before it), after every set's store call (a set is never partly held) and after
-//! every permit's (the store holds no more permits than the key has). `docs/simulation.md`
+//! every permit's (the store holds no more permits than the key has). Some jobs campaign in
+//! an election instead (C2 §2.4c): they acquire its key, proclaim and write while the core
+//! says they lead, and resign; observers poll its leader through the replicas with the SDK
+//! observer's rule ([`observe`]), and checkers hold the election to one leader by belief,
+//! terms that never go backwards at an observer, values shown only under the term that
+//! proclaimed them, and proclaims accepted only from the live term. `docs/simulation.md`
 //! says what is production code and what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
 //! [`service`] (replicas over the store; the lock surface's calls in `service/calls.rs`, key
-//! sets in `service/sets.rs`, permits read back in `service/shares.rs`), [`bank`] (resource
-//! and rail), [`world`] (the run: one file each for the clients' protocol, their key sets,
-//! their share jobs, the network, the nemesis, the service nodes, their key sets, their
-//! shares' store calls and the checkers), [`check`] (violations, coverage).
+//! sets in `service/sets.rs`, permits read back in `service/shares.rs`, the election's calls
+//! in `service/elections.rs`), [`bank`] (resource, rail and the election's register),
+//! [`observe`] (the SDK observer's rule), [`world`] (the run: one file each for the clients'
+//! protocol, their key sets, their share jobs, their election jobs, the observers, the
+//! network, the nemesis, the service nodes, their key sets, their shares' store calls, the
+//! election's calls and the checkers), [`check`] (violations, coverage).
 
 pub mod bank;
 pub mod check;
 pub mod config;
+pub mod observe;
 pub mod sched;
 pub mod service;
 pub mod world;
@@ -47,6 +55,8 @@ pub fn run_seed(seed: u64, drift: f64, bugs: Bugs, trace: bool) -> RunReport {
 /// The result of many seeds.
 #[derive(Debug, Default)]
 pub struct Summary {
+    /// How many seeds failed, by the invariant each failed first, and the first such seed.
+    pub failed_by: std::collections::BTreeMap<&'static str, (u64, u64)>,
     /// Seeds run.
     pub seeds: u64,
     /// Events processed over all seeds.
@@ -75,6 +85,7 @@ pub fn run_seeds(
         summary.coverage.add(&report.coverage);
         if let Some(v) = report.violation {
             summary.failures += 1;
+            summary.failed_by.entry(v.invariant).or_insert((0, seed)).0 += 1;
             if summary.first_failure.is_none() {
                 summary.first_failure = Some((seed, v));
             }

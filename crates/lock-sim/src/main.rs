@@ -95,8 +95,8 @@ fn main() -> ExitCode {
     match (&summary.first_failure, planted) {
         (Some((seed, v)), true) => {
             println!(
-                "planted bug {:?} caught: {} of {} seeds failed; first at seed {seed}:\n{v}",
-                cli.bug, summary.failures, summary.seeds
+                "planted bug {:?} caught: {} of {} seeds failed (by invariant: seeds, first seed: {:?}); first at seed {seed}:\n{v}",
+                cli.bug, summary.failures, summary.seeds, summary.failed_by
             );
             ExitCode::SUCCESS
         }
@@ -109,8 +109,8 @@ fn main() -> ExitCode {
         }
         (Some((seed, v)), false) => {
             println!(
-                "{} of {} seeds violated an invariant; first, seed {seed} (replay: lock-sim --seed {seed} --trace):\n{v}",
-                summary.failures, summary.seeds
+                "{} of {} seeds violated an invariant (by invariant: seeds, first seed: {:?}); first, seed {seed} (replay: lock-sim --seed {seed} --trace):\n{v}",
+                summary.failures, summary.seeds, summary.failed_by
             );
             ExitCode::FAILURE
         }

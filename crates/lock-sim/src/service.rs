@@ -5,7 +5,8 @@
 //! can be down (requests to it vanish: the client's request times out) and the store can
 //! refuse writes for a window (`NOT_LEADER`, as a read-only or leaderless database makes the
 //! real replicas answer). Key sets (`sets.rs`) go to the store alone, as lock-server sends them,
-//! and so do readers' and permits' acquires (`shares.rs`).
+//! and so do readers' and permits' acquires (`shares.rs`) and an election's proclaims and
+//! reads (`elections.rs`).
 
 use std::future::Future;
 use std::pin::pin;
@@ -25,6 +26,7 @@ use crate::config::Bugs;
 use crate::sched::Nanos;
 
 pub mod calls;
+pub mod elections;
 pub mod sets;
 pub mod shares;
 
@@ -283,6 +285,9 @@ impl LockService {
         match call {
             LockCall::Open { .. } => panic!("an open is not a batched write"),
             LockCall::AcquireSet { .. } => panic!("a key set is not a batched write"),
+            LockCall::Proclaim { .. } | LockCall::Inspect { .. } => {
+                panic!("a proclaim or a read is not a batched write")
+            }
             LockCall::Heartbeat(session) => BatchOp::Heartbeat { session: *session },
             LockCall::Acquire {
                 key,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{Backend, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, SessionId};
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
 use crate::{
@@ -345,6 +345,16 @@ impl LockStore for ClockCheckedStore {
         token: FencingToken,
     ) -> Result<bool, StoreError> {
         self.inner.release(key, session, token).await
+    }
+
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError> {
+        self.inner.proclaim(key, session, token, value).await
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {

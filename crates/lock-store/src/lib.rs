@@ -36,7 +36,8 @@ pub mod wait_plan;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+    Backend, Claim, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason,
+    SessionId,
 };
 
 #[cfg(feature = "sampler")]
@@ -523,7 +524,20 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         token: FencingToken,
     ) -> Result<bool, StoreError>;
 
-    /// Inspect: the live grant of `key`, if any, with the number of live waiters queued for it.
+    /// Proclaim (C2 §2.4c): the live exclusive grant (key, session, token) announces `value`
+    /// in place of what it announced; [`LockStore::get`] answers it while that grant lives and
+    /// never for a later grant of the key. [`StoreError::LockLost`] when that grant is not
+    /// live (a stale term never overwrites its successor's value).
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError>;
+
+    /// Inspect: the live grant of `key`, if any, with the number of live waiters queued for it
+    /// and what it announces.
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError>;
 
     /// Revoke: deletes the live grant of `key`, if any, and returns its token. An involuntary

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use lock_api::{FencingToken, LockKey, OwnerId, RevokeReason, SessionId};
+use lock_api::{FencingToken, LeaderValue, LockKey, OwnerId, RevokeReason, SessionId};
 
 const ABOUT: &str = "Fenced locks from the shell, over the lock service's SDK (lock-client).";
 
@@ -58,6 +58,16 @@ With --permits N, KEY is a semaphore and CMD holds one of its N permits; with --
 KEY as a reader beside other readers (a `run` without either is the key's writer). CMD then gets \
 LOCK_SCOPE (permit-SLOT or shared; exclusive for a writer): a resource fences a permit per slot, \
 as KEY#permit-SLOT.";
+
+const ELECT_ABOUT: &str = "\
+Run CMD only while leading the election NAME. Opens a session and campaigns: waits in NAME's \
+FIFO queue behind earlier candidates (up to --wait), and once elected announces --value (what \
+`lockctl leader NAME` shows) and runs CMD exactly as `lockctl run NAME` does: with the term in \
+LOCK_FENCING_TOKEN and its proof in LOCK_FENCING_PROOF, CMD stopped (SIGTERM, SIGKILL after \
+--grace, exit 70) the moment the SDK declares the leadership lost, and the term resigned when \
+CMD exits by itself, which hands NAME to the next candidate at once. Pass the term and proof \
+with every write CMD makes: a resource fences a leader that lost its term without knowing it \
+(frozen, partitioned) as it fences a lock's holder.";
 
 const FENCE_CHECK_ABOUT: &str = "\
 Check that a resource keeps the fence's promises. Takes a grant of KEY (and of a second key, \
@@ -127,6 +137,11 @@ pub enum Command {
     /// Run CMD while holding KEY; stop CMD the moment the lock is lost.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
+    /// Run CMD only while leading the election NAME; stop CMD the moment leadership is lost.
+    #[command(long_about = ELECT_ABOUT)]
+    Elect(ElectArgs),
+    /// Show the leader of the election NAME (term, value, owner); with --follow, each change.
+    Leader(LeaderArgs),
     /// Check a fenced resource: write to URL with real, stale, forged and missing tokens and
     /// proofs, and report which of the fence's promises it keeps (exit 1 if any is broken).
     #[command(long_about = FENCE_CHECK_ABOUT)]
@@ -319,6 +334,67 @@ pub struct RunArgs {
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+    /// An election's campaign (`lockctl elect`): the grant announces a value.
+    #[arg(skip)]
+    pub campaign: bool,
+    /// The value a campaign announces [default: the owner id].
+    #[arg(skip)]
+    pub value: Option<LeaderValue>,
+}
+
+impl From<ElectArgs> for RunArgs {
+    fn from(elect: ElectArgs) -> Self {
+        Self {
+            keys: vec![elect.name],
+            ttl: elect.ttl,
+            wait: elect.wait,
+            grace: elect.grace,
+            owner: elect.owner,
+            permits: None,
+            shared: false,
+            command: elect.command,
+            campaign: true,
+            value: elect.value,
+        }
+    }
+}
+
+/// `lockctl elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election's name (a lock key).
+    #[arg(value_parser = lock_key)]
+    pub name: LockKey,
+    /// What the leader announces while it leads (at most 4096 bytes) [default: the owner id].
+    #[arg(long, value_parser = leader_value)]
+    pub value: Option<LeaderValue>,
+    /// Session TTL and lease asked for [default: LOCK_DEFAULT_TTL, else 10s].
+    #[arg(long, value_parser = positive_duration)]
+    pub ttl: Option<Duration>,
+    /// How long to wait in line to lead; exit 75 when it runs out.
+    #[arg(long, value_parser = duration, default_value = "1h")]
+    pub wait: Duration,
+    /// How long CMD has to exit after SIGTERM on a lost leadership, as for `run`.
+    #[arg(long, value_parser = duration)]
+    pub grace: Option<Duration>,
+    /// Owner id of the session [default: lockctl@HOST:PID].
+    #[arg(long, value_parser = owner_id)]
+    pub owner: Option<OwnerId>,
+    /// The command to run while leading, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `lockctl leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's name (a lock key).
+    #[arg(value_parser = lock_key)]
+    pub name: LockKey,
+    /// Print the leader, then one line per change (a new term, a new value, no leader),
+    /// terms never going backwards, until interrupted.
+    #[arg(long)]
+    pub follow: bool,
 }
 
 /// A permit count, 1 to `PERMITS_MAX`.
@@ -350,6 +426,10 @@ pub fn lock_key(raw: &str) -> Result<LockKey, String> {
 }
 
 /// An owner id (`OwnerId::parse`).
+pub fn leader_value(raw: &str) -> Result<LeaderValue, String> {
+    LeaderValue::parse(raw).map_err(|e| e.to_string())
+}
+
 pub fn owner_id(raw: &str) -> Result<OwnerId, String> {
     OwnerId::parse(raw).map_err(|e| e.to_string())
 }

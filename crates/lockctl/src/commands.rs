@@ -5,10 +5,13 @@
 use std::time::Duration;
 
 use lock_client::admin::{AdminClient, Credential};
+use lock_client::election::Leader;
 use lock_client::{AcquirePolicy, ClientBuilder, ClientConfig, ClientError, ClientTls, LockClient};
 use serde_json::Value;
 
-use crate::cli::{AcquireArgs, CloseArgs, Global, KeyArgs, OpenArgs, ReleaseArgs, RevokeArgs};
+use crate::cli::{
+    AcquireArgs, CloseArgs, Global, KeyArgs, LeaderArgs, OpenArgs, ReleaseArgs, RevokeArgs,
+};
 use crate::error::{CtlError, code};
 use crate::output::{self, Fields};
 
@@ -188,7 +191,11 @@ pub async fn inspect(global: &Global, args: KeyArgs) -> Result<u8, CtlError> {
                 ("fencing_token", info.fencing_token.0.into()),
                 ("owner_id", info.owner_id.as_str().into()),
                 ("expires_at", display_time(&info.expires_at)),
+                ("waiters", info.waiters.into()),
             ];
+            if let Some(value) = &info.value {
+                fields.push(("value", value.as_str().into()));
+            }
             // A key held by readers or permits: how many, and each one's scope and token.
             if !info.holders.is_empty() {
                 let holders: Vec<String> = (info.holders.iter())
@@ -244,4 +251,38 @@ pub async fn revoke(global: &Global, args: RevokeArgs) -> Result<u8, CtlError> {
 /// A display-only timestamp as the wire spells it (RFC 3339, UTC, `Z`).
 fn display_time(at: &impl serde::Serialize) -> Value {
     serde_json::to_value(at).unwrap_or(Value::Null)
+}
+
+/// `lockctl leader NAME [--follow]`: the election's leader, then (following) each change.
+pub async fn leader(global: &Global, args: LeaderArgs) -> Result<u8, CtlError> {
+    let admin = admin(config(global)?)?;
+    let fields = |leader: Option<Leader>| -> Fields {
+        let name = ("name", args.name.as_str().into());
+        match leader {
+            Some(leader) => vec![
+                name,
+                ("leader", true.into()),
+                ("term", leader.term.0.into()),
+                (
+                    "value",
+                    leader.value.map_or(Value::Null, |v| v.as_str().into()),
+                ),
+                ("owner_id", leader.owner_id.as_str().into()),
+                ("expires_at", display_time(&leader.expires_at)),
+            ],
+            None => vec![name, ("leader", false.into()), ("term", Value::Null)],
+        }
+    };
+    if !args.follow {
+        output::print(&fields(admin.leader(&args.name).await?), global.json);
+        return Ok(0);
+    }
+    let mut observer = admin.observe(&args.name);
+    loop {
+        let change = tokio::select! {
+            change = observer.next() => change?,
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        };
+        output::print(&fields(change), global.json);
+    }
 }

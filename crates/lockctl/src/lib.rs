@@ -47,6 +47,8 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Inspect(args) => commands::inspect(global, args).await,
         Command::Revoke(args) => commands::revoke(global, args).await,
         Command::Run(args) => run::run(global, args).await,
+        Command::Elect(args) => run::run(global, args.into()).await,
+        Command::Leader(args) => commands::leader(global, args).await,
         Command::FenceCheck(args) => fence_check::fence_check(global, args).await,
         Command::Credential(args) => credential::credential(global, args),
     }

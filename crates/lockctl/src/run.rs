@@ -18,7 +18,9 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_api::{Claim, FencingToken, LockKey, LockLost, LockMode, OwnerId, SET_KEYS_MAX};
+use lock_api::{
+    Claim, FencingToken, LeaderValue, LockKey, LockLost, LockMode, OwnerId, SET_KEYS_MAX,
+};
 use lock_client::{LockClient, LockClientSession, LockHandle, LockSet};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -106,7 +108,7 @@ pub async fn run(global: &Global, mut args: RunArgs) -> Result<u8, CtlError> {
     let mut signals = Signals::install()?;
     let client = commands::client(builder)?;
     let session = client.open_session(owner.as_str()).await?;
-    let held = match acquire(&session, &mut signals, &args, ttl).await {
+    let held = match acquire(&session, &mut signals, &args, &owner, ttl).await {
         Ok(held) => held,
         Err(err) => {
             finish(session, client).await;
@@ -177,6 +179,7 @@ async fn acquire(
     session: &LockClientSession,
     signals: &mut Signals,
     args: &RunArgs,
+    owner: &OwnerId,
     ttl: Duration,
 ) -> Result<Vec<LockHandle>, CtlError> {
     let policy = wait_policy(args.wait);
@@ -194,15 +197,26 @@ async fn acquire(
             "--permits and --shared hold one key; a set holds each key alone".into(),
         ));
     }
+    let campaign = args.campaign.then(|| match &args.value {
+        Some(value) => Ok(value.clone()),
+        None => LeaderValue::parse(owner.as_str()),
+    });
+    let campaign = campaign
+        .transpose()
+        .map_err(|e| CtlError::Usage(e.to_string()))?;
     let acquiring = async {
-        match args.keys.as_slice() {
-            [key] => Ok::<_, lock_api::LockError>(
+        match (args.keys.as_slice(), campaign) {
+            ([name], Some(value)) => Ok(session
+                .campaign(name, value, ttl, &policy)
+                .await?
+                .map(|leadership| vec![leadership.into_handle()])),
+            ([key], None) => Ok::<_, lock_api::LockError>(
                 session
                     .acquire_claim(key, claim, ttl, &policy)
                     .await?
                     .map(|h| vec![h]),
             ),
-            keys => Ok(session
+            (keys, _) => Ok(session
                 .acquire_set(keys, ttl, &policy)
                 .await?
                 .map(LockSet::into_handles)),

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use test_support::{ServiceProcess, poll_until};
 
+mod elect;
 mod shares;
 
 /// The operators' credential of the test lock-server (L8).
@@ -85,7 +86,14 @@ impl Fixture {
 
     /// `lockctl ARGS` in the background (`lockctl run`), logging to `NAME.log`.
     fn spawn(&self, name: &str, args: &[&str]) -> ServiceProcess {
-        ServiceProcess::spawn(name, &self.bin, args, &self.env(), self.dir.path())
+        self.spawn_with(name, args, &[])
+    }
+
+    /// [`Self::spawn`] with `extra` environment.
+    fn spawn_with(&self, name: &str, args: &[&str], extra: &[(&str, String)]) -> ServiceProcess {
+        let mut env = self.env();
+        env.extend(extra.iter().cloned());
+        ServiceProcess::spawn(name, &self.bin, args, &env, self.dir.path())
     }
 
     fn file(&self, name: &str) -> PathBuf {

@@ -11,6 +11,8 @@ mod metrics_hygiene;
 mod public_api;
 mod rotation;
 mod scenarios;
+mod scheduler_example;
 mod sdk;
+mod sdk_election;
 mod session_binding;
 mod tls;

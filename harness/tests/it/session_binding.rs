@@ -109,6 +109,12 @@ fn routes(url: &str, key: &str, session: &str, token: u64) -> Vec<Route> {
             Some(grant.clone()),
         ),
         (
+            "L9 proclaim",
+            Method::POST,
+            format!("{url}/v1/locks/{key}/proclaim"),
+            Some(json!({"session_id": session, "fencing_token": token, "value": "b leads"})),
+        ),
+        (
             "L6 release",
             Method::POST,
             format!("{url}/v1/locks/{key}/release"),
@@ -166,7 +172,7 @@ async fn assert_answered_as_unknown(as_b: &Client, to_foreign: Route, to_unknown
 }
 
 /// A's `session` and its grant of `key` (`token`) are untouched: it still heartbeats and
-/// renews, and B took nothing in it.
+/// renews, B announced nothing for it and took nothing in it.
 async fn assert_a_untouched(as_a: &Client, url: &str, key: &str, session: &str, token: u64) {
     let (status, body) = call(
         as_a,
@@ -188,6 +194,12 @@ async fn assert_a_untouched(as_a: &Client, url: &str, key: &str, session: &str, 
         (StatusCode::OK, Some(token)),
         "A's grant lives: {body}"
     );
+    let (status, body) = call(as_a, Method::GET, format!("{url}/v1/locks/{key}"), None).await;
+    assert_eq!(
+        (status, body.get("value")),
+        (StatusCode::OK, None),
+        "B announced nothing for A's grant: {body}"
+    );
     let (status, body) = call(as_a, Method::GET, format!("{url}/v1/locks/b:other"), None).await;
     assert_eq!(
         status,
@@ -207,10 +219,10 @@ async fn assert_refusals_counted_by_tag(url: &str, logs: &Path, session: &str) {
         .unwrap();
     let metrics = harness::metrics::Metrics::parse(&page).unwrap();
     let counted = metrics.sum("lock_sessions_refused_total", &[]).unwrap();
-    assert_eq!(counted, 6.0, "{page}");
+    assert_eq!(counted, 7.0, "{page}");
     let log = std::fs::read_to_string(logs.join("lock-server.log")).unwrap();
     assert!(!log.contains(session), "the log holds A's session id");
-    assert_eq!(log.matches("\"session_refused\"").count(), 6);
+    assert_eq!(log.matches("\"session_refused\"").count(), 7);
 }
 
 async fn foreign_sessions_change_nothing(store: LockStoreAt) {
@@ -232,7 +244,7 @@ async fn foreign_sessions_change_nothing(store: LockStoreAt) {
         assert_answered_as_unknown(&as_b, to_foreign, to_unknown).await;
         refused += 1;
     }
-    assert_eq!(refused, 7);
+    assert_eq!(refused, 8);
 
     assert_a_untouched(&as_a, url, key, &session, token).await;
     assert_refusals_counted_by_tag(url, logs.path(), &session).await;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_api::{AcquireRequest, Claim, LockError, LockKey};
+use lock_api::{AcquireRequest, Claim, ErrorCode, LeaderValue, LockError, LockKey};
 
 use super::LockClientSession;
 use crate::core::{AcquireLoop, AcquirePolicy, Next};
@@ -42,6 +42,20 @@ impl LockClientSession {
         ttl: Duration,
         policy: &AcquirePolicy,
     ) -> Result<Option<LockHandle>, LockError> {
+        self.acquire_announcing(key, claim, None, ttl, policy).await
+    }
+
+    /// [`acquire_claim`](Self::acquire_claim) whose grant announces `value` (an election's
+    /// campaign, C2 §2.4c): the server sets it before it answers. A re-entered grant
+    /// (`reentrant`) announces nothing here; the caller proclaims.
+    pub(super) async fn acquire_announcing(
+        &self,
+        key: &LockKey,
+        claim: Claim,
+        value: Option<&LeaderValue>,
+        ttl: Duration,
+        policy: &AcquirePolicy,
+    ) -> Result<Option<LockHandle>, LockError> {
         let shared = &self.shared;
         let started = shared.clock.now_nanos();
         let backend = shared.backend.as_str();
@@ -54,7 +68,7 @@ impl LockClientSession {
         let mut acquiring = AcquireLoop::new(policy, shared.config.request_timeout, started);
         loop {
             let attempt = acquiring.attempt(shared.clock.now_nanos());
-            let call = self.acquire_call(key, claim, ttl_ms, attempt.wait_ms());
+            let call = self.acquire_call(key, claim, ttl_ms, attempt.wait_ms(), value);
             let failure = match self.transport.send(&shared.endpoint(), call).await {
                 Ok(Reply::Grant(grant)) => {
                     match self.register(key, claim, &grant, attempt).await? {
@@ -75,6 +89,13 @@ impl LockClientSession {
                         status: 200,
                         message: format!("acquire answered {other:?}"),
                     });
+                }
+                // A campaign whose grant ended (revoked, expired) before its value was set:
+                // nothing is held, and the election goes on; so does the campaign.
+                Err(err) if value.is_some() && err.code() == Some(ErrorCode::LockLost) => {
+                    LockError::Contention {
+                        message: format!("{key}: the term ended before its value was set"),
+                    }
                 }
                 Err(err) => self.classify(err),
             };
@@ -118,7 +139,7 @@ impl LockClientSession {
     /// it is released at once. Best effort: a try that fails leaves the grant to the
     /// server's own abandon, at worst to its lease.
     pub(super) async fn settle(&self, key: &LockKey, claim: Claim, ttl_ms: u64) {
-        let call = self.acquire_call(key, claim, ttl_ms, None);
+        let call = self.acquire_call(key, claim, ttl_ms, None, None);
         let Ok(Reply::Grant(grant)) = self.transport.send(&self.shared.endpoint(), call).await
         else {
             return;
@@ -135,13 +156,14 @@ impl LockClientSession {
     }
 
     /// This session's L4 of `claim` on `key`: a lease of `ttl_ms`, waiting `wait_ms` in the server
-    /// (`None`: a try).
+    /// (`None`: a try), announcing `value`.
     pub(super) fn acquire_call(
         &self,
         key: &LockKey,
         claim: Claim,
         ttl_ms: u64,
         wait_ms: Option<u64>,
+        value: Option<&LeaderValue>,
     ) -> Call {
         let (mode, permits) = claim.as_wire();
         Call::Acquire(
@@ -153,6 +175,7 @@ impl LockClientSession {
                 lock_delay_ms: None,
                 mode,
                 permits,
+                value: value.cloned(),
             },
         )
     }

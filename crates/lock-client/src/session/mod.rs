@@ -29,6 +29,7 @@ use crate::metrics as m;
 use crate::transport::{Call, Reply, Transport, TransportError};
 
 mod acquiring;
+mod elect;
 pub(crate) mod set;
 
 /// A loss listener: runs on the heartbeat thread; must not block or do I/O.
@@ -335,13 +336,23 @@ impl LockClientSession {
 
     /// Maps a transport error, losing the session when the core says the code means it.
     fn classify(&self, err: TransportError) -> LockError {
+        self.classify_on(err, None)
+    }
+
+    /// [`classify`](Self::classify) of a call made under `grant` (its key and token): the
+    /// server's `LOCK_LOST` or `LOCK_REVOKED` is that grant's loss.
+    fn classify_on(
+        &self,
+        err: TransportError,
+        grant: Option<(&LockKey, FencingToken)>,
+    ) -> LockError {
         match err {
             TransportError::Unreachable(message) => LockError::Unavailable { message },
             TransportError::Status { status, body } => {
                 if let Some(reason) = acquire::session_loss(body.code) {
                     self.shared.lose_session(reason);
                 }
-                LockError::from_wire(status, body, None)
+                LockError::from_wire(status, body, grant)
             }
         }
     }

@@ -5,6 +5,7 @@
 
 mod acquire;
 mod deadline;
+mod elect;
 mod endpoints;
 mod headroom;
 mod loss;

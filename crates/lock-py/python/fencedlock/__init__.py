@@ -15,6 +15,10 @@ its native module::
 The resource side: `TrustedKeys` verifies a write's proof offline; `fencedlock.psycopg` (the
 PostgreSQL fence) and `fencedlock.fastapi` (the headers, the refusals as JSON) are imported
 on their own, with the extras `fencedlock[psycopg]` and `fencedlock[fastapi]`.
+
+Leader election: `Session.campaign(name, value)` answers a `Leadership` whose `term` fences
+the leader's writes as a lock's token does; `Client.leader(name)` reads the leader and
+`Client.observe(name)` iterates its changes.
 """
 
 from fencedlock import aio
@@ -23,11 +27,14 @@ from fencedlock._native import (
     ConfigError,
     FencedOut,
     InvalidArgument,
+    Leader,
+    Leadership,
     Lock,
     LockContended,
     LockLost,
     LockServiceError,
     LockSet,
+    Observer,
     ProofInvalid,
     ProvenWrite,
     Session,
@@ -43,11 +50,14 @@ __all__ = [
     "ConfigError",
     "FencedOut",
     "InvalidArgument",
+    "Leader",
+    "Leadership",
     "Lock",
     "LockContended",
     "LockLost",
     "LockServiceError",
     "LockSet",
+    "Observer",
     "ProofInvalid",
     "ProvenWrite",
     "Session",

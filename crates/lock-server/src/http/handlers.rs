@@ -5,10 +5,10 @@ use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lock_api::{
-    AcquireRequest, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
+    AcquireRequest, Claim, CreateSessionRequest, CreateSessionResponse, ErrorBody, ErrorCode,
     FencingToken, GrantId, GrantScope, HeartbeatResponse, LockGrant, LockInfo, LockKey,
     LockOutcome, ReleaseRequest, ReleaseResponse, RenewRequest, RevokeReason, RevokeRequest,
-    SessionId, validate_requested_duration, validate_requested_ttl,
+    SessionId, ValidationError, validate_requested_duration, validate_requested_ttl,
 };
 
 use super::store_error::api_error;
@@ -22,7 +22,7 @@ use service_kit::{ApiError, ApiJson, Caller};
 
 type ApiResult<T> = Result<T, ApiError>;
 
-fn key_from_path(raw: String) -> ApiResult<LockKey> {
+pub(super) fn key_from_path(raw: String) -> ApiResult<LockKey> {
     Ok(LockKey::parse(raw)?)
 }
 
@@ -32,7 +32,7 @@ fn session_from_path(raw: &str) -> ApiResult<SessionId> {
 
 /// What `caller` is to `session`: only the credential that opened a session may act on it
 /// (`SessionBinding`).
-async fn standing(
+pub(super) async fn standing(
     state: &AppState,
     caller: &Caller,
     session: SessionId,
@@ -47,7 +47,7 @@ async fn standing(
 
 /// The answer to a caller presenting another credential's session: the one an unknown
 /// session gets, word for word, so it learns nothing of the session.
-fn as_unknown(session: SessionId) -> ApiError {
+pub(super) fn as_unknown(session: SessionId) -> ApiError {
     api_error(StoreError::SessionUnknown(session))
 }
 
@@ -166,7 +166,7 @@ pub async fn delete_session(
 #[utoipa::path(post, path = "/v1/locks/{lock_key}/acquire", tag = "locks", operation_id = "L4_acquire",
     params(("lock_key" = LockKey, Path, description = "the lock key")), request_body = AcquireRequest, security(("lock_client" = [])),
     responses((status = 200, description = "granted: a new token, or the same token to the same session", body = LockGrant),
-        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, permits (1 to 256, not with mode), an unknown field or the body", body = ErrorBody),
+        (status = 400, description = "INVALID_ARGUMENT: lock_key, session_id, ttl_ms, permits (1 to 256, not with mode), value (4096 bytes, no NUL; only for an exclusive claim), an unknown field or the body", body = ErrorBody),
         (status = 404, description = "SESSION_UNKNOWN", body = ErrorBody),
         (status = 409, description = "LOCK_HELD: another live session holds it, the key is in a lock-delay, or waiters queued first (after wait_ms, if given); LOCK_KIND_CONFLICT: the key's live grants are of another kind (permits of another count, permits beside a lock or readers) or this session holds it in the other mode", body = ErrorBody),
         (status = 410, description = "SESSION_EXPIRED", body = ErrorBody),
@@ -182,7 +182,14 @@ pub async fn acquire(
 ) -> ApiResult<Json<LockGrant>> {
     let key = key_from_path(lock_key)?;
     let (spec, wait_ms) = acquire_spec(&state, req.ttl_ms, req.wait_ms, req.lock_delay_ms)?;
-    let spec = spec.claiming(req.claim()?);
+    let claim = req.claim()?;
+    if req.value.is_some() && claim != Claim::Exclusive {
+        Err(ValidationError::new(
+            "value",
+            "only an exclusive claim announces a value",
+        ))?;
+    }
+    let spec = spec.claiming(claim);
     let backend = state.backend().as_str();
     let _place = (wait_ms > 0)
         .then(|| state.quotas().wait(&caller))
@@ -219,6 +226,14 @@ pub async fn acquire(
         };
         return Err(refused(&key, refusal, wait_ms, waited_ms, backend));
     };
+    if let Some(value) = &req.value {
+        // Before the answer: a campaign's leader is never seen without what it announces
+        // by its own client, and an unanswered grant is abandoned with its value.
+        (state.store())
+            .proclaim(&key, req.session_id, grant.fencing_token, value)
+            .await
+            .map_err(api_error)?;
+    }
     answer_grant(&state, &caller, &mut grant, waited_ms);
     exposure.told();
     if took_over_expired {

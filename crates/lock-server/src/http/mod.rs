@@ -1,8 +1,9 @@
 //! The HTTP surface: the lock routes (open, heartbeat and close a session; acquire, renew,
-//! release, inspect and revoke a lock; acquire a key set), health and metrics, and the layers every request
+//! release, inspect and revoke a lock; acquire a key set; proclaim a leader's value), health and metrics, and the layers every request
 //! passes: the drain guard and `NOT_LEADER` counter here, then `service_kit::common_layers`
 //! (body limit, timeout, metrics, JSON errors, tracing).
 
+mod elections;
 mod handlers;
 pub mod openapi;
 mod sets;
@@ -41,6 +42,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/v1/lock-sets/acquire", post(sets::acquire_set))
         .route("/v1/locks/{lock_key}/renew", post(handlers::renew))
         .route("/v1/locks/{lock_key}/release", post(handlers::release))
+        .route("/v1/locks/{lock_key}/proclaim", post(elections::proclaim))
         .route("/v1/locks/{lock_key}", get(handlers::get_lock))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

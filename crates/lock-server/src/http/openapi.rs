@@ -14,7 +14,7 @@ use service_kit::openapi as kit;
 use utoipa::openapi::OpenApi as Document;
 use utoipa::{Modify, OpenApi};
 
-use super::{handlers, sets};
+use super::{elections, handlers, sets};
 
 /// The document's type: paths from the handlers, then [`CommonAnswers`].
 #[derive(Debug, OpenApi)]
@@ -32,6 +32,7 @@ use super::{handlers, sets};
         sets::acquire_set,
         handlers::renew,
         handlers::release,
+        elections::proclaim,
         handlers::get_lock,
         handlers::revoke,
         handlers::ready,

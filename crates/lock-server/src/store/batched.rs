@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use lock_api::{Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{
+    Backend, Claim, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, SessionId,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use lock_store::batch::{BatchAnswer, BatchOp, BatchResult, Gatherer, goes_alone, mismatched};
@@ -290,6 +292,16 @@ impl LockStore for Batched {
             BatchAnswer::Release(released) => Ok(released),
             other => Err(mismatched(&other)),
         }
+    }
+
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError> {
+        self.inner.proclaim(key, session, token, value).await
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {

@@ -1290,4 +1290,5 @@ mod etcd_wake_watch {
     }
 }
 
+mod elections;
 mod shares;

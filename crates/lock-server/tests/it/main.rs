@@ -4,6 +4,7 @@
 mod bad_input;
 mod clock_step;
 mod conformance;
+mod elections;
 mod etcd_leases;
 mod etcd_shares;
 mod failover;

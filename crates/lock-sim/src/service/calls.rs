@@ -2,9 +2,10 @@
 //! ([`LockCall`]) and each answer ([`LockAnswer`]), with what a grant holds of its key (a
 //! lock's whole key, a reader's share, a permit's slot: ADR 0007).
 
-use lock_api::{Claim, FencingToken, GrantScope, LockKey, SessionId};
+use lock_api::{Claim, FencingToken, GrantScope, LeaderValue, LockKey, SessionId};
 use lock_store::RequestId;
 
+use crate::observe::LeaderRead;
 use crate::sched::Nanos;
 
 /// A lock-surface request.
@@ -48,6 +49,16 @@ pub enum LockCall {
         session: SessionId,
         token: FencingToken,
     },
+    /// L9: the live grant (an election's leader) announces `value`; a store call of its own,
+    /// never batched (lock-server's `Batched` passes it through).
+    Proclaim {
+        key: LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: LeaderValue,
+    },
+    /// L7 of an election's key: its leader's term and value (an observer's read).
+    Inspect { key: LockKey },
 }
 
 impl LockCall {
@@ -58,6 +69,8 @@ impl LockCall {
             (Self::Open { .. }, LockAnswer::Opened { .. })
             | (Self::Heartbeat(_), LockAnswer::Extended { .. })
             | (Self::Release { .. }, LockAnswer::Released)
+            | (Self::Proclaim { .. }, LockAnswer::Proclaimed)
+            | (Self::Inspect { .. }, LockAnswer::Leader(_))
             | (_, LockAnswer::Held | LockAnswer::NotLeader | LockAnswer::KindConflict)
             | (_, LockAnswer::SessionUnknown | LockAnswer::SessionExpired | LockAnswer::LockLost) => {
                 true
@@ -89,9 +102,11 @@ impl LockCall {
     pub fn key(&self) -> Option<&LockKey> {
         match self {
             Self::Open { .. } | Self::Heartbeat(_) | Self::AcquireSet { .. } => None,
-            Self::Acquire { key, .. } | Self::Renew { key, .. } | Self::Release { key, .. } => {
-                Some(key)
-            }
+            Self::Acquire { key, .. }
+            | Self::Renew { key, .. }
+            | Self::Release { key, .. }
+            | Self::Proclaim { key, .. }
+            | Self::Inspect { key } => Some(key),
         }
     }
 }
@@ -144,6 +159,10 @@ pub enum LockAnswer {
     Held,
     /// A release's answer (whatever it found).
     Released,
+    /// A proclaim's answer: the value is announced.
+    Proclaimed,
+    /// An L7 read of an election's key: its leader, if a grant holds it alone.
+    Leader(Option<LeaderRead>),
     /// 503.
     NotLeader,
     /// 404.

@@ -2,17 +2,22 @@
 //! `docs/contracts/C1-domain.md` (at most once at the rail, fences only rise, tokens unique
 //! and rising per key, conservative expiry, ambiguity is terminal, the ledger balances,
 //! nothing is lost), an accepted superseded write, exclusion of the clients' beliefs in true
-//! time (mutual exclusion of locks; a semaphore's bound; readers beside no writer), a
+//! time (mutual exclusion of locks, named one leader by belief on the election's key; a
+//! semaphore's bound; readers beside no writer), a
 //! writer's token above every reader's before it, a reported loss that stays final, and no
 //! orphan grant. Each holds for a key set's members and for shares as for any grant (each
 //! is registered in its client's core like a single grant); that a set is never partly held
 //! is checked at each set's store call (`service/sets.rs`, reported by `set_replica.rs`),
 //! and the semaphore's bound also in the store after each permit's store call
-//! (`share_replica.rs`).
+//! (`share_replica.rs`). The election's own checkers run where what they check happens: at
+//! each observer's yield, terms never go backwards and a term shows only its leader's value
+//! (`observers.rs`); at each proclaim's store call, a stale term never proclaims
+//! (`elect_service.rs`).
 
 use lock_api::{FencingToken, GrantScope, LockKey, SessionId};
 use payment_api::PayoutState;
 
+use super::elect_jobs::is_election;
 use super::links::Node;
 use super::witness::Granted;
 use super::{SharedKey, World};
@@ -106,7 +111,8 @@ impl World {
     }
 
     /// Exclusion in true time, of what the clients' own deadlines say they hold: a key held
-    /// alone (a lock, a writer) by at most one client and beside no reader; a semaphore key
+    /// alone (a lock, a writer, an election's leader) by at most one client and beside no
+    /// reader; a semaphore key
     /// by at most its permits, never two in one slot. Every grant a client handed its core
     /// is asked about (a job's key, each member of its key set, a share, a grant of an ended
     /// job still to be released), not only the job's.
@@ -170,6 +176,8 @@ impl World {
         if alone {
             let invariant = if reading {
                 "reader/writer exclusion"
+            } else if is_election(key) {
+                "one leader by belief"
             } else {
                 "mutual exclusion"
             };

@@ -14,6 +14,8 @@ pub enum Node {
     Replica(usize),
     /// The fenced resource and the rail.
     Bank,
+    /// A process polling the election's leader.
+    Observer(usize),
 }
 
 impl std::fmt::Display for Node {
@@ -22,6 +24,7 @@ impl std::fmt::Display for Node {
             Self::Client(i) => write!(f, "c{i}"),
             Self::Replica(i) => write!(f, "r{i}"),
             Self::Bank => write!(f, "bank"),
+            Self::Observer(i) => write!(f, "o{i}"),
         }
     }
 }

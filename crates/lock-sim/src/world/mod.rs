@@ -1,17 +1,27 @@
 //! One seeded run: the clients (each the SDK's real `SessionCore` and `AcquireLoop`, driven
 //! through the executor's protocol: `protocol.rs` sends what the core plans and hands back
-//! what came of it, and decides nothing the SDK decides), the lock service and the bank
+//! what came of it, and decides nothing the SDK decides; `heartbeat.rs` its heartbeat ticks
+//! and renewals), the lock service and the bank
 //! (`services.rs`), the network (`network.rs`) and the nemesis (`nemesis.rs`), on one event
 //! queue in virtual time, with the checkers (`checkers.rs`) applied after every event. Jobs
 //! that take a key set are `set_jobs.rs` at the client and `set_replica.rs` at the replica;
 //! jobs that hold a permit or a reader's or writer's share of a key (ADR 0007) are
-//! `share_jobs.rs` at the client and `share_replica.rs` at the replica. This file holds the
-//! run's state and its event loop.
+//! `share_jobs.rs` at the client and `share_replica.rs` at the replica; jobs that campaign in
+//! the election and lead are `elect_jobs.rs`, their proclaims and writes at the replica and
+//! the bank `elect_service.rs`, the observers polling its leader `observers.rs`, and what the
+//! election's checkers witness `elect_witness.rs`. This file holds the run's state and its
+//! event loop.
 
 mod checkers;
+mod elect_jobs;
+mod elect_service;
+mod elect_witness;
+mod heartbeat;
+mod kinds;
 mod links;
 mod nemesis;
 mod network;
+mod observers;
 mod protocol;
 mod services;
 mod set_jobs;
@@ -21,6 +31,10 @@ mod share_replica;
 mod witness;
 mod writes;
 
+use elect_witness::ElectWitness;
+use kinds::Lead;
+use kinds::Observer;
+use kinds::SharedKey;
 use links::Network;
 pub use links::Node;
 use witness::Witness;
@@ -63,6 +77,16 @@ enum Body {
         paused: bool,
     },
     WriteReply(Answer),
+    /// A leader's write to the election's register, fenced with its term.
+    LeaderWrite {
+        token: i64,
+        /// The grant id of the proof the write carries.
+        grant: String,
+        /// A pause landed between its guard and it (the coverage's mark only).
+        paused: bool,
+    },
+    /// The register's answer: accepted, or fenced out.
+    LeaderWritten(bool),
     /// The client gave up on its request of this number (its connection closed).
     Cancel(u64),
 }
@@ -79,6 +103,8 @@ enum Fault {
     Revoke(usize),
     /// An operator revokes a shared key: every live grant of it ends.
     RevokeShares(SharedKey),
+    /// An operator revokes the election's leader.
+    RevokeLeader,
     /// The store host's wall clock steps by this many nanoseconds.
     StoreClockStep(i64),
 }
@@ -109,6 +135,14 @@ enum Event {
     /// Replica r (as of its restart count) makes the store call of a share's acquire that
     /// reached it: alone, never in a batch.
     ShareCall(usize, u64, Node, u64, LockCall),
+    /// The election job of this id takes its next step as leader (after the scheduling
+    /// point, where a pause deposes it unawares): it proclaims, or writes.
+    Lead(usize, u64, Lead),
+    /// Replica r (as of its restart count) makes the store call of a proclaim that reached
+    /// it: alone, never in a batch.
+    ProclaimCall(usize, u64, Node, u64, LockCall),
+    /// Observer o reads the election's leader (one poll, on its timer).
+    Poll(usize),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
     /// A parked acquire that left its queue place at its deadline makes its last try: a
@@ -149,6 +183,10 @@ enum Pending {
         then_retry: Option<u64>,
     },
     Write(Write),
+    /// A leader's proclaim, for the job of this id.
+    Proclaim(u64),
+    /// A leader's write to the election's register, for the job of this id.
+    LeaderWrite(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,6 +375,10 @@ pub struct World {
     network: Network,
     /// The checkers' own records.
     witness: Witness,
+    /// The processes polling the election's leader (none without election jobs).
+    observers: Vec<Observer>,
+    /// The election checkers' own records.
+    elect: ElectWitness,
     next_req: u64,
     coverage: Coverage,
     violation: Option<Violation>,
@@ -368,37 +410,6 @@ fn key_of(payout: usize) -> LockKey {
 /// The key of account `account` (a small pool the key sets share).
 fn account_key(account: usize) -> LockKey {
     LockKey::parse(format!("account:{account}")).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The keys share jobs hold (ADR 0007): one semaphore key, one read/write key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SharedKey {
-    /// A semaphore key: its permit jobs each hold one of its permits.
-    Pool,
-    /// A read/write key: readers share it, a writer holds it alone.
-    Doc,
-}
-
-impl SharedKey {
-    const POOL: &str = "pool:0";
-    const DOC: &str = "doc:0";
-
-    fn key(self) -> LockKey {
-        let name = match self {
-            Self::Pool => Self::POOL,
-            Self::Doc => Self::DOC,
-        };
-        LockKey::parse(name).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Which shared key `key` is, if it is one.
-    fn of(key: &LockKey) -> Option<Self> {
-        match key.as_str() {
-            Self::POOL => Some(Self::Pool),
-            Self::DOC => Some(Self::Doc),
-            _ => None,
-        }
-    }
 }
 
 impl World {
@@ -462,6 +473,8 @@ impl World {
             clients,
             network: Network::default(),
             witness: Witness::new(cfg.payouts),
+            observers: Vec::new(),
+            elect: ElectWitness::default(),
             next_req: 0,
             coverage,
             violation: None,
@@ -477,6 +490,7 @@ impl World {
             cfg,
         };
         world.schedule_nemesis();
+        world.start_observers();
         for c in 0..world.clients.len() {
             let think = world.rng.u64(0..50 * MS);
             world.q.after(think, Event::Step(c));
@@ -568,6 +582,7 @@ impl World {
             | Event::Retry(c, _)
             | Event::Write(c, _, _)
             | Event::Use(c, _)
+            | Event::Lead(c, ..)
             | Event::Timeout(c, _) => Some(*c),
             _ => None,
         }
@@ -597,6 +612,7 @@ impl World {
                     Node::Replica(r) => self.at_replica(r, from, req, body),
                     Node::Bank => self.at_bank(from, req, body),
                     Node::Client(c) => self.at_client(c, from, req, body),
+                    Node::Observer(o) => self.at_observer(o, req, body),
                 }
             }
             Event::Step(c) => self.step(c),
@@ -623,6 +639,15 @@ impl World {
             Event::ShareCall(r, restarts, from, req, call) => {
                 self.share_call(r, restarts, from, req, call);
             }
+            Event::Lead(c, job, step) => {
+                if self.job_is(c, job) {
+                    self.lead(c, step);
+                }
+            }
+            Event::ProclaimCall(r, restarts, from, req, call) => {
+                self.proclaim_call(r, restarts, from, req, &call);
+            }
+            Event::Poll(o) => self.poll(o),
             Event::WaitRetry(id) if self.is_set(id) => self.set_call(id),
             Event::WaitRetry(id) => self.wait_call(id),
             Event::LastTry(id) if self.is_set(id) => self.set_last_try(id),

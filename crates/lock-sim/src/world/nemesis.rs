@@ -1,6 +1,9 @@
 //! The nemesis: what faults a seed schedules (partitions, pauses, replica crashes,
 //! `NOT_LEADER` windows, revocations, steps of the store's clock) and what each one does.
+//! A run with election jobs also has the election's leader revoked (0–1 times) and each
+//! observer cut from a replica (0–1 times), drawn last.
 
+use super::elect_jobs::election_key;
 use super::links::Node;
 use super::{Event, Fault, SharedKey, World, key_of};
 use crate::sched::MS;
@@ -57,6 +60,25 @@ impl World {
                 }
             }
         }
+        // Drawn after those, and only in a run with election jobs.
+        if self.cfg.elect_jobs > 0.0 {
+            for _ in 0..self.rng.usize(0..=1) {
+                let at = self.rng.u64(0..until);
+                self.q.at(at, Event::Nemesis(Fault::RevokeLeader));
+            }
+            for o in 0..self.cfg.observers {
+                for _ in 0..self.rng.usize(0..=1) {
+                    let (a, b) = (
+                        Node::Observer(o),
+                        Node::Replica(self.rng.usize(0..self.cfg.replicas)),
+                    );
+                    let start = self.rng.u64(0..until);
+                    let len = self.rng.u64(200 * MS..2_000 * MS);
+                    self.q.at(start, Event::Nemesis(Fault::Partition(a, b)));
+                    self.q.at(start + len, Event::Nemesis(Fault::Heal(a, b)));
+                }
+            }
+        }
     }
 
     pub(super) fn nemesis(&mut self, fault: Fault) {
@@ -98,6 +120,13 @@ impl World {
                 let key = key_of(payout);
                 if let Some(token) = self.service.revoke(self.q.now(), &key) {
                     self.coverage.hit("fault: a grant revoked");
+                    self.witness.revoke(key, token);
+                }
+            }
+            Fault::RevokeLeader => {
+                let key = election_key();
+                if let Some(token) = self.service.revoke(self.q.now(), &key) {
+                    self.coverage.hit("fault: the election's leader revoked");
                     self.witness.revoke(key, token);
                 }
             }

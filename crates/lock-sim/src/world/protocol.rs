@@ -13,7 +13,7 @@ use lock_api::{
     RetryVerdict, SessionId,
 };
 use lock_core::{
-    AcquireLoop, AcquirePolicy, Attempt, Next, Renewal, SessionCore, TickGrid, Unhold, acquire,
+    AcquireLoop, AcquirePolicy, Attempt, Next, SessionCore, TickGrid, Unhold, acquire,
     heartbeat_period,
 };
 use lock_store::RequestId;
@@ -52,7 +52,8 @@ impl World {
             return;
         }
         // Some jobs hold a share of a key instead (ADR 0007).
-        let (payout, key, set, claim, uses_left) = match self.pick_share_job() {
+        let job = self.pick_share_job();
+        let (payout, key, set, claim, uses_left) = match job.or_else(|| self.pick_election_job()) {
             Some((key, claim, uses)) => (None, key, None, claim, uses),
             None => {
                 let payout = claimable[self.rng.usize(0..claimable.len())];
@@ -220,67 +221,6 @@ impl World {
         self.q.after(after, Event::Step(c));
     }
 
-    pub(super) fn schedule_tick(&mut self, c: usize) {
-        let client = &self.clients[c];
-        let Some(session) = &client.session else {
-            return;
-        };
-        let local_wait = session.grid.wait(client.local(self.q.now()));
-        let true_wait = (local_wait.as_nanos() as f64 / client.rate) as Nanos;
-        let generation = client.generation;
-        self.q.after(true_wait.max(1), Event::Tick(c, generation));
-    }
-
-    pub(super) fn tick(&mut self, c: usize) {
-        let now_local = self.now_local(c);
-        let Some(session) = &mut self.clients[c].session else {
-            return;
-        };
-        let period = {
-            let s = &*session;
-            let basis = s
-                .core
-                .shortest_lease_ms()
-                .map_or(s.ttl_ms, |l| l.min(s.ttl_ms));
-            heartbeat_period(self.cfg.margin(), basis)
-        };
-        let plan = session.core.begin_tick(now_local, period);
-        session.grid.advance(now_local, period);
-        let id = session.id;
-        if let Some(sent) = plan.heartbeat {
-            self.lock_request(c, Pending::Heartbeat(sent), LockCall::Heartbeat(id));
-        }
-        for renewal in plan.renew {
-            let call = LockCall::Renew {
-                key: renewal.key.clone(),
-                session: id,
-                token: renewal.token,
-            };
-            self.lock_request(c, Pending::Renew(renewal), call);
-        }
-        self.settle(c);
-        self.schedule_tick(c);
-    }
-
-    /// What the session's core makes of a failed heartbeat or renew (`None`: no answer).
-    pub(super) fn session_call_failed(
-        &mut self,
-        c: usize,
-        pending: &Pending,
-        code: Option<ErrorCode>,
-    ) {
-        let Some(s) = &mut self.clients[c].session else {
-            return;
-        };
-        let rotate = match pending {
-            Pending::Renew(renewal) => s.core.renew_failed(renewal, code, ""),
-            _ => s.core.heartbeat_failed(code),
-        };
-        if rotate {
-            self.rotate(c);
-        }
-    }
-
     pub(super) fn timeout(&mut self, c: usize, req: u64) {
         let Some(pending) = self.clients[c].pending.remove(&req) else {
             return;
@@ -315,6 +255,8 @@ impl World {
             // that sent it goes on.
             Pending::Release { then_retry, .. } => self.after_release(c, then_retry),
             Pending::Write(_) => self.end_job(c),
+            Pending::Proclaim(job) => self.proclaim_answered(c, job, None),
+            Pending::LeaderWrite(job) => self.leader_wrote(c, job, None),
             Pending::Settle(_) | Pending::LooseRelease(..) => {}
         }
         self.settle(c);
@@ -333,6 +275,11 @@ impl World {
         match body {
             Body::LockReply(answer) => self.lock_reply(c, pending, answer),
             Body::WriteReply(answer) => self.write_reply(c, pending, answer),
+            Body::LeaderWritten(accepted) => {
+                if let Pending::LeaderWrite(job) = pending {
+                    self.leader_wrote(c, job, Some(accepted));
+                }
+            }
             _ => {}
         }
         self.settle(c);
@@ -353,6 +300,9 @@ impl World {
 
     /// A lock-server's answer to client `c`'s `pending` call, handed to the SDK's core.
     pub(super) fn lock_reply(&mut self, c: usize, pending: Pending, answer: LockAnswer) {
+        if let Pending::Proclaim(job) = pending {
+            return self.proclaim_answered(c, job, Some(answer));
+        }
         if let Some(code) = Self::code_of(&answer) {
             self.lock_refused(c, &pending, code);
             return;
@@ -371,13 +321,7 @@ impl World {
                 Pending::Open { send_local },
             ) => self.opened(c, session, ttl_ms, expires, send_local),
             (LockAnswer::Extended { ttl_ms, expires }, Pending::Heartbeat(sent)) => {
-                let Some(s) = &mut self.clients[c].session else {
-                    return;
-                };
-                s.core.heartbeat_ok(sent, ttl_ms);
-                s.store_expiry = expires;
-                self.check_session_deadline(c);
-                self.check_grant_deadlines(c);
+                self.heartbeat_answered(c, sent, ttl_ms, expires);
             }
             (answer @ LockAnswer::Granted { .. }, Pending::Renew(renewal)) => {
                 self.renewed(c, &renewal, answer);
@@ -436,33 +380,6 @@ impl World {
             }
         }
     }
-    /// Client `c`'s `renewal` was answered `answer` (a grant): handed to the SDK's core.
-    fn renewed(&mut self, c: usize, renewal: &Renewal, answer: LockAnswer) {
-        let LockAnswer::Granted {
-            key,
-            token,
-            lease_ms,
-            expires,
-            scope,
-            ..
-        } = answer
-        else {
-            return;
-        };
-        let Some(s) = &mut self.clients[c].session else {
-            return;
-        };
-        if renewal.key != key || renewal.token != token {
-            // Renew never changes the token: not our grant.
-            let _ = s.core.renew_failed(renewal, Some(ErrorCode::LockLost), "");
-        } else if s.core.renew_ok(renewal, lease_ms).is_some() {
-            s.grant_expiry.insert((key, token), expires);
-            if scope != GrantScope::Exclusive {
-                self.coverage.hit("a share renewed");
-            }
-        }
-        self.check_grant_deadlines(c);
-    }
 
     /// An error answer to client `c`'s `pending` call, as the SDK takes it.
     fn lock_refused(&mut self, c: usize, pending: &Pending, code: ErrorCode) {
@@ -505,6 +422,7 @@ impl World {
             // The release failed: the lease expires on its own.
             Pending::Release { then_retry, .. } => self.after_release(c, *then_retry),
             Pending::Write(_) | Pending::Settle(_) | Pending::LooseRelease(..) => {}
+            Pending::Proclaim(_) | Pending::LeaderWrite(_) => {}
         }
     }
 

@@ -9,6 +9,7 @@ use lock_store::wait_plan::{WaitPlan, WaitStep};
 use lock_store::{AcquireOutcome, AcquireSpec, RequestId, Wake};
 use payment_api::PayoutState;
 
+use super::elect_jobs::is_election;
 use super::links::Node;
 use super::{Body, Event, HAND_OVER_LATE_MAX_MS, Parked, SharedKey, World};
 use crate::bank::Answer;
@@ -30,6 +31,9 @@ impl World {
             Body::Cancel(cancelled) => return self.cancel(r, from, cancelled),
             _ => return,
         };
+        if let LockCall::Proclaim { .. } | LockCall::Inspect { .. } = call {
+            return self.election_call(r, from, req, call);
+        }
         // The replica names each acquire request (lock-server's `waiting::Exposure`): its
         // grant and its queue place record the name.
         let call = match call {
@@ -318,6 +322,10 @@ impl World {
             return;
         };
         if let LockAnswer::Granted { token, scope, .. } = &answer {
+            if is_election(&p.key) {
+                self.coverage
+                    .hit("a candidate elected after waiting in line");
+            }
             self.check_grant(&p.key, *token, p.session, *scope);
             self.witness.made(&p.key, *token, p.request);
         }
@@ -585,7 +593,7 @@ impl World {
             paused,
         } = body
         else {
-            return;
+            return self.register_write(from, req, body);
         };
         let now = self.q.now();
         let rail_before = self.bank.rail.len();

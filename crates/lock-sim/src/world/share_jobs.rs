@@ -10,8 +10,10 @@
 
 use lock_api::{Claim, GrantScope, LockKey, LockLost, LossReason};
 
+use super::elect_jobs::is_election;
+use super::kinds::SharedKey;
 use super::links::Node;
-use super::{Event, SharedKey, World};
+use super::{Event, World};
 use crate::sched::MS;
 
 /// Uses a share job makes before it releases, at most.
@@ -66,8 +68,12 @@ impl World {
     }
 
     /// Client `c`'s share job registered its grant of `key` holding `scope`: what it holds
-    /// beside the other clients' beliefs is counted, and its first use begins.
+    /// beside the other clients' beliefs is counted, and its first use begins. (A campaign's
+    /// grant of the election's key is no share: it leads, as `elect_jobs.rs` says.)
     pub(super) fn share_granted(&mut self, c: usize, key: &LockKey, scope: GrantScope) {
+        if is_election(key) {
+            return self.elected(c);
+        }
         let others: Vec<GrantScope> = self
             .beliefs(Some(key))
             .iter()

@@ -10,13 +10,14 @@ use lock_sim::{BUG_NAMES, Bugs, Config, DRIFT_BOUND, RunReport, World, run_seed,
 /// Seeds a planted bug must be caught within.
 const CATCH_WITHIN: u64 = 100;
 
-/// Seed `seed` with no key sets and no share jobs (its other draws are the seed's own): the
-/// run it was before jobs took key sets, so a seed kept for what happened in it still shows
-/// it.
+/// Seed `seed` with no key sets, no share jobs and no election (its other draws are the
+/// seed's own): the run it was before jobs took key sets, so a seed kept for what happened in
+/// it still shows it.
 fn run_without_sets(seed: u64) -> RunReport {
     let cfg = Config {
         set_share: 0.0,
         share_jobs: 0.0,
+        elect_jobs: 0.0,
         ..Config::for_seed(seed, DRIFT_BOUND, Bugs::default())
     };
     World::new(cfg, true).run()
@@ -34,6 +35,10 @@ fn a_seed_replays_to_a_byte_identical_trace() {
     assert!(
         first.trace.contains("claim: Permit") && first.trace.contains("claim: Shared"),
         "and holds permits and readers' shares"
+    );
+    assert!(
+        first.trace.contains("Proclaim") && first.trace.contains("o0 yields"),
+        "and campaigns in the election, observed"
     );
     assert_eq!(first.trace, second.trace);
     assert_eq!(first.events, second.events);
@@ -170,6 +175,17 @@ fn at_the_drift_bound_every_invariant_holds() {
         "a writer granted after readers",
         "a writer waited for readers",
         "a reader waited for a writer",
+        // Elections ran, leadership changed hands, and observers yielded what the rule let
+        // through: "one leader by belief", "terms never go backwards", "a term shows only its
+        // leader's value" and "a stale term never proclaims" held above.
+        "an election won",
+        "a leadership change: another session won",
+        "a leader proclaimed its value",
+        "a deposed leader's proclaim refused",
+        "a deposed leader's write fenced",
+        "an observer saw the leader change",
+        "an observer yielded a leader's value",
+        "an observer yielded a term before its first proclaim",
     ] {
         assert!(seen(what) > 0, "{what}: {:?}", summary.coverage);
     }

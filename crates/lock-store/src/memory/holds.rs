@@ -363,6 +363,7 @@ impl State {
             waiters: self.live_waiters(key, now),
             holders,
             permits: live[0].permits,
+            value: None,
         })
     }
 

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lock_api::{Backend, Claim, FencingToken, GrantScope, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{
+    Backend, Claim, FencingToken, GrantScope, LeaderValue, LockGrant, LockInfo, LockKey, SessionId,
+};
 
 use crate::decide::{Decision, KeyView, decide};
 use crate::env::{StoreEnv, SystemEnv};
@@ -411,6 +413,29 @@ impl LockStore for MemoryStore {
         Ok(true)
     }
 
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError> {
+        let now = self.env.now_nanos();
+        let mut state = self.state()?;
+        state.live_session(session, now)?;
+        let held = state
+            .live_grant(key, now)
+            .is_some_and(|g| g.session == session && g.token == token);
+        if !held {
+            return Err(StoreError::LockLost {
+                lock_key: key.clone(),
+                fencing_token: token,
+            });
+        }
+        state.values.insert(key.clone(), (token, value.clone()));
+        Ok(())
+    }
+
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
         let now = self.env.now_nanos();
         let state = self.state()?;
@@ -429,6 +454,7 @@ impl LockStore for MemoryStore {
             waiters: state.live_waiters(key, now),
             holders: Vec::new(),
             permits: None,
+            value: state.value_of(key, grant),
         }))
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use lock_api::{Claim, FencingToken, GrantScope, LockGrant, LockKey, SessionId};
+use lock_api::{Claim, FencingToken, GrantScope, LeaderValue, LockGrant, LockKey, SessionId};
 
 use crate::decide::{FreedView, HandOver, HeadView, HolderView, KeyView, hand_over};
 use crate::{AcquireSpec, RequestId, Revocation, SessionOwner, StoreError, Wake};
@@ -87,6 +87,9 @@ pub(super) struct State {
     pub(super) queues: BTreeMap<LockKey, Vec<Waiter>>,
     /// Each key's last revocation (one per key, as its fence).
     pub(super) revocations: BTreeMap<LockKey, Revocation>,
+    /// Each key's last announced value with the token of the grant that announced it: a
+    /// grant's value while that token holds the key.
+    pub(super) values: BTreeMap<LockKey, (FencingToken, LeaderValue)>,
     pub(super) next_seq: u64,
 }
 
@@ -103,6 +106,12 @@ impl State {
         let grant = self.locks.get(key)?;
         let session = self.sessions.get(&grant.session)?;
         (grant.expires > now && session.expires > now).then_some(grant)
+    }
+
+    /// What the live grant `grant` of `key` announces: never an earlier grant's value.
+    pub(super) fn value_of(&self, key: &LockKey, grant: &Grant) -> Option<LeaderValue> {
+        let (token, value) = self.values.get(key)?;
+        (*token == grant.token).then(|| value.clone())
     }
 
     pub(super) fn waiter_live(&self, waiter: &Waiter, now: u64) -> bool {

@@ -22,6 +22,8 @@ pub(super) struct KeyState {
     pub(super) grant: Option<ReadGrant>,
     pub(super) holds: Vec<ReadGrant>,
     pub(super) places: Vec<Place>,
+    /// The key's value record (what its grant announces), read with the grant.
+    pub(super) value: Option<KeyValue>,
 }
 
 /// How shares are ended, besides their records and markers going.
@@ -52,7 +54,7 @@ impl EtcdStore {
         Ok(None)
     }
 
-    /// `key`'s grant record, shares and queue places, in one read.
+    /// `key`'s grant record, shares, queue places and value record, in one read.
     pub(super) async fn key_state(&self, key: &LockKey) -> Result<KeyState, StoreError> {
         let all = || Some(GetOptions::new().with_prefix());
         let mut read = self
@@ -61,8 +63,10 @@ impl EtcdStore {
                 TxnOp::get(self.keys.grant_key(key), None),
                 TxnOp::get(self.keys.hold_prefix(key), all()),
                 TxnOp::get(self.keys.queue_prefix(key), all()),
+                TxnOp::get(self.keys.value_key(key), None),
             ])
             .await?;
+        let value = read.pop().unwrap_or_default().pop();
         let places = self.keys.read_places(&read.pop().unwrap_or_default())?;
         let holds = read.pop().unwrap_or_default();
         let holds = holds.iter().map(read_grant).collect::<Result<_, _>>()?;
@@ -72,6 +76,7 @@ impl EtcdStore {
             grant,
             holds,
             places,
+            value,
         })
     }
 
@@ -118,9 +123,14 @@ impl EtcdStore {
             waiters,
             holders,
             permits,
+            value: None,
         };
         if first.value.scope.is_exclusive() {
-            return Ok(Some(info(first, Vec::new(), None)));
+            let value = Self::value_of(state.value.as_ref(), first)?;
+            return Ok(Some(LockInfo {
+                value,
+                ..info(first, Vec::new(), None)
+            }));
         }
         let shares: Vec<&ReadGrant> = std::iter::once(first).chain(live).collect();
         let holders = (shares.iter())

@@ -61,6 +61,11 @@ impl Keys {
         format!("{}g/{key}", self.prefix)
     }
 
+    /// `P/v/{lock_key}`: what the key's grant announces (an election's leader), with its token.
+    pub(super) fn value_key(&self, key: &LockKey) -> String {
+        format!("{}v/{key}", self.prefix)
+    }
+
     pub(super) fn grant_marker(&self, lease: i64) -> String {
         format!("{}gl/{lease:x}", self.prefix)
     }

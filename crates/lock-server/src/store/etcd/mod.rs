@@ -12,6 +12,7 @@
 //! | `P/h/{lock_key}/{token}` | [`GrantValue`] with its scope (a reader's, or a permit's slot and count) | none | a release or a revoke, or the reaper after expiry |
 //! | `P/gl/{lease}` | empty | the grant's or share's own (a released one's, reused) | its lease ends, or its release |
 //! | `P/f/{lock_key}` | last token issued | none | never (tokens only rise per key) |
+//! | `P/v/{lock_key}` | what the key's grant announces (an election's leader), with its token | none | the key's next proclaim replaces it |
 //! | `P/r/{lock_key}` | the last revocation (token, who, why) | none | the key's next revoke replaces it |
 //! | `P/w/{lock_key}/{session}` | the place's TTL in seconds (a reader's or a permit's: with its claim) | the place's own | granted, left, lapsed, or the reaper once its session ended |
 //! | `P/d/{lock_key}` | [`DelayValue`] | none | the key's next grant (unless it names an ended share still there), or the reaper once the delay is over |
@@ -74,6 +75,7 @@ mod round;
 mod sessions;
 mod set;
 mod shares;
+mod values;
 mod wakes;
 mod watch;
 
@@ -82,7 +84,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use lock_api::{Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, SessionId};
+use lock_api::{
+    Backend, Claim, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, SessionId,
+};
 use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
     SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
@@ -376,6 +380,16 @@ impl LockStore for EtcdStore {
             None,
         )
         .await
+    }
+
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError> {
+        self.proclaim_value(key, session, token, value).await
     }
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {

@@ -5,8 +5,10 @@
 
 mod listen;
 mod reap;
+mod revoke;
 mod rows;
 mod shares;
+mod values;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +18,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, Claim, FencingToken, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason, SessionId,
+    Backend, Claim, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, OwnerId, RevokeReason,
+    SessionId,
 };
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -500,12 +503,24 @@ impl LockStore for PostgresStore {
             .map_err(map_err)
     }
 
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        session: SessionId,
+        token: FencingToken,
+        value: &LeaderValue,
+    ) -> Result<(), StoreError> {
+        self.proclaim_value(key, session, token, value).await
+    }
+
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
-        let row: Option<(i64, String, DateTime<Utc>, i64)> = sqlx::query_as(
+        let row: Option<(i64, String, DateTime<Utc>, i64, Option<String>)> = sqlx::query_as(
             "SELECT l.fencing_token, s.owner_id, LEAST(l.expires_at, s.expires_at),
                     (SELECT count(*) FROM lock_waiters w JOIN lock_sessions ws ON ws.session_id = w.session_id
-                      WHERE w.lock_key = l.lock_key AND w.expires_at > now() AND ws.expires_at > now())
+                      WHERE w.lock_key = l.lock_key AND w.expires_at > now() AND ws.expires_at > now()),
+                    v.value
                FROM locks l JOIN lock_sessions s ON s.session_id = l.session_id
+               LEFT JOIN lock_values v ON v.lock_key = l.lock_key AND v.fencing_token = l.fencing_token
               WHERE l.lock_key = $1 AND l.expires_at > now() AND s.expires_at > now()",
         )
         .bind(key.as_str())
@@ -515,7 +530,7 @@ impl LockStore for PostgresStore {
         if row.is_none() {
             return self.shares_info(key).await;
         }
-        row.map(|(token, owner, expires_at, waiters)| {
+        row.map(|(token, owner, expires_at, waiters, value)| {
             Ok(LockInfo {
                 lock_key: key.clone(),
                 fencing_token: FencingToken(to_u64(token)?),
@@ -525,6 +540,10 @@ impl LockStore for PostgresStore {
                 waiters: to_u64(waiters)?,
                 holders: Vec::new(),
                 permits: None,
+                value: value
+                    .map(LeaderValue::parse)
+                    .transpose()
+                    .map_err(|e| StoreError::Internal(format!("stored value: {e}")))?,
             })
         })
         .transpose()
@@ -535,56 +554,7 @@ impl LockStore for PostgresStore {
         key: &LockKey,
         note: &RevokeNote,
     ) -> Result<Option<FencingToken>, StoreError> {
-        // An involuntary end: the grant's lock-delay runs from now (on the fence row, which
-        // outlives the grant row; a key's shares (ADR 0007) all end, the longest delay
-        // exempting nobody). The delete's trigger wakes the head waiter, who then learns of
-        // the delay. The note goes in with the delete, naming the newest token: a renew that
-        // finds the grant gone finds who revoked it. The fence row first, as every write to a
-        // key's shares takes it.
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        sqlx::query("SELECT 1 FROM lock_fences WHERE lock_key = $1 FOR UPDATE")
-            .bind(key.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        let token: Option<i64> = sqlx::query_scalar(
-            "WITH gone AS (
-                 DELETE FROM locks l USING lock_sessions s
-                  WHERE l.lock_key = $1 AND s.session_id = l.session_id
-                    AND l.expires_at > now() AND s.expires_at > now()
-              RETURNING l.fencing_token, l.session_id, l.lock_delay_ms, true AS whole),
-             shares_gone AS (
-                 DELETE FROM lock_holds h USING lock_sessions s
-                  WHERE h.lock_key = $1 AND s.session_id = h.session_id
-                    AND h.expires_at > now() AND s.expires_at > now()
-              RETURNING h.fencing_token, h.session_id, h.lock_delay_ms, false AS whole),
-             ended AS (SELECT * FROM gone UNION ALL SELECT * FROM shares_gone),
-             newest AS (
-                 SELECT max(fencing_token) AS fencing_token, max(lock_delay_ms) AS lock_delay_ms,
-                        CASE WHEN bool_and(whole) THEN (array_agg(session_id))[1] END AS exempt
-                   FROM ended),
-             delayed AS (
-                 UPDATE lock_fences f
-                    SET delay_until = now() + n.lock_delay_ms * interval '1 millisecond',
-                        delay_exempt = n.exempt
-                   FROM newest n
-                  WHERE f.lock_key = $1 AND n.lock_delay_ms > 0),
-             noted AS (
-                 INSERT INTO lock_revocations (lock_key, fencing_token, revoked_by, reason, revoked_at)
-                 SELECT $1, fencing_token, $2, $3, now() FROM newest WHERE fencing_token IS NOT NULL
-                 ON CONFLICT (lock_key) DO UPDATE
-                    SET fencing_token = EXCLUDED.fencing_token, revoked_by = EXCLUDED.revoked_by,
-                        reason = EXCLUDED.reason, revoked_at = EXCLUDED.revoked_at)
-             SELECT fencing_token FROM newest",
-        )
-        .bind(key.as_str())
-        .bind(&note.by)
-        .bind(note.reason.as_ref().map(RevokeReason::as_str))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        token.map(|t| to_u64(t).map(FencingToken)).transpose()
+        self.revoke_key(key, note).await
     }
 
     async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {

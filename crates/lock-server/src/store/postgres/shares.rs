@@ -89,6 +89,7 @@ impl PostgresStore {
             waiters: self.live_waiters(key).await?,
             holders,
             permits: permits.map(u32::try_from).transpose().map_err(internal)?,
+            value: None,
         }))
     }
 
