@@ -252,6 +252,36 @@ fn row(
     )
 }
 
+/// The stores of `backend` and one lock-server on them, logging to a fresh directory: what
+/// the failover and watch benchmarks run on. Dropping it stops the server and the stores.
+pub(crate) struct LoneServer {
+    pub(crate) server: LockServer,
+    _logs: tempfile::TempDir,
+    _stores: Stores,
+}
+
+impl LoneServer {
+    pub(crate) async fn start(backend: BenchBackend) -> anyhow::Result<Self> {
+        let stores = Stores::start(backend).await?;
+        let logs = tempfile::Builder::new()
+            .prefix("lock-bench-logs-")
+            .tempdir()?;
+        let server = spawn_lock_server_at(
+            "lock-server",
+            &stores.lock_store,
+            &bench_server_env(&[]),
+            logs.path(),
+            None,
+        )
+        .await?;
+        Ok(Self {
+            server,
+            _logs: logs,
+            _stores: stores,
+        })
+    }
+}
+
 /// The environment every bench lock-server gets, then `extra`, with the limits out of the way.
 pub(crate) fn bench_server_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
     let mut env = vec![

@@ -13,8 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use crate::bench::{BenchBackend, Stores, bench_server_env};
-use crate::stack::spawn_lock_server_at;
+use crate::bench::{BenchBackend, LoneServer};
 
 /// `harness bench failover`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,18 +56,8 @@ pub async fn run_failover(options: &FailoverBenchOptions) -> anyhow::Result<()> 
         "|---|---|---|---|---|---|---|".to_owned(),
     ];
     for &backend in &options.backends {
-        let stores = Stores::start(backend).await?;
-        let logs = tempfile::Builder::new()
-            .prefix("lock-bench-logs-")
-            .tempdir()?;
-        let server = spawn_lock_server_at(
-            "lock-server",
-            &stores.lock_store,
-            &bench_server_env(&[]),
-            logs.path(),
-            None,
-        )
-        .await?;
+        let lone = LoneServer::start(backend).await?;
+        let (server, logs) = (&lone.server, tempfile::tempdir()?);
         for fault in [Fault::Kill, Fault::Freeze] {
             let mut times_ms = Vec::with_capacity(options.rounds);
             for round in 0..options.rounds {

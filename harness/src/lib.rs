@@ -24,6 +24,7 @@ pub mod bench_python;
 pub mod bench_scale;
 pub mod bench_sets;
 pub mod bench_shares;
+pub mod bench_watch;
 pub mod chaos;
 pub mod compose;
 pub mod demo;

@@ -1,6 +1,6 @@
 //! `harness` binary: `harness demo`, `harness chaos`, `harness bench locks`,
 //! `harness bench pipeline`, `harness bench scale`, `harness bench python`,
-//! `harness bench failover`.
+//! `harness bench failover`, `harness bench watch`.
 
 use clap::{Parser, Subcommand};
 use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
@@ -50,6 +50,9 @@ enum Bench {
     /// Election failover: from a leader killed or frozen to its follower serving, p50/p99, on
     /// PostgreSQL and etcd.
     Failover(harness::bench_failover::FailoverBenchOptions),
+    /// Watch delivery: latency from a grant's answer to its event at a watcher, and events
+    /// per second, on PostgreSQL and etcd.
+    Watch(harness::bench_watch::WatchBenchOptions),
     /// Lock cycles per second of the Python SDK (fencedlock) next to the Rust SDK, tooz on
     /// PostgreSQL and on etcd, and python-redis-lock on Redis, at 1 and 8 clients.
     Python(PythonBenchOptions),
@@ -77,6 +80,9 @@ async fn main() -> std::process::ExitCode {
         Command::Bench {
             which: Bench::Failover(options),
         } => harness::bench_failover::run_failover(&options).await,
+        Command::Bench {
+            which: Bench::Watch(options),
+        } => harness::bench_watch::run_watch(&options).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

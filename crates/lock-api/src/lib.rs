@@ -8,6 +8,7 @@
 
 mod credentials;
 mod error;
+mod events;
 mod ids;
 mod limits;
 #[cfg(feature = "openapi")]
@@ -25,6 +26,7 @@ pub use credentials::{
     parse_credentials, secret_sha256,
 };
 pub use error::{ErrorBody, ErrorCode, LockError, LockLost, LossReason, RetryVerdict, WireCode};
+pub use events::{EventKind, LockEvent, WatchFrame, WatchGap, WatchOpen, watched};
 pub use ids::{FencingToken, LeaderValue, LockKey, OwnerId, SessionId, SessionTag};
 pub use limits::*;
 pub use proof::{

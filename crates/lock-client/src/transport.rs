@@ -1,7 +1,7 @@
 //! The transport seam: session and heartbeat logic speak [`Transport`], so the same code runs over
 //! real HTTP ([`HttpTransport`], reqwest) or a simulated network. This module and its HTTP
 //! implementation are the only place that knows the lock surface's paths (open, heartbeat and close
-//! a session; acquire, renew, release, proclaim, inspect and revoke a lock).
+//! a session; acquire, renew, release, proclaim, inspect and revoke a lock; watch).
 
 use std::fmt;
 use std::time::Duration;
@@ -126,6 +126,40 @@ impl TransportError {
 pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// Sends `call` to the replica at `endpoint` (a base URL).
     async fn send(&self, endpoint: &str, call: Call) -> Result<Reply, TransportError>;
+
+    /// Opens W1 at `endpoint` for the keys under `prefix`, after `after` (`None`: from now):
+    /// the stream's bytes. A transport without streams cannot watch.
+    async fn watch(
+        &self,
+        endpoint: &str,
+        prefix: &str,
+        after: Option<u64>,
+    ) -> Result<Box<dyn WatchBody>, TransportError> {
+        let _ = (endpoint, prefix, after);
+        Err(TransportError::Unreachable(
+            "this transport cannot watch".into(),
+        ))
+    }
+}
+
+/// The bytes of an open watch stream, as they come.
+#[async_trait]
+pub trait WatchBody: Send {
+    /// The next bytes; `None` when the stream ended.
+    async fn chunk(&mut self) -> Result<Option<Vec<u8>>, TransportError>;
+}
+
+/// How long one watch stream may stay open before it is reopened (after its position).
+const WATCH_STREAM_MAX: Duration = Duration::from_secs(3600);
+
+#[async_trait]
+impl WatchBody for reqwest::Response {
+    async fn chunk(&mut self) -> Result<Option<Vec<u8>>, TransportError> {
+        match reqwest::Response::chunk(self).await {
+            Ok(bytes) => Ok(bytes.map(|b| b.to_vec())),
+            Err(e) => Err(TransportError::Unreachable(e.without_url().to_string())),
+        }
+    }
 }
 
 /// The production transport: reqwest over HTTP/1.1 with a per-request timeout. Create one per
@@ -199,6 +233,22 @@ impl HttpTransport {
 
 #[async_trait]
 impl Transport for HttpTransport {
+    async fn watch(
+        &self,
+        endpoint: &str,
+        prefix: &str,
+        after: Option<u64>,
+    ) -> Result<Box<dyn WatchBody>, TransportError> {
+        let base = endpoint.trim_end_matches('/');
+        let mut query = vec![("prefix", prefix.to_owned())];
+        query.extend(after.map(|a| ("after", a.to_string())));
+        let request = (self.http.get(format!("{base}/v1/watch")))
+            .query(&query)
+            .timeout(WATCH_STREAM_MAX);
+        let response = Self::checked(request, reqwest::StatusCode::OK).await?;
+        Ok(Box::new(response))
+    }
+
     async fn send(&self, endpoint: &str, call: Call) -> Result<Reply, TransportError> {
         use reqwest::StatusCode as S;
         let base = endpoint.trim_end_matches('/');

@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use lock_api::{LockKey, RevokeReason};
 use lock_client::admin::Credential;
@@ -23,13 +22,14 @@ use pyo3::prelude::*;
 use crate::election::{Leader, election_name};
 use crate::errors::{ConfigError, InvalidArgument, client_error, lock_error};
 use crate::session::Session;
-use crate::slot::Runtime;
+use crate::slot::{ClientSlot, Runtime, SIGNAL_CHECK};
+use crate::watch::{Watcher, watch_after, watch_prefix};
 
 /// A lock client. Close it (or use it as a context manager) to stop its heartbeat thread.
 #[pyclass(module = "fencedlock._native")]
 pub(crate) struct Client {
     runtime: Runtime,
-    client: Mutex<Option<Arc<LockClient>>>,
+    client: Arc<ClientSlot>,
 }
 
 #[pymethods]
@@ -80,7 +80,7 @@ impl Client {
         };
         Ok(Self {
             runtime: Arc::new(runtime),
-            client: Mutex::new(Some(Arc::new(client))),
+            client: ClientSlot::new(client),
         })
     }
 
@@ -142,15 +142,27 @@ impl Client {
         Ok(Observer::new(slf, runtime, admin.observe(&name)))
     }
 
+    /// What happens to the locks under `prefix` (`""`: every key), as an iterator of
+    /// `LockEvent | WatchGap`: every event after position `after` (`None`: from this call on),
+    /// in the store's order. The stream is open when this returns; each step waits (the GIL
+    /// released) for the next event, reconnecting after the watcher's `position` on its own.
+    #[pyo3(signature = (prefix="", *, after=None))]
+    fn watch(slf: Py<Self>, py: Python<'_>, prefix: &str, after: Option<i64>) -> PyResult<Watcher> {
+        watch_prefix(prefix)?;
+        let after = watch_after(after)?;
+        let this = slf.borrow(py);
+        let (admin, runtime) = (this.live()?.admin(), Arc::clone(&this.runtime));
+        let opened = py.detach(|| runtime.block_on(admin.watch(prefix, after)));
+        let watcher = opened.map_err(lock_error)?;
+        let slot = Arc::clone(&this.client);
+        Ok(Watcher::new(slot, runtime, prefix.to_owned(), watcher))
+    }
+
     /// Stops the heartbeat thread; sessions still open stop heartbeating and expire. A call on
     /// another thread still in flight (opening a session, a revoke) holds the client: the
     /// thread is stopped when that call returns (the SDK's `Drop`).
     fn close(&self, py: Python<'_>) {
-        let client = self
-            .client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let client = self.client.take();
         if let Some(client) = client.and_then(|c| Arc::try_unwrap(c).ok()) {
             py.detach(|| client.close());
         }
@@ -169,11 +181,7 @@ impl Client {
 impl Client {
     /// The client, while it is open.
     pub(crate) fn live(&self) -> PyResult<Arc<LockClient>> {
-        self.client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| ConfigError::new_err("the client is closed"))
+        self.client.live()
     }
 }
 
@@ -193,10 +201,6 @@ fn default_owner() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
     format!("python:{host}:{}", std::process::id())
 }
-
-/// How long one wait of `Observer.__next__` runs with the GIL released before it checks for
-/// a signal (Ctrl-C) and waits on.
-const SIGNAL_CHECK: Duration = Duration::from_secs(1);
 
 /// An election's leader changes, as an iterator: each `next()` waits (the GIL released) for
 /// the term or its value to differ from the last answer, and answers the `Leader` or `None`

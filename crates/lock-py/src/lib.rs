@@ -4,13 +4,14 @@
 //! thread, TLS and credentials. Python sees [`Client`](client::Client),
 //! [`Session`](session::Session), [`Lock`](lock::Lock), [`LockSet`](lock_set::LockSet), an
 //! election's [`Leadership`](election::Leadership), [`Leader`](election::Leader) and
-//! [`Observer`](client::Observer), the resource side's
+//! [`Observer`](client::Observer), a prefix's [`Watcher`](watch::Watcher) with its
+//! [`LockEvent`](watch::LockEvent)s and [`WatchGap`](watch::WatchGap)s, the resource side's
 //! [`TrustedKeys`](fence::TrustedKeys) with its [`ProvenWrite`](fence::ProvenWrite), the
 //! PostgreSQL fence's SQL and refusals ([`postgres`]) and the exceptions of [`errors`];
 //! the package `fencedlock` (python/) re-exports them with its typing stubs.
 //!
 //! Every call that waits (open, acquire, release, campaign, proclaim, resign, an observer's
-//! next change, close) releases the GIL while it waits.
+//! next change, a watcher's next event, close) releases the GIL while it waits.
 
 mod client;
 mod election;
@@ -21,6 +22,7 @@ mod lock_set;
 mod postgres;
 mod session;
 mod slot;
+mod watch;
 
 use pyo3::prelude::*;
 
@@ -34,6 +36,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<election::Leadership>()?;
     m.add_class::<election::Leader>()?;
     m.add_class::<client::Observer>()?;
+    m.add_class::<watch::Watcher>()?;
+    m.add_class::<watch::LockEvent>()?;
+    m.add_class::<watch::WatchGap>()?;
     m.add_class::<fence::TrustedKeys>()?;
     m.add_class::<fence::ProvenWrite>()?;
     errors::register(m)?;

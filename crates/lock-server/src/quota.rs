@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_api::{CredentialEntry, ErrorCode};
@@ -39,7 +39,8 @@ pub struct Quotas {
     /// the order they arrived in.
     opening: Mutex<HashMap<String, BTreeSet<u64>>>,
     next_open: AtomicU64,
-    waiters: Mutex<HashMap<String, u32>>,
+    /// Waiting acquires and watch streams of each caller here; shared with their places.
+    waiters: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl Quotas {
@@ -50,7 +51,7 @@ impl Quotas {
             waiters_default,
             opening: Mutex::default(),
             next_open: AtomicU64::new(0),
-            waiters: Mutex::default(),
+            waiters: Arc::default(),
         }
     }
 
@@ -82,9 +83,9 @@ impl Quotas {
         Ok(place)
     }
 
-    /// A place for one more waiting acquire of `caller`, held until dropped, or 429
-    /// `TOO_MANY_WAITERS`.
-    pub fn wait<'a>(&'a self, caller: &CredentialEntry) -> Result<WaiterPlace<'a>, ApiError> {
+    /// A place for one more waiting acquire or watch stream of `caller`, held until
+    /// dropped, or 429 `TOO_MANY_WAITERS`.
+    pub fn wait(&self, caller: &CredentialEntry) -> Result<WaiterPlace, ApiError> {
         let quota = caller.limits.waiters.unwrap_or(self.waiters_default);
         let mut all = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let waiting = all.entry(caller.name.clone()).or_default();
@@ -94,14 +95,14 @@ impl Quotas {
             return Err(ApiError::new(
                 ErrorCode::TooManyWaiters,
                 format!(
-                    "credential {} already has {quota} acquires waiting on this replica, its quota",
+                    "credential {} already has {quota} acquires waiting or watches on this replica, its quota",
                     caller.name
                 ),
             ));
         }
         *waiting += 1;
         Ok(WaiterPlace {
-            quotas: self,
+            waiters: Arc::clone(&self.waiters),
             caller: caller.name.clone(),
         })
     }
@@ -175,16 +176,16 @@ impl Drop for SessionPlace<'_> {
     }
 }
 
-/// A waiting acquire's place; given back when dropped.
+/// A waiting acquire's or a watch stream's place; given back when dropped.
 #[derive(Debug)]
-pub struct WaiterPlace<'a> {
-    quotas: &'a Quotas,
+pub struct WaiterPlace {
+    waiters: Arc<Mutex<HashMap<String, u32>>>,
     caller: String,
 }
 
-impl Drop for WaiterPlace<'_> {
+impl Drop for WaiterPlace {
     fn drop(&mut self) {
-        edit(&self.quotas.waiters, &self.caller, |waiting| {
+        edit(&self.waiters, &self.caller, |waiting| {
             *waiting = waiting.saturating_sub(1);
         });
     }

@@ -137,6 +137,7 @@ impl Server {
             },
         );
         state.watch_wakes().await?;
+        state.watch_events().await?;
         // The store-clock guard's first reading, before any grant: a step after this start
         // is then measured against this replica's own clock, not only its host's wall clock.
         state.clock_checked().sample().await?;

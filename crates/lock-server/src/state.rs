@@ -43,6 +43,8 @@ struct Inner {
     wait: WaitPolicy,
     waiters: Arc<Waiters>,
     draining: watch::Sender<bool>,
+    /// The store's head event position as last heard: watch streams wait on it.
+    head: watch::Sender<u64>,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
                 wait,
                 waiters: Arc::new(Waiters::new(wait)),
                 draining: watch::Sender::new(false),
+                head: watch::Sender::new(0),
             }),
         }
     }
@@ -82,6 +85,25 @@ impl AppState {
             .store
             .watch_wakes(Arc::new(move |wake| waiters.wake(&wake)))
             .await
+    }
+
+    /// Connects the store's head position to this replica's watch streams (once, before
+    /// serving).
+    pub async fn watch_events(&self) -> Result<(), StoreError> {
+        let head = self.inner.head.clone();
+        let sink = move |at: u64| {
+            head.send_if_modified(|seen| {
+                let moved = at > *seen;
+                *seen = (*seen).max(at);
+                moved
+            });
+        };
+        self.inner.store.watch_events(Arc::new(sink)).await
+    }
+
+    /// The store's head event position as last heard, as a receiver that sees it move.
+    pub fn head(&self) -> watch::Receiver<u64> {
+        self.inner.head.subscribe()
     }
 
     /// The store, shared (for work that outlives a request, such as leaving a queue).

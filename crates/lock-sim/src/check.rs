@@ -15,8 +15,13 @@ use crate::sched::{MS, Nanos};
 /// what the election's checkers check (elections won, some after waiting, by another session
 /// than the last; leaders proclaiming and writing, deposed ones refused and fenced, resigning;
 /// observers yielding leaders, none, a term before its value, a value, a change, and skipping
-/// a lagging read, the premise of the rule they run). A counter
-/// missing from a run of many seeds means the fault model or the checkers went blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
+/// a lagging read, the premise of the rule they run), and what the watch checkers check
+/// (watchers reading pages, sent events, moved on by empty pages, reconnecting after a
+/// timeout or a stream broken in a page and resuming after their position, told of gaps that
+/// skipped events of their prefix, caught up at the end; the store's log forgetting events,
+/// and ending revoked grants).
+/// A counter missing from a run of many seeds means the fault model or the checkers went
+/// blind. (A loss the store reports as `SESSION_EXPIRED` is not here: while the
 /// client's deadline never lies after the server's expiry, that deadline always passes first,
 /// so it is not owed; nor is `SESSION_UNKNOWN` while the client still believes in its session,
 /// which takes a store that forgets a live session, outside this fault model.)
@@ -125,6 +130,18 @@ pub const MUST_REACH: &[&str] = &[
     "an observer yielded a leader's value",
     "an observer saw the leader change",
     "an observer skipped a term below its highest",
+    "a watcher read a page",
+    "a watcher was sent an event",
+    "a watcher's empty page moved it to its end",
+    "a watcher's read timed out",
+    "a watcher reconnected",
+    "a watcher's stream broke in a page",
+    "a watcher resumed after its position on a new connection",
+    "the store's log forgot events",
+    "a watcher was told of a gap",
+    "a gap skipped events under the watcher's prefix",
+    "a watcher caught up once the faults healed",
+    "a revoked grant's end logged as revoked",
 ];
 
 /// How often each interesting thing happened.

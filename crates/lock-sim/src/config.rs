@@ -145,6 +145,12 @@ pub struct Config {
     pub elect_jobs: f64,
     /// Observers polling the election's leader (none in a run without election jobs).
     pub observers: usize,
+    /// Watchers following the store's events (C3 W1), each under a prefix of its own: 0, 1
+    /// or 2 (a run without draws nothing for them).
+    pub watchers: usize,
+    /// How many events the store's watch log keeps (`None`: the store's default, 10,000): a
+    /// short window lets a watcher cut off for a while fall behind its floor (a gap).
+    pub events_kept: Option<usize>,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -184,6 +190,8 @@ impl Config {
             permits: rng.u32(2..=3),
             elect_jobs: [0.0, 0.2, 0.4][rng.usize(0..3)],
             observers: rng.usize(1..=2),
+            watchers: rng.usize(0..=2),
+            events_kept: [None, None, Some(24), Some(12)][rng.usize(0..4)],
             bugs,
         }
     }

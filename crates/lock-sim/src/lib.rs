@@ -23,17 +23,23 @@
 //! says they lead, and resign; observers poll its leader through the replicas with the SDK
 //! observer's rule ([`observe`]), and checkers hold the election to one leader by belief,
 //! terms that never go backwards at an observer, values shown only under the term that
-//! proclaimed them, and proclaims accepted only from the live term. `docs/simulation.md`
-//! says what is production code and what is a model.
+//! proclaimed them, and proclaims accepted only from the live term. Watchers (C3 W1) follow
+//! the store's events under a prefix, reading pages through the replicas with the lock-server
+//! watch reader's rule ([`watch`]), reconnecting and resuming after their position; a checker
+//! holds what each was sent to the store's whole log (every event under its prefix, in order,
+//! once, or a gap over events the store forgot), each watcher to catching up once the faults
+//! stop, and the log to the store's grants. `docs/simulation.md` says what is production code
+//! and what is a model.
 //!
 //! Map: [`sched`] (time, queue), [`config`] (fault model, planted deployment mistakes),
 //! [`service`] (replicas over the store; the lock surface's calls in `service/calls.rs`, key
 //! sets in `service/sets.rs`, permits read back in `service/shares.rs`, the election's calls
-//! in `service/elections.rs`), [`bank`] (resource, rail and the election's register),
-//! [`observe`] (the SDK observer's rule), [`world`] (the run: one file each for the clients'
+//! in `service/elections.rs`, a watcher's reads in `service/watch.rs`), [`bank`] (resource,
+//! rail and the election's register), [`observe`] (the SDK observer's rule), [`watch`] (the
+//! lock-server watch reader's rule), [`world`] (the run: one file each for the clients'
 //! protocol, their key sets, their share jobs, their election jobs, the observers, the
-//! network, the nemesis, the service nodes, their key sets, their shares' store calls, the
-//! election's calls and the checkers), [`check`] (violations, coverage).
+//! watchers, the network, the nemesis, the service nodes, their key sets, their shares' store
+//! calls, the election's calls and the checkers), [`check`] (violations, coverage).
 
 pub mod bank;
 pub mod check;
@@ -41,6 +47,7 @@ pub mod config;
 pub mod observe;
 pub mod sched;
 pub mod service;
+pub mod watch;
 pub mod world;
 
 pub use check::{Coverage, MUST_REACH, Violation};

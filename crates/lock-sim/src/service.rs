@@ -6,7 +6,7 @@
 //! refuse writes for a window (`NOT_LEADER`, as a read-only or leaderless database makes the
 //! real replicas answer). Key sets (`sets.rs`) go to the store alone, as lock-server sends them,
 //! and so do readers' and permits' acquires (`shares.rs`) and an election's proclaims and
-//! reads (`elections.rs`).
+//! reads (`elections.rs`), and a watcher's reads of the store's events (`watch.rs`).
 
 use std::future::Future;
 use std::pin::pin;
@@ -29,6 +29,7 @@ pub mod calls;
 pub mod elections;
 pub mod sets;
 pub mod shares;
+pub mod watch;
 
 pub use calls::{LockAnswer, LockCall, Member};
 
@@ -40,6 +41,8 @@ pub struct SimEnv {
     /// How far the store host's wall clock has been stepped from the true time.
     offset: AtomicI64,
     next_session: AtomicU64,
+    /// How often the store read its clock: each of its calls reads it.
+    reads: AtomicU64,
 }
 
 impl SimEnv {
@@ -66,6 +69,7 @@ impl SimEnv {
 
 impl StoreEnv for SimEnv {
     fn now_nanos(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         self.now
             .load(Ordering::SeqCst)
             .saturating_add_signed(self.offset.load(Ordering::SeqCst))
@@ -166,18 +170,32 @@ pub struct LockService {
     pub withheld: u64,
     /// Acquires refused because the key was in a lock-delay.
     pub delayed: u64,
+    /// Whether the last waiting acquire's call reached the store (its replica's clock guard
+    /// did not refuse it first): a grant it was refused may have been made (again) by it.
+    pub reached_store: bool,
     /// Planted: replicas tell a grant's holder a longer lease (and a later expiry) than the
     /// store granted.
     tell_longer_lease: bool,
 }
 
 impl LockService {
-    /// `replicas` replicas up, an empty store, leases up to `longest_lease_ms`, every grant
-    /// with a lock-delay of `lock_delay_ms`; `bugs` may split the store per replica or make
-    /// replicas tell longer leases than granted.
-    pub fn new(replicas: usize, longest_lease_ms: u64, lock_delay_ms: u64, bugs: Bugs) -> Self {
+    /// `replicas` replicas up, an empty store (its watch log keeping `events_kept` events, or
+    /// the store's default), leases up to `longest_lease_ms`, every grant with a lock-delay of
+    /// `lock_delay_ms`; `bugs` may split the store per replica or make replicas tell longer
+    /// leases than granted.
+    pub fn new(
+        replicas: usize,
+        longest_lease_ms: u64,
+        lock_delay_ms: u64,
+        events_kept: Option<usize>,
+        bugs: Bugs,
+    ) -> Self {
         let env = Arc::new(SimEnv::default());
-        let store = Arc::new(MemoryStore::with_env(env.clone()));
+        let store = MemoryStore::with_env(env.clone());
+        let store = Arc::new(match events_kept {
+            Some(kept) => store.with_events_kept(kept),
+            None => store,
+        });
         let longest_lease = std::time::Duration::from_millis(longest_lease_ms);
         let wakes: Arc<Mutex<Vec<Wake>>> = Arc::default();
         let sink = wakes.clone();
@@ -216,6 +234,7 @@ impl LockService {
             grants: Vec::new(),
             withheld: 0,
             delayed: 0,
+            reached_store: false,
             tell_longer_lease: bugs.tell_longer_lease,
         }
     }
@@ -285,7 +304,7 @@ impl LockService {
         match call {
             LockCall::Open { .. } => panic!("an open is not a batched write"),
             LockCall::AcquireSet { .. } => panic!("a key set is not a batched write"),
-            LockCall::Proclaim { .. } | LockCall::Inspect { .. } => {
+            LockCall::Proclaim { .. } | LockCall::Inspect { .. } | LockCall::Events { .. } => {
                 panic!("a proclaim or a read is not a batched write")
             }
             LockCall::Heartbeat(session) => BatchOp::Heartbeat { session: *session },
@@ -442,6 +461,7 @@ impl LockService {
         session: SessionId,
         spec: AcquireSpec,
     ) -> Option<Result<AcquireOutcome, LockAnswer>> {
+        self.reached_store = false;
         if !self.up[replica] {
             return None;
         }
@@ -454,7 +474,9 @@ impl LockService {
             lock_delay_ms: self.lock_delay_ms,
             ..spec
         };
+        let reads = self.env.reads.load(Ordering::SeqCst);
         let outcome = now_or_never(self.replicas[replica].acquire_with(key, session, spec));
+        self.reached_store = self.env.reads.load(Ordering::SeqCst) > reads;
         if let Ok(AcquireOutcome::Refused(Refusal::Delayed { .. })) = &outcome {
             self.delayed += 1;
         }

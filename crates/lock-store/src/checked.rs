@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use lock_api::{Backend, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, SessionId};
 
 use crate::clock_guard::{ClockGuard, ClockReading, Verdict};
+use crate::events::{EventPage, HeadSink};
 use crate::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
     SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
@@ -359,6 +360,19 @@ impl LockStore for ClockCheckedStore {
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
         self.inner.get(key).await
+    }
+
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        self.inner.events_after(prefix, after, limit).await
+    }
+
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        self.inner.watch_events(sink).await
     }
 
     async fn revoke(

@@ -27,6 +27,7 @@ pub mod claim;
 mod clock_guard;
 pub mod decide;
 mod env;
+pub mod events;
 pub mod key_set;
 mod memory;
 pub mod permits;
@@ -48,6 +49,7 @@ pub use checked::{
 };
 pub use clock_guard::{ClockGuard, ClockReading, Verdict};
 pub use env::{StoreEnv, SystemEnv};
+pub use events::{EVENT_PAGE_MAX, EventPage, HeadSink};
 pub use memory::MemoryStore;
 
 /// A session as the store keeps it.
@@ -548,6 +550,23 @@ pub trait LockStore: Send + Sync + std::fmt::Debug + 'static {
         key: &LockKey,
         note: &RevokeNote,
     ) -> Result<Option<FencingToken>, StoreError>;
+
+    /// Watching (C3 W1): up to `limit` events of keys under `prefix` with positions after
+    /// `after`, lowest first, with how far the read reached and the oldest position kept.
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError>;
+
+    /// Starts telling `sink` the head position whenever events may have been added (across
+    /// replicas where the backend can). Called once, before serving; without it watchers
+    /// read on their recheck timer.
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        let _ = sink;
+        Ok(())
+    }
 
     /// The last revocation of `key`, if any was ever made (one per key, replaced by the next).
     async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError>;

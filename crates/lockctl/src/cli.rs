@@ -142,6 +142,9 @@ pub enum Command {
     Elect(ElectArgs),
     /// Show the leader of the election NAME (term, value, owner); with --follow, each change.
     Leader(LeaderArgs),
+    /// Print what happens to the keys under PREFIX (granted, released, expired, revoked,
+    /// proclaimed), one line per event with its position, until interrupted.
+    Watch(WatchArgs),
     /// Check a fenced resource: write to URL with real, stale, forged and missing tokens and
     /// proofs, and report which of the fence's promises it keeps (exit 1 if any is broken).
     #[command(long_about = FENCE_CHECK_ABOUT)]
@@ -385,6 +388,17 @@ pub struct ElectArgs {
     pub command: Vec<OsString>,
 }
 
+/// `lockctl watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Keys starting with this are watched ("" for every key).
+    #[arg(default_value = "", value_parser = watch_prefix)]
+    pub prefix: String,
+    /// Resume after this position (one an earlier watch printed) [default: from now].
+    #[arg(long)]
+    pub after: Option<u64>,
+}
+
 /// `lockctl leader`.
 #[derive(Debug, Args)]
 pub struct LeaderArgs {
@@ -426,6 +440,16 @@ pub fn lock_key(raw: &str) -> Result<LockKey, String> {
 }
 
 /// An owner id (`OwnerId::parse`).
+/// A watch's prefix: empty, or the beginning of a key (a key's characters).
+pub fn watch_prefix(raw: &str) -> Result<String, String> {
+    if raw.is_empty() {
+        return Ok(String::new());
+    }
+    LockKey::parse(raw.to_owned())
+        .map(|key| key.as_str().to_owned())
+        .map_err(|e| format!("prefix: {}", e.reason))
+}
+
 pub fn leader_value(raw: &str) -> Result<LeaderValue, String> {
     LeaderValue::parse(raw).map_err(|e| e.to_string())
 }

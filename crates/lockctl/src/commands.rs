@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lock_client::admin::watch::WatchItem;
 use lock_client::admin::{AdminClient, Credential};
 use lock_client::election::Leader;
 use lock_client::{AcquirePolicy, ClientBuilder, ClientConfig, ClientError, ClientTls, LockClient};
@@ -11,6 +12,7 @@ use serde_json::Value;
 
 use crate::cli::{
     AcquireArgs, CloseArgs, Global, KeyArgs, LeaderArgs, OpenArgs, ReleaseArgs, RevokeArgs,
+    WatchArgs,
 };
 use crate::error::{CtlError, code};
 use crate::output::{self, Fields};
@@ -284,5 +286,52 @@ pub async fn leader(global: &Global, args: LeaderArgs) -> Result<u8, CtlError> {
             _ = tokio::signal::ctrl_c() => return Ok(0),
         };
         output::print(&fields(change), global.json);
+    }
+}
+
+/// `lockctl watch PREFIX [--after N]`: one line per event (or gap) until SIGINT.
+pub async fn watch(global: &Global, args: WatchArgs) -> Result<u8, CtlError> {
+    let admin = admin(config(global)?)?;
+    let mut watcher = admin.watch(&args.prefix, args.after).await?;
+    loop {
+        let item = tokio::select! {
+            item = watcher.next() => item?,
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        };
+        let fields: Fields = match item {
+            WatchItem::Event(event) => vec![
+                ("position", event.position.into()),
+                ("lock_key", event.lock_key.as_str().into()),
+                (
+                    "kind",
+                    serde_json::to_value(event.kind).unwrap_or(Value::Null),
+                ),
+                ("fencing_token", event.fencing_token.0.into()),
+                (
+                    "owner_id",
+                    event.owner_id.map_or(Value::Null, |o| o.as_str().into()),
+                ),
+                ("scope", shown_scope(event.scope)),
+                (
+                    "value",
+                    event.value.map_or(Value::Null, |v| v.as_str().into()),
+                ),
+            ],
+            WatchItem::Gap(gap) => vec![
+                ("gap", true.into()),
+                ("after", gap.after.into()),
+                ("resume_from", gap.resume_from.into()),
+            ],
+        };
+        output::print(&fields, global.json);
+    }
+}
+
+/// A share's scope as a field; the whole key's is left out.
+fn shown_scope(scope: lock_api::GrantScope) -> Value {
+    if scope.is_exclusive() {
+        Value::Null
+    } else {
+        scope.as_text().into()
     }
 }

@@ -49,6 +49,7 @@ pub async fn execute(cli: Cli) -> Result<u8, CtlError> {
         Command::Run(args) => run::run(global, args).await,
         Command::Elect(args) => run::run(global, args.into()).await,
         Command::Leader(args) => commands::leader(global, args).await,
+        Command::Watch(args) => commands::watch(global, args).await,
         Command::FenceCheck(args) => fence_check::fence_check(global, args).await,
         Command::Credential(args) => credential::credential(global, args),
     }

@@ -15,6 +15,7 @@ use test_support::{ServiceProcess, poll_until};
 
 mod elect;
 mod shares;
+mod watch;
 
 /// The operators' credential of the test lock-server (L8).
 const ADMIN_TOKEN: &str = "test-lockctl-admin-token";

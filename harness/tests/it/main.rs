@@ -16,3 +16,4 @@ mod sdk;
 mod sdk_election;
 mod session_binding;
 mod tls;
+mod watch;

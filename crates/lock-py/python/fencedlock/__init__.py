@@ -19,6 +19,10 @@ on their own, with the extras `fencedlock[psycopg]` and `fencedlock[fastapi]`.
 Leader election: `Session.campaign(name, value)` answers a `Leadership` whose `term` fences
 the leader's writes as a lock's token does; `Client.leader(name)` reads the leader and
 `Client.observe(name)` iterates its changes.
+
+Watching: `Client.watch(prefix, after=)` iterates what happens to the locks under a prefix,
+each a `LockEvent` (granted, released, expired, revoked, proclaimed) with its `position`, or a
+`WatchGap` when the store no longer keeps the events after `after`.
 """
 
 from fencedlock import aio
@@ -31,6 +35,7 @@ from fencedlock._native import (
     Leadership,
     Lock,
     LockContended,
+    LockEvent,
     LockLost,
     LockServiceError,
     LockSet,
@@ -42,6 +47,8 @@ from fencedlock._native import (
     Throttled,
     TrustedKeys,
     Unavailable,
+    WatchGap,
+    Watcher,
 )
 
 __all__ = [
@@ -54,6 +61,7 @@ __all__ = [
     "Leadership",
     "Lock",
     "LockContended",
+    "LockEvent",
     "LockLost",
     "LockServiceError",
     "LockSet",
@@ -65,4 +73,6 @@ __all__ = [
     "Throttled",
     "TrustedKeys",
     "Unavailable",
+    "WatchGap",
+    "Watcher",
 ]

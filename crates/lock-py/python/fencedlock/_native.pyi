@@ -3,9 +3,9 @@
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import ClassVar, final
+from typing import ClassVar, Literal, final
 
-from typing_extensions import LiteralString
+from typing_extensions import LiteralString, TypeAlias
 
 class LockServiceError(Exception):
     """Every error of the lock SDK."""
@@ -74,6 +74,7 @@ class Client:
     def revoke(self, key: str, *, admin_token: str, reason: str | None = None) -> int | None: ...
     def leader(self, name: str) -> Leader | None: ...
     def observe(self, name: str) -> Observer: ...
+    def watch(self, prefix: str = "", *, after: int | None = None) -> Watcher: ...
     def close(self) -> None: ...
     def __enter__(self) -> Client: ...
     def __exit__(
@@ -196,6 +197,68 @@ class Observer:
 
     def __iter__(self) -> Observer: ...
     def __next__(self) -> Leader | None: ...
+
+EventKind: TypeAlias = Literal["granted", "released", "expired", "revoked", "proclaimed"]
+"""What happened to a grant, as a `LockEvent` says it."""
+
+@final
+class LockEvent:
+    """Something happened to the grant of `key` (a watch's event)."""
+
+    @property
+    def position(self) -> int:
+        """Where it stands in the store's order: a watch `after` it sees only later events."""
+    @property
+    def key(self) -> str: ...
+    @property
+    def kind(self) -> EventKind: ...
+    @property
+    def fencing_token(self) -> int:
+        """The grant's token (an election's term)."""
+    @property
+    def owner_id(self) -> str | None:
+        """The holder's owner (`granted`)."""
+    @property
+    def scope(self) -> str | None:
+        """A share's scope (`granted`): `shared`, `permit-{slot}`; `None` for the whole key."""
+    @property
+    def value(self) -> str | None:
+        """What the grant announces (`proclaimed`: an election leader's value)."""
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class WatchGap:
+    """Events after `after` up to `resume_from` are gone: re-read the state you care about;
+    the watch goes on after `resume_from`."""
+
+    @property
+    def after(self) -> int: ...
+    @property
+    def resume_from(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class Watcher:
+    """What happens to the locks under a prefix; each step waits (the GIL released) for the
+    next event or gap. It ends only when closed: a lost stream is reopened after `position`."""
+
+    @property
+    def position(self) -> int | None:
+        """The position of the last item answered (or the one the stream started after, known
+        once `Client.watch` returns)."""
+    @property
+    def prefix(self) -> str: ...
+    def __iter__(self) -> Watcher: ...
+    def __next__(self) -> LockEvent | WatchGap: ...
+    def close(self) -> None:
+        """Closes the stream; a `next()` waiting on another thread ends within a second."""
+    def __enter__(self) -> Watcher: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
 
 class ProvenWrite:
     """A fenced write whose proof verified."""

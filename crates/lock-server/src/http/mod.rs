@@ -1,5 +1,5 @@
 //! The HTTP surface: the lock routes (open, heartbeat and close a session; acquire, renew,
-//! release, inspect and revoke a lock; acquire a key set; proclaim a leader's value), health and metrics, and the layers every request
+//! release, inspect and revoke a lock; acquire a key set; proclaim a leader's value; watch), health and metrics, and the layers every request
 //! passes: the drain guard and `NOT_LEADER` counter here, then `service_kit::common_layers`
 //! (body limit, timeout, metrics, JSON errors, tracing).
 
@@ -8,6 +8,7 @@ mod handlers;
 pub mod openapi;
 mod sets;
 mod store_error;
+mod watch;
 
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/v1/locks/{lock_key}/release", post(handlers::release))
         .route("/v1/locks/{lock_key}/proclaim", post(elections::proclaim))
         .route("/v1/locks/{lock_key}", get(handlers::get_lock))
+        .route("/v1/watch", get(watch::watch))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             handlers::require_client,

@@ -14,7 +14,7 @@ use service_kit::openapi as kit;
 use utoipa::openapi::OpenApi as Document;
 use utoipa::{Modify, OpenApi};
 
-use super::{elections, handlers, sets};
+use super::{elections, handlers, sets, watch};
 
 /// The document's type: paths from the handlers, then [`CommonAnswers`].
 #[derive(Debug, OpenApi)]
@@ -34,6 +34,7 @@ use super::{elections, handlers, sets};
         handlers::release,
         elections::proclaim,
         handlers::get_lock,
+        watch::watch,
         handlers::revoke,
         handlers::ready,
     ),

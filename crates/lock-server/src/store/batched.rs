@@ -26,6 +26,7 @@ use lock_store::{
     AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
     SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
+use lock_store::{EventPage, HeadSink};
 
 /// Histogram: writes per batch a replica committed.
 pub const STORE_BATCH_WRITES: &str = "lock_store_batch_writes";
@@ -306,6 +307,19 @@ impl LockStore for Batched {
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
         self.inner.get(key).await
+    }
+
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        self.inner.events_after(prefix, after, limit).await
+    }
+
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        self.inner.watch_events(sink).await
     }
 
     async fn revoke(

@@ -1291,4 +1291,5 @@ mod etcd_wake_watch {
 }
 
 mod elections;
+mod events;
 mod shares;

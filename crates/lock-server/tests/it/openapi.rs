@@ -80,6 +80,11 @@ fn c3_operations() -> BTreeMap<(String, String), ContractOperation> {
 #[test]
 fn every_operation_documents_the_statuses_c3_gives() {
     let c3 = c3_operations();
-    assert_eq!(c3.len(), 10, "C3's L1-L9 and L4s sections: {:?}", c3.keys());
+    assert_eq!(
+        c3.len(),
+        11,
+        "C3's L1-L9, L4s and W1 sections: {:?}",
+        c3.keys()
+    );
     assert_statuses_agree(&serde_json::to_value(openapi::document()).unwrap(), &c3);
 }

@@ -3,7 +3,7 @@
 //! lock's whole key, a reader's share, a permit's slot: ADR 0007).
 
 use lock_api::{Claim, FencingToken, GrantScope, LeaderValue, LockKey, SessionId};
-use lock_store::RequestId;
+use lock_store::{EventPage, RequestId};
 
 use crate::observe::LeaderRead;
 use crate::sched::Nanos;
@@ -59,6 +59,9 @@ pub enum LockCall {
     },
     /// L7 of an election's key: its leader's term and value (an observer's read).
     Inspect { key: LockKey },
+    /// W1's read: a page of the events of keys under `prefix` after position `after` (a
+    /// watcher's, as lock-server's watch stream reads it).
+    Events { prefix: String, after: u64 },
 }
 
 impl LockCall {
@@ -71,6 +74,7 @@ impl LockCall {
             | (Self::Release { .. }, LockAnswer::Released)
             | (Self::Proclaim { .. }, LockAnswer::Proclaimed)
             | (Self::Inspect { .. }, LockAnswer::Leader(_))
+            | (Self::Events { .. }, LockAnswer::Page(_))
             | (_, LockAnswer::Held | LockAnswer::NotLeader | LockAnswer::KindConflict)
             | (_, LockAnswer::SessionUnknown | LockAnswer::SessionExpired | LockAnswer::LockLost) => {
                 true
@@ -101,7 +105,10 @@ impl LockCall {
     /// The key a call is about, if any (a set's are several: none).
     pub fn key(&self) -> Option<&LockKey> {
         match self {
-            Self::Open { .. } | Self::Heartbeat(_) | Self::AcquireSet { .. } => None,
+            Self::Open { .. }
+            | Self::Heartbeat(_)
+            | Self::AcquireSet { .. }
+            | Self::Events { .. } => None,
             Self::Acquire { key, .. }
             | Self::Renew { key, .. }
             | Self::Release { key, .. }
@@ -163,6 +170,8 @@ pub enum LockAnswer {
     Proclaimed,
     /// An L7 read of an election's key: its leader, if a grant holds it alone.
     Leader(Option<LeaderRead>),
+    /// W1's read: a page of the store's events.
+    Page(EventPage),
     /// 503.
     NotLeader,
     /// 404.

@@ -1,6 +1,6 @@
 //! The small types the world's parts share, kept apart from the parts that act on them so
 //! that the world and its parts import them without importing each other: the keys share
-//! jobs hold, a leader's next step, an observer.
+//! jobs hold, a leader's next step, an observer, a watcher and its next step.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +8,7 @@ use lock_api::LockKey;
 
 use crate::observe::{LeaderRead, TermWatch};
 use crate::sched::Nanos;
+use crate::watch::WatchReader;
 
 /// The keys share jobs hold (ADR 0007): one semaphore key, one read/write key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,4 +61,29 @@ pub(super) struct Observer {
     pub(super) in_flight: BTreeMap<u64, Nanos>,
     /// What it yielded, in order.
     pub(super) yielded: Vec<Option<LeaderRead>>,
+}
+
+/// One watcher: a process following the store's events under a prefix, reading pages
+/// through a replica over the network by the lock-server reader's rule.
+#[derive(Debug)]
+pub(super) struct Watcher {
+    /// The replica its connection goes to.
+    pub(super) endpoint: usize,
+    /// The reader's rule and state (its prefix, its position, what it read and has not sent).
+    pub(super) reader: WatchReader,
+    /// Its read in flight on the connection, by request number, if any.
+    pub(super) in_flight: Option<u64>,
+    /// Numbers its scheduled reads: one scheduled before a reconnect is dropped.
+    pub(super) scheduled: u64,
+    /// It reconnected and has not read a page since.
+    pub(super) resuming: bool,
+}
+
+/// A watcher's next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WatchStep {
+    /// It reads its next page (the read scheduled under this number).
+    Read(u64),
+    /// Its read of this request number has had no answer in time: the connection is dead.
+    Timeout(u64),
 }

@@ -16,6 +16,8 @@ pub enum Node {
     Bank,
     /// A process polling the election's leader.
     Observer(usize),
+    /// A process following the store's events under a prefix.
+    Watcher(usize),
 }
 
 impl std::fmt::Display for Node {
@@ -25,6 +27,7 @@ impl std::fmt::Display for Node {
             Self::Replica(i) => write!(f, "r{i}"),
             Self::Bank => write!(f, "bank"),
             Self::Observer(i) => write!(f, "o{i}"),
+            Self::Watcher(i) => write!(f, "w{i}"),
         }
     }
 }

@@ -9,8 +9,9 @@
 //! `share_jobs.rs` at the client and `share_replica.rs` at the replica; jobs that campaign in
 //! the election and lead are `elect_jobs.rs`, their proclaims and writes at the replica and
 //! the bank `elect_service.rs`, the observers polling its leader `observers.rs`, and what the
-//! election's checkers witness `elect_witness.rs`. This file holds the run's state and its
-//! event loop.
+//! election's checkers witness `elect_witness.rs`; the watchers following the store's events
+//! are `watchers.rs`, and what their checkers witness `watch_witness.rs`. This file holds the
+//! run's state and its event loop.
 
 mod checkers;
 mod elect_jobs;
@@ -28,6 +29,8 @@ mod set_jobs;
 mod set_replica;
 mod share_jobs;
 mod share_replica;
+mod watch_witness;
+mod watchers;
 mod witness;
 mod writes;
 
@@ -35,8 +38,10 @@ use elect_witness::ElectWitness;
 use kinds::Lead;
 use kinds::Observer;
 use kinds::SharedKey;
+use kinds::{WatchStep, Watcher};
 use links::Network;
 pub use links::Node;
+use watch_witness::WatchWitness;
 use witness::Witness;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -105,6 +110,8 @@ enum Fault {
     RevokeShares(SharedKey),
     /// An operator revokes the election's leader.
     RevokeLeader,
+    /// A watcher's connection dies.
+    Reconnect(usize),
     /// The store host's wall clock steps by this many nanoseconds.
     StoreClockStep(i64),
 }
@@ -143,6 +150,8 @@ enum Event {
     ProclaimCall(usize, u64, Node, u64, LockCall),
     /// Observer o reads the election's leader (one poll, on its timer).
     Poll(usize),
+    /// Watcher w's next step.
+    Watch(usize, WatchStep),
     /// A parked acquire asks the store again (woken, or its nap ended).
     WaitRetry(u64),
     /// A parked acquire that left its queue place at its deadline makes its last try: a
@@ -379,6 +388,10 @@ pub struct World {
     observers: Vec<Observer>,
     /// The election checkers' own records.
     elect: ElectWitness,
+    /// The processes following the store's events (none in a run without watchers).
+    watchers: Vec<Watcher>,
+    /// The watch checkers' own records: every event the store logged.
+    watch: WatchWitness,
     next_req: u64,
     coverage: Coverage,
     violation: Option<Violation>,
@@ -465,6 +478,7 @@ impl World {
                 cfg.replicas,
                 cfg.lease_ms.max(cfg.ttl_ms),
                 cfg.lock_delay_ms,
+                cfg.events_kept,
                 cfg.bugs,
             ),
             bank,
@@ -475,6 +489,8 @@ impl World {
             witness: Witness::new(cfg.payouts),
             observers: Vec::new(),
             elect: ElectWitness::default(),
+            watchers: Vec::new(),
+            watch: WatchWitness::default(),
             next_req: 0,
             coverage,
             violation: None,
@@ -491,6 +507,7 @@ impl World {
         };
         world.schedule_nemesis();
         world.start_observers();
+        world.start_watchers();
         for c in 0..world.clients.len() {
             let think = world.rng.u64(0..50 * MS);
             world.q.after(think, Event::Step(c));
@@ -545,6 +562,7 @@ impl World {
             self.events += 1;
             self.dispatch(event);
             self.deliver_wakes();
+            self.record_log();
             self.check_exclusion();
             self.check_losses_final();
             self.check_orphans();
@@ -555,6 +573,7 @@ impl World {
         if self.violation.is_none() {
             self.check_end();
         }
+        self.finish_watch();
         for _ in 0..self.service.withheld {
             self.coverage
                 .hit("a grant withheld: the store's clock stepped");
@@ -613,6 +632,7 @@ impl World {
                     Node::Bank => self.at_bank(from, req, body),
                     Node::Client(c) => self.at_client(c, from, req, body),
                     Node::Observer(o) => self.at_observer(o, req, body),
+                    Node::Watcher(w) => self.at_watcher(w, req, body),
                 }
             }
             Event::Step(c) => self.step(c),
@@ -648,6 +668,7 @@ impl World {
                 self.proclaim_call(r, restarts, from, req, &call);
             }
             Event::Poll(o) => self.poll(o),
+            Event::Watch(w, step) => self.watch_step(w, step),
             Event::WaitRetry(id) if self.is_set(id) => self.set_call(id),
             Event::WaitRetry(id) => self.wait_call(id),
             Event::LastTry(id) if self.is_set(id) => self.set_last_try(id),

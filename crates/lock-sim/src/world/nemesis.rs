@@ -1,7 +1,8 @@
 //! The nemesis: what faults a seed schedules (partitions, pauses, replica crashes,
 //! `NOT_LEADER` windows, revocations, steps of the store's clock) and what each one does.
 //! A run with election jobs also has the election's leader revoked (0–1 times) and each
-//! observer cut from a replica (0–1 times), drawn last.
+//! observer cut from a replica (0–1 times), drawn after the rest; a run with watchers has
+//! their faults drawn last (`watchers.rs`): reconnects and cuts from both replicas.
 
 use super::elect_jobs::election_key;
 use super::links::Node;
@@ -79,6 +80,7 @@ impl World {
                 }
             }
         }
+        self.schedule_watch_faults();
     }
 
     pub(super) fn nemesis(&mut self, fault: Fault) {
@@ -108,6 +110,7 @@ impl World {
                 self.network.cut(a, b);
             }
             Fault::Heal(a, b) => self.network.heal(a, b),
+            Fault::Reconnect(w) => self.reconnect_watcher(w),
             Fault::StoreClockStep(by) => {
                 self.coverage.hit(if by > 0 {
                     "fault: store clock stepped forward"

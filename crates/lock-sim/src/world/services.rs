@@ -34,6 +34,9 @@ impl World {
         if let LockCall::Proclaim { .. } | LockCall::Inspect { .. } = call {
             return self.election_call(r, from, req, call);
         }
+        if let LockCall::Events { .. } = call {
+            return self.watch_call(r, from, req, &call);
+        }
         // The replica names each acquire request (lock-server's `waiting::Exposure`): its
         // grant and its queue place record the name.
         let call = match call {
@@ -309,10 +312,25 @@ impl World {
             return None;
         };
         self.shared_key_called(r, &key, spec.claim, &result, true);
+        if result.is_err() && self.service.reached_store {
+            self.withheld_regrant(&key, session, spec.request);
+        }
         if result.is_err() {
             self.abandon_request(&key, session, spec.request, false);
         }
         Some(result)
+    }
+
+    /// `request`'s acquire of `key` reached the store and its grant was withheld by the clock
+    /// guard: a grant of the key its session held, made for another request (a hand-over to
+    /// its place, say), was made again by the call, and is no single request's (the store's
+    /// re-grant to another request records none), as for a re-grant answered.
+    fn withheld_regrant(&mut self, key: &LockKey, session: SessionId, request: RequestId) {
+        for (k, s, token) in self.service.live_grants(self.q.now()) {
+            if k == *key && s == session && self.witness.made_for(&k, token).is_some() {
+                self.witness.made(&k, token, request);
+            }
+        }
     }
 
     /// Answers parked request `id` with `answer` (a grant checked first, each of a set's),

@@ -10,14 +10,15 @@ use lock_sim::{BUG_NAMES, Bugs, Config, DRIFT_BOUND, RunReport, World, run_seed,
 /// Seeds a planted bug must be caught within.
 const CATCH_WITHIN: u64 = 100;
 
-/// Seed `seed` with no key sets, no share jobs and no election (its other draws are the
-/// seed's own): the run it was before jobs took key sets, so a seed kept for what happened in
-/// it still shows it.
+/// Seed `seed` with no key sets, no share jobs, no election and no watchers (its other draws
+/// are the seed's own): the run it was before jobs took key sets, so a seed kept for what
+/// happened in it still shows it.
 fn run_without_sets(seed: u64) -> RunReport {
     let cfg = Config {
         set_share: 0.0,
         share_jobs: 0.0,
         elect_jobs: 0.0,
+        watchers: 0,
         ..Config::for_seed(seed, DRIFT_BOUND, Bugs::default())
     };
     World::new(cfg, true).run()
@@ -91,8 +92,16 @@ fn each_planted_mistake_is_caught_within_100_seeds_by_the_invariant_it_breaks() 
         // A replica that leaves what the store made for an abandoned request: the grant
         // outlives its request, unknown to everyone, until its lease ends.
         ("keep-abandoned", &["no orphan grant"][..]),
-        // Replicas over databases of their own: the same token drawn twice for one key.
-        ("split-store", &["I3 tokens unique per key"][..]),
+        // Replicas over databases of their own: the same token drawn twice for one key, or a
+        // watcher reading one replica's log, not the store's.
+        (
+            "split-store",
+            &[
+                "I3 tokens unique per key",
+                "watchers see every event in order or are told of a gap",
+                "a watcher catches up once the faults heal",
+            ][..],
+        ),
         // A replica telling a longer lease than the store granted: its holder believes past
         // the store's expiry while the next holder is granted (a lock's, a permit's slot, a
         // writer's key beside readers).
@@ -186,6 +195,14 @@ fn at_the_drift_bound_every_invariant_holds() {
         "an observer saw the leader change",
         "an observer yielded a leader's value",
         "an observer yielded a term before its first proclaim",
+        // Watchers read the store's events through the replicas, reconnected, resumed and were
+        // told of gaps: "watchers see every event in order or are told of a gap", "the log
+        // begins and ends each grant once" and "a watcher catches up once the faults heal"
+        // held above.
+        "a watcher was sent an event",
+        "a watcher resumed after its position on a new connection",
+        "a gap skipped events under the watcher's prefix",
+        "a watcher caught up once the faults healed",
     ] {
         assert!(seen(what) > 0, "{what}: {:?}", summary.coverage);
     }

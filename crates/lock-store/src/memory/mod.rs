@@ -8,13 +8,16 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lock_api::{
-    Backend, Claim, FencingToken, GrantScope, LeaderValue, LockGrant, LockInfo, LockKey, SessionId,
+    Backend, Claim, FencingToken, GrantScope, LeaderValue, LockEvent, LockGrant, LockInfo, LockKey,
+    SessionId,
 };
 
 use crate::decide::{Decision, KeyView, decide};
 use crate::env::{StoreEnv, SystemEnv};
+use crate::events::{EventPage, HeadSink, HeadSlot};
 use crate::key_set::{SetDecision, decide_set};
 
+mod events;
 mod holds;
 mod state;
 
@@ -31,6 +34,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     env: Arc<dyn StoreEnv>,
     wakes: WakeSlot,
+    heads: HeadSlot,
 }
 
 impl Default for MemoryStore {
@@ -51,7 +55,28 @@ impl MemoryStore {
             state: Mutex::new(State::default()),
             env,
             wakes: WakeSlot::default(),
+            heads: HeadSlot::default(),
         }
+    }
+
+    /// The store keeping the last `kept` events of its watch log (at least one) instead of
+    /// 10,000: a short window, so that a test or the simulation reaches a watcher's gap
+    /// (`EventPage::floor`) without writing 10,000 events first.
+    #[must_use]
+    pub fn with_events_kept(mut self, kept: usize) -> Self {
+        if let Ok(state) = self.state.get_mut() {
+            state.events.keep(kept);
+        }
+        self
+    }
+
+    /// The watch log as it stands: the highest position it forgot, and every event it keeps
+    /// after `after`, whatever the key (what the simulation's watch checker copies as its
+    /// record of every event, around `events_after`'s paging; no other caller needs it).
+    pub fn logged_after(&self, after: u64) -> (u64, Vec<LockEvent>) {
+        self.state()
+            .map(|state| state.events.kept_after(after))
+            .unwrap_or_default()
     }
 
     /// The live grants the store holds now: key, session and token (what the simulation's
@@ -110,10 +135,52 @@ impl MemoryStore {
         }
     }
 
-    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, StoreError> {
-        self.state
-            .lock()
-            .map_err(|_| StoreError::Internal("memory store mutex poisoned".into()))
+    fn state(&self) -> Result<Locked<'_>, StoreError> {
+        let guard = (self.state.lock())
+            .map_err(|_| StoreError::Internal("memory store mutex poisoned".into()))?;
+        let head = guard.events.head();
+        Ok(Locked {
+            guard,
+            store: self,
+            dirty: false,
+            head,
+        })
+    }
+}
+
+/// The state, locked. A write through it is compared with the last and its events logged
+/// ([`State::note_events`]) when the lock is let go, so no write path can skip the log.
+struct Locked<'a> {
+    guard: std::sync::MutexGuard<'a, State>,
+    store: &'a MemoryStore,
+    dirty: bool,
+    /// The log's head when locked: watchers are told when it moved.
+    head: u64,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.dirty = true;
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if self.dirty {
+            self.guard.note_events(self.store.env.now_nanos());
+        }
+        let head = self.guard.events.head();
+        if head > self.head {
+            self.store.heads.deliver(head);
+        }
     }
 }
 
@@ -433,6 +500,7 @@ impl LockStore for MemoryStore {
             });
         }
         state.values.insert(key.clone(), (token, value.clone()));
+        state.events.proclaimed(key, token, value);
         Ok(())
     }
 
@@ -493,6 +561,20 @@ impl LockStore for MemoryStore {
         };
         self.deliver(wake);
         Ok(Some(token))
+    }
+
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        Ok(self.state()?.events.page(prefix, after, limit))
+    }
+
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        self.heads.set(sink);
+        Ok(())
     }
 
     async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {

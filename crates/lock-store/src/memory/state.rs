@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use lock_api::{Claim, FencingToken, GrantScope, LeaderValue, LockGrant, LockKey, SessionId};
 
+use super::events::{EventLog, Seen};
 use crate::decide::{FreedView, HandOver, HeadView, HolderView, KeyView, hand_over};
 use crate::{AcquireSpec, RequestId, Revocation, SessionOwner, StoreError, Wake};
 
@@ -90,6 +91,8 @@ pub(super) struct State {
     /// Each key's last announced value with the token of the grant that announced it: a
     /// grant's value while that token holds the key.
     pub(super) values: BTreeMap<LockKey, (FencingToken, LeaderValue)>,
+    /// The watch log, and what its last comparison saw.
+    pub(super) events: EventLog,
     pub(super) next_seq: u64,
 }
 
@@ -425,4 +428,36 @@ impl State {
 /// `now` plus `ms`, in nanoseconds.
 pub(super) fn after(now: u64, ms: u64) -> u64 {
     now.saturating_add(ms.saturating_mul(1_000_000))
+}
+
+impl State {
+    /// Logs what the last write changed, as of `now` ([`EventLog::note`]); whether anything
+    /// was logged.
+    pub(super) fn note_events(&mut self, now: u64) -> bool {
+        let grants = self.grants_now();
+        let revoked = (self.revocations.iter())
+            .map(|(key, r)| (key.clone(), r.token))
+            .collect();
+        self.events.note(now, grants, revoked)
+    }
+
+    /// Every grant the state holds now (live, or ended and not yet removed).
+    fn grants_now(&self) -> BTreeMap<(LockKey, FencingToken), Seen> {
+        let seen = |grant: &Grant, scope| {
+            let session = self.sessions.get(&grant.session);
+            Seen {
+                owner: session.map(|s| s.opener.owner.clone()),
+                scope,
+                ends: grant.ends(session),
+            }
+        };
+        let locks = (self.locks.iter())
+            .map(|(key, g)| ((key.clone(), g.token), seen(g, GrantScope::Exclusive)));
+        let holds = self.holds.iter().flat_map(|(key, holds)| {
+            holds
+                .iter()
+                .map(move |h| ((key.clone(), h.grant.token), seen(&h.grant, h.scope)))
+        });
+        locks.chain(holds).collect()
+    }
 }

@@ -62,6 +62,8 @@
 mod acquire;
 mod codec;
 mod delay;
+mod event_ring;
+mod events;
 mod hinted;
 mod hints;
 mod holds;
@@ -88,8 +90,8 @@ use lock_api::{
     Backend, Claim, FencingToken, LeaderValue, LockGrant, LockInfo, LockKey, SessionId,
 };
 use lock_store::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, EventPage, HeadSink, LockStore, ReapReport, RequestId, Revocation,
+    RevokeNote, SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
 
 use codec::{SessionValue, after_ms, encode, grant_of};
@@ -115,6 +117,8 @@ pub struct EtcdStore {
     hints: Arc<Hints>,
     /// The one lease keep-alive stream of this replica.
     keep_alives: Arc<KeepAlives>,
+    /// This replica's window of the watch log (C3 W1).
+    events: Arc<event_ring::EventRing>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -141,6 +145,7 @@ impl EtcdStore {
             leases: Arc::default(),
             hints: Arc::default(),
             keep_alives: Arc::default(),
+            events: Arc::default(),
         })
     }
 
@@ -394,6 +399,20 @@ impl LockStore for EtcdStore {
 
     async fn get(&self, key: &LockKey) -> Result<Option<LockInfo>, StoreError> {
         self.inspect(key).await
+    }
+
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        self.events_page(prefix, after, limit).await
+    }
+
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        self.start_events(Some(sink));
+        Ok(())
     }
 
     async fn acquire_set(

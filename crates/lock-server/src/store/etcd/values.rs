@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 use super::EtcdStore;
 use super::codec::{ReadGrant, decode, encode, read_grant};
 
+/// `P/v/{lock_key}`'s value.
 #[derive(Debug, Serialize, Deserialize)]
-struct ValueRecord {
-    token: FencingToken,
-    value: LeaderValue,
+pub(super) struct ValueRecord {
+    pub(super) token: FencingToken,
+    pub(super) value: LeaderValue,
 }
 
 impl EtcdStore {

@@ -3,6 +3,7 @@
 //! is one `lock_batch` statement. `rows.rs` reads what the functions answer; `listen.rs`
 //! carries their wake-ups.
 
+mod events;
 mod listen;
 mod reap;
 mod revoke;
@@ -26,14 +27,18 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
 use self::listen::{HAND_OVER_CHANNEL, WAKE_CHANNEL, listen};
 use self::rows::{
-    AcquireRow, BatchRow, ReapRow, acquire_answer, batch_answer, heartbeat_answer, reap_report,
-    renew_answer, set_answer, to_i64, to_u64,
+    AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, set_answer,
+    to_i64, to_u64,
 };
 use lock_store::batch::{BatchOp, BatchResult};
 use lock_store::{
-    AcquireOutcome, AcquireSpec, LockStore, ReapReport, RequestId, Revocation, RevokeNote,
-    SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
+    AcquireOutcome, AcquireSpec, EventPage, HeadSink, LockStore, ReapReport, RequestId, Revocation,
+    RevokeNote, SessionOwner, SessionRecord, SetOutcome, StoreError, WakeSink,
 };
+
+/// How the grants a transaction deletes ended, for the watch log (`lock_event()`): set in
+/// the transactions of a revoke and of the reaper.
+const SET_ENDING: &str = "SELECT set_config('lock.ending', $1, true)";
 
 /// SQLSTATE of "cannot execute ... in a read-only transaction": a demoted primary or a
 /// database set read-only.
@@ -52,7 +57,7 @@ const HAND_OVER_SETTING: &str = "lock.hand_over";
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
-    /// One connection of its own for LISTEN, so waking never takes a request's connection.
+    /// Connections of its own for LISTEN, so waking and watching never take a request's.
     listen_pool: PgPool,
     /// Every replica (sink) served by this store's one listener.
     sinks: Arc<Mutex<Vec<WakeSink>>>,
@@ -102,8 +107,9 @@ impl PostgresStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Internal(format!("migrations failed: {e}")))?;
+        // Two listeners: wake-ups (`listen.rs`) and the watch log's sequencer (`events.rs`).
         let listen_pool = PgPoolOptions::new()
-            .max_connections(1)
+            .max_connections(2)
             .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
             .connect_lazy(url)
             .map_err(map_err)?;
@@ -557,6 +563,20 @@ impl LockStore for PostgresStore {
         self.revoke_key(key, note).await
     }
 
+    async fn events_after(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        self.events_page(prefix, after, limit).await
+    }
+
+    async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
+        self.start_events(sink);
+        Ok(())
+    }
+
     async fn revocation(&self, key: &LockKey) -> Result<Option<Revocation>, StoreError> {
         let row: Option<(i64, String, Option<String>)> = sqlx::query_as(
             "SELECT fencing_token, revoked_by, reason FROM lock_revocations WHERE lock_key = $1",
@@ -579,17 +599,7 @@ impl LockStore for PostgresStore {
     }
 
     async fn reap_expired(&self) -> Result<ReapReport, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        sqlx::query(reap::LOCK_FENCES_OF_ENDED_SHARES)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        let rows: Vec<ReapRow> = sqlx::query_as(reap::REAP_EXPIRED)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        reap_report(rows)
+        self.reap().await
     }
 
     async fn apply_batch(&self, ops: &[BatchOp]) -> Vec<BatchResult> {

@@ -9,6 +9,10 @@
 //! scan took 0.6 s of every second. Each ended grant's lock-delay runs from its end; a key
 //! whose shares ended exempts nobody.
 
+use super::rows::{ReapRow, reap_report};
+use super::{PostgresStore, SET_ENDING, events, map_err};
+use crate::store::{ReapReport, StoreError};
+
 /// First, in the same transaction: the fence rows of keys with ended shares, in key order.
 /// Every write to a key's shares takes its fence row before the share's row; so does the
 /// reaper.
@@ -73,3 +77,30 @@ WITH candidates AS (
  SELECT lock_key, fencing_token, session_id, owner_id, lease_expired, NULL::bigint FROM ended
  UNION ALL
  SELECT NULL, NULL, NULL, NULL, NULL, count(*) FROM dead";
+
+impl PostgresStore {
+    /// [`lock_store::LockStore::reap_expired`]: the reaper's transaction, old events forgotten in it.
+    pub(super) async fn reap(&self) -> Result<ReapReport, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(SET_ENDING)
+            .bind("expired")
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        sqlx::query(events::FORGET_OLD_EVENTS)
+            .bind(events::EVENTS_KEPT_FOR)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        sqlx::query(LOCK_FENCES_OF_ENDED_SHARES)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let rows: Vec<ReapRow> = sqlx::query_as(REAP_EXPIRED)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        reap_report(rows)
+    }
+}

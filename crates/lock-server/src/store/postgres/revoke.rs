@@ -4,7 +4,7 @@
 use lock_api::{FencingToken, LockKey, RevokeReason};
 
 use super::rows::to_u64;
-use super::{PostgresStore, map_err};
+use super::{PostgresStore, SET_ENDING, map_err};
 use crate::store::{RevokeNote, StoreError};
 
 impl PostgresStore {
@@ -20,6 +20,11 @@ impl PostgresStore {
         // finds the grant gone finds who revoked it. The fence row first, as every write to a
         // key's shares takes it.
         let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(SET_ENDING)
+            .bind("revoked")
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         sqlx::query("SELECT 1 FROM lock_fences WHERE lock_key = $1 FOR UPDATE")
             .bind(key.as_str())
             .execute(&mut *tx)

@@ -3,6 +3,8 @@
 //! and no lease renewed here, so what they return is a record, not a held lock. The types
 //! their answers use are re-exported here.
 
+pub mod watch;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use lock_api::{
 use crate::clock::Clock;
 use crate::config::ClientConfig;
 use crate::core::{AcquireLoop, AcquirePolicy, Next};
-use crate::transport::{Call, Reply, Transport, TransportError};
+use crate::transport::{Call, Reply, Transport, TransportError, WatchBody};
 
 /// One-shot calls on the lock service: acquire and release for a session this process does
 /// not track, close a session, inspect and revoke a key. Made by
@@ -159,6 +161,30 @@ impl AdminClient {
             Err(NotHeld) => Ok(None),
             Err(Failed(err)) => Err(err),
         }
+    }
+
+    /// Opens W1 on each endpoint in turn until one answers.
+    pub(crate) async fn open_watch(
+        &self,
+        prefix: &str,
+        after: Option<u64>,
+    ) -> Result<Box<dyn WatchBody>, LockError> {
+        let mut last = None;
+        for endpoint in &self.config.endpoints {
+            match self.transport.watch(endpoint, prefix, after).await {
+                Ok(body) => return Ok(body),
+                Err(err) => {
+                    let err = wire_error(err);
+                    if err.retry() != RetryVerdict::NextTick {
+                        return Err(err);
+                    }
+                    last = Some(err);
+                }
+            }
+        }
+        Err(last.unwrap_or(LockError::Unavailable {
+            message: "no endpoint configured".into(),
+        }))
     }
 
     /// Sleeps `duration` on the SDK's clock.
