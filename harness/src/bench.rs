@@ -256,7 +256,8 @@ fn row(
 /// the failover and watch benchmarks run on. Dropping it stops the server and the stores.
 pub(crate) struct LoneServer {
     pub(crate) server: LockServer,
-    _logs: tempfile::TempDir,
+    /// The server's logs; the benchmark's own files go beside them.
+    pub(crate) logs: tempfile::TempDir,
     _stores: Stores,
 }
 
@@ -276,7 +277,7 @@ impl LoneServer {
         .await?;
         Ok(Self {
             server,
-            _logs: logs,
+            logs,
             _stores: stores,
         })
     }

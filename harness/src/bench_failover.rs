@@ -57,7 +57,7 @@ pub async fn run_failover(options: &FailoverBenchOptions) -> anyhow::Result<()> 
     ];
     for &backend in &options.backends {
         let lone = LoneServer::start(backend).await?;
-        let (server, logs) = (&lone.server, tempfile::tempdir()?);
+        let (server, logs) = (&lone.server, &lone.logs);
         for fault in [Fault::Kill, Fault::Freeze] {
             let mut times_ms = Vec::with_capacity(options.rounds);
             for round in 0..options.rounds {

@@ -93,15 +93,14 @@ impl EventLog {
     }
 
     /// Logs what changed since the last note, as of `now`: `grants` is every grant the
-    /// state holds now, `revoked` each key's last revocation's token. Whether anything was
-    /// logged (a proclaim is logged when made).
+    /// state holds now, `revoked` each key's last revocation's token (a proclaim is logged
+    /// when made).
     pub(super) fn note(
         &mut self,
         now: u64,
         grants: BTreeMap<(LockKey, FencingToken), Seen>,
         revoked: BTreeMap<LockKey, FencingToken>,
-    ) -> bool {
-        let head = self.head;
+    ) {
         let before = std::mem::take(&mut self.seen);
         for ((key, token), was) in &before {
             if grants.contains_key(&(key.clone(), *token)) {
@@ -126,7 +125,6 @@ impl EventLog {
         }
         self.seen = grants;
         self.revoked = revoked;
-        self.head > head
     }
 }
 

@@ -431,9 +431,8 @@ pub(super) fn after(now: u64, ms: u64) -> u64 {
 }
 
 impl State {
-    /// Logs what the last write changed, as of `now` ([`EventLog::note`]); whether anything
-    /// was logged.
-    pub(super) fn note_events(&mut self, now: u64) -> bool {
+    /// Logs what the last write changed, as of `now` ([`EventLog::note`]).
+    pub(super) fn note_events(&mut self, now: u64) {
         let grants = self.grants_now();
         let revoked = (self.revocations.iter())
             .map(|(key, r)| (key.clone(), r.token))

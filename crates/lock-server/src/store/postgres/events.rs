@@ -5,7 +5,6 @@
 //! tells its watchers the head it hears on `lock_event_head`. The reaper keeps
 //! [`EVENTS_KEPT_FOR`] of events.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use lock_api::{EventKind, FencingToken, GrantScope, LeaderValue, LockEvent, LockKey, OwnerId};
@@ -143,7 +142,6 @@ fn event(
 
 /// The replica's sequencer and head listener: runs until the process ends.
 async fn serve(pool: PgPool, listen_pool: PgPool, sink: HeadSink) {
-    let sink = Arc::new(sink);
     loop {
         let listener = async {
             let mut listener = PgListener::connect_with(&listen_pool).await?;
