@@ -19,11 +19,12 @@ use anyhow::Context;
 use lock_client::ClientBuilder;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
-use test_support::etcd::EtcdCluster;
-use test_support::pg::{DURABLE_SETTINGS, ThrowawayCluster, with_database};
 
+use crate::bench_cpu::{CpuParts, CpuPerGrant};
 use crate::bench_load::{self, SideFigures, open_session};
-use crate::stack::{LockServer, LockStoreAt, TlsFiles, spawn_lock_server_at};
+use crate::bench_plot::PlotPoint;
+use crate::bench_stores::{BenchBackend, Shape, Stores};
+use crate::stack::{LockServer, TlsFiles, spawn_lock_server_at};
 
 /// Options of `harness bench locks`.
 #[derive(Debug, Clone, clap::Args)]
@@ -52,7 +53,17 @@ pub struct LockBenchOptions {
     /// and as two ordered acquires), permits and shared holds (one hot key, against a lock).
     #[arg(long)]
     pub primitives_only: bool,
+    /// The stores' shape: `single` (one PostgreSQL, one etcd member) or `replicated` (the
+    /// deployment shape: a PostgreSQL primary with a synchronous standby, three etcd members).
+    #[arg(long, value_enum, default_value = "single")]
+    pub shape: Shape,
+    /// Also draw the results as SVG pictures into this directory.
+    #[arg(long)]
+    pub plots: Option<std::path::PathBuf>,
 }
+
+/// The lock-server's histogram of its own time per request.
+const HTTP_REQUEST_SECONDS: &str = "lock_http_request_duration_seconds";
 
 /// The baseline lock-server of a PostgreSQL run: the same store and build, with group commit
 /// or hand-over (or both) off.
@@ -90,15 +101,6 @@ impl Baseline {
     }
 }
 
-/// The store `harness bench locks` runs the lock-server on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BenchBackend {
-    /// PostgreSQL, next to pgbench running the same SQL.
-    Postgres,
-    /// etcd, next to etcd's own lock API.
-    Etcd,
-}
-
 /// A benchmark measures the service, not its per-credential limits: every bench server runs
 /// with them out of the way (one credential carries the whole load, 10,000 sessions).
 pub(crate) fn limits_out_of_the_way(env: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
@@ -120,118 +122,42 @@ const SETUP_CONCURRENCY: usize = 32;
 /// The lock-server's PostgreSQL pool: enough for the largest client count's calls.
 const BENCH_DB_CONNECTIONS: usize = 32;
 
-/// The stores a run needs, kept alive until it ends.
-pub(crate) struct Stores {
-    _work: tempfile::TempDir,
-    _postgres: Option<ThrowawayCluster>,
-    /// lockdb's URL and the pgbench binary (PostgreSQL backend).
-    pgbench: Option<(String, std::path::PathBuf)>,
-    /// The etcd member (whenever an `etcd` binary is installed).
-    etcd_member: Option<EtcdCluster>,
-    /// A client of the etcd member, for etcd's lock API.
-    etcd: Option<etcd_client::Client>,
-    /// Where the lock-server keeps its state.
-    pub(crate) lock_store: LockStoreAt,
+/// One workload of the table: `clients` clients on distinct keys or the hot key, and etcd
+/// lock API's rate in it (the ratio's denominator).
+struct Workload {
+    clients: usize,
+    hot: bool,
+    etcd_rate: Option<f64>,
 }
 
-impl Stores {
-    pub(crate) async fn start(backend: BenchBackend) -> anyhow::Result<Self> {
-        let work = tempfile::Builder::new().prefix("lock-bench-").tempdir()?;
-        let etcd = match EtcdCluster::start_on_disk(1, work.path()).await {
-            Ok(cluster) => Some(cluster),
-            Err(err) if backend == BenchBackend::Postgres => {
-                println!("no etcd for its lock API ({err}): that column stays empty");
-                None
-            }
-            Err(err) => anyhow::bail!("--backend etcd: {err}"),
-        };
-        let etcd_client = match &etcd {
-            Some(cluster) => Some(
-                etcd_client::Client::connect(cluster.endpoints(), None)
-                    .await
-                    .context("connect to etcd")?,
-            ),
-            None => None,
-        };
-        let (postgres, pgbench, lock_store) = match backend {
-            BenchBackend::Etcd => {
-                let endpoints = etcd
-                    .as_ref()
-                    .map(EtcdCluster::endpoints)
-                    .unwrap_or_default();
-                println!("lock-server on etcd (1 member, data on disk)");
-                let store = LockStoreAt::Etcd {
-                    endpoints,
-                    prefix: "/lock-bench/".into(),
-                };
-                (None, None, store)
-            }
-            BenchBackend::Postgres => {
-                let (cluster, base_url, pgbench) = match std::env::var("DATABASE_URL") {
-                    Ok(url) if !url.is_empty() => (None, url, "pgbench".into()),
-                    _ => {
-                        let cluster = ThrowawayCluster::start(DURABLE_SETTINGS)
-                            .map_err(anyhow::Error::msg)?;
-                        let url = cluster.url("postgres");
-                        let pgbench = cluster.bin_dir().join("pgbench");
-                        (Some(cluster), url, pgbench)
-                    }
-                };
-                let mut admin = PgConnection::connect(&base_url)
-                    .await
-                    .context("connect to PostgreSQL")?;
-                admin.execute("DROP DATABASE IF EXISTS lockbench").await?;
-                admin.execute("CREATE DATABASE lockbench").await?;
-                let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
-                    .fetch_one(&mut admin)
-                    .await?;
-                let fsync: String = sqlx::query_scalar("SHOW fsync")
-                    .fetch_one(&mut admin)
-                    .await?;
-                println!(
-                    "lock-server on PostgreSQL (fsync = {fsync}, synchronous_commit = {sync})"
-                );
-                let db_url = with_database(&base_url, "lockbench");
-                let store = LockStoreAt::Postgres(db_url.clone());
-                (cluster, Some((db_url, pgbench)), store)
-            }
-        };
-        Ok(Self {
-            _work: work,
-            _postgres: postgres,
-            pgbench,
-            etcd_member: etcd,
-            etcd: etcd_client,
-            lock_store,
-        })
-    }
+/// What a side measured besides its figures: CPU per grant by part, and the lock-server's
+/// mean time per request from its own histogram (sides through a lock-server over HTTP).
+struct SideCost {
+    cpu: CpuPerGrant,
+    server_ms_per_request: Option<f64>,
+    /// On etcd: its calls and proposals per grant, as the etcd table's cells.
+    etcd_per_grant: Option<String>,
+}
 
-    /// lockdb's URL (PostgreSQL backend).
-    pub(crate) fn database_url(&self) -> Option<&str> {
-        self.pgbench.as_ref().map(|(url, _)| url.as_str())
-    }
-
-    /// The etcd member's client URLs, when one was started.
-    pub(crate) fn etcd_endpoints(&self) -> Option<Vec<String>> {
-        self.etcd_member.as_ref().map(EtcdCluster::endpoints)
-    }
+/// The store a side's load lands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SideStore {
+    /// The lock-server's store.
+    LockStore,
+    /// etcd, for its own lock API.
+    EtcdLockApi,
 }
 
 /// One row's cells: `-` for what a side cannot measure.
-fn row(
-    clients: usize,
-    keys: &str,
-    side: &str,
-    f: &SideFigures,
-    etcd_rate: Option<f64>,
-    server_cpu_us: Option<f64>,
-) -> String {
-    let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
+fn row(w: &Workload, side: &str, f: &SideFigures, cost: &SideCost) -> String {
+    let opt =
+        |v: Option<f64>, decimals: usize| v.map_or("-".to_owned(), |v| format!("{v:.decimals$}"));
     let [p50, p99, max] = f
         .wait_ms
         .map_or(["-".to_owned(), "-".to_owned(), "-".to_owned()], |w| {
             w.map(|ms| format!("{ms:.1}"))
         });
+    let cycle = f.cycle_p50_p99_ms();
     let fairness = if f.fairness.is_nan() {
         "-".to_owned()
     } else if f.fairness.is_infinite() {
@@ -239,16 +165,26 @@ fn row(
     } else {
         format!("{:.2}", f.fairness)
     };
-    let ratio = etcd_rate.map_or("-".to_owned(), |r| format!("{:.2}", f.granted_per_s / r));
-    // The lock-server's CPU per granted lock, refusals on the way included.
-    let cpu = server_cpu_us
-        .filter(|_| f.granted > 0)
-        .map_or("-".to_owned(), |us| format!("{:.0}", us / f.granted as f64));
+    let ratio = opt(w.etcd_rate.map(|r| f.granted_per_s / r), 2);
+    let cpu = match f.granted {
+        0 => "-".to_owned(),
+        _ => format!(
+            "{} / {} / {:.0}",
+            opt(cost.cpu.server_us, 0),
+            opt(cost.cpu.store_us, 0),
+            cost.cpu.client_us
+        ),
+    };
     format!(
-        "| {clients} | {keys} | {side} | {:.0} | {} | {} | {p50} | {p99} | {max} | {fairness} | {ratio} | {cpu} |",
+        "| {} | {} | {side} | {:.0} | {} | {} | {p50} | {p99} | {max} | {} | {} | {fairness} | {ratio} | {cpu} | {} |",
+        w.clients,
+        if w.hot { "hot" } else { "distinct" },
         f.granted_per_s,
-        opt(f.refused_per_s),
-        f.gave_up
+        opt(f.refused_per_s, 0),
+        f.gave_up,
+        opt(cycle.map(|c| c[0]), 2),
+        opt(cycle.map(|c| c[1]), 2),
+        opt(cost.server_ms_per_request, 3),
     )
 }
 
@@ -371,22 +307,103 @@ struct BenchRun<'a> {
     log_dir: &'a Path,
     /// The baseline's side name in the table.
     baseline_side: &'static str,
+    /// Every row so far, for the pictures.
+    points: std::sync::Mutex<Vec<PlotPoint>>,
+    /// The rows of the etcd table (what each side on etcd cost etcd), printed after the main one.
+    etcd_rows: std::sync::Mutex<Vec<String>>,
 }
 
 impl BenchRun<'_> {
-    /// The SDK side with `config` against `server`: its figures and the server's CPU time
-    /// spent meanwhile, in µs.
-    async fn sdk_side_with_cpu_us(
+    /// Runs `side` and measures it: its figures, and what it cost `server` (when the side
+    /// goes through a lock-server) and the store at `store`.
+    async fn measured(
         &self,
+        server: Option<&LockServer>,
+        on: SideStore,
+        side: impl Future<Output = anyhow::Result<SideFigures>>,
+    ) -> anyhow::Result<(SideFigures, SideCost)> {
+        let (store, on_etcd) = match on {
+            SideStore::LockStore => (
+                self.stores.lock_store_pids(),
+                self.stores.lock_store_on_etcd(),
+            ),
+            SideStore::EtcdLockApi => (self.stores.etcd_pids(), true),
+        };
+        let etcd_endpoints = self.stores.etcd_endpoints().filter(|_| on_etcd);
+        let plain = reqwest::Client::new();
+        let etcd_before = match &etcd_endpoints {
+            Some(endpoints) => Some(crate::bench_etcd::read(&plain, endpoints).await?),
+            None => None,
+        };
+        let has_store = !store.is_empty();
+        let parts = CpuParts {
+            server: server.map(|s| s.process.pid().as_raw()),
+            store,
+        };
+        let over_http = server.filter(|s| s.url.starts_with("http:"));
+        let requests_before = match over_http {
+            Some(s) => Some(histogram_totals(&self.http, &s.url, HTTP_REQUEST_SECONDS).await?),
+            None => None,
+        };
+        let cpu_before = parts.read()?;
+        let figures = side.await?;
+        let cpu = cpu_before.per_grant(&parts.read()?, figures.granted, has_store);
+        let server_ms_per_request = match (over_http, requests_before) {
+            (Some(s), Some((count, sum))) => {
+                let (count_after, sum_after) =
+                    histogram_totals(&self.http, &s.url, HTTP_REQUEST_SECONDS).await?;
+                let requests = count_after.saturating_sub(count).max(1);
+                Some((sum_after - sum) * 1000.0 / requests as f64)
+            }
+            _ => None,
+        };
+        let etcd_per_grant = match (&etcd_endpoints, etcd_before) {
+            (Some(endpoints), Some(before)) => {
+                let after = crate::bench_etcd::read(&plain, endpoints).await?;
+                Some(before.per_grant_cells(&after, figures.granted))
+            }
+            _ => None,
+        };
+        let cost = SideCost {
+            cpu,
+            server_ms_per_request,
+            etcd_per_grant,
+        };
+        Ok((figures, cost))
+    }
+
+    /// Prints a side's row and keeps its figures for the pictures.
+    fn report(&self, w: &Workload, side: &str, figures: &SideFigures, cost: &SideCost) {
+        println!("{}", row(w, side, figures, cost));
+        if let Some(cells) = &cost.etcd_per_grant {
+            let keys = if w.hot { "hot" } else { "distinct" };
+            let line = format!("| {} | {keys} | {side} | {cells} |", w.clients);
+            self.etcd_rows.lock().expect("etcd rows").push(line);
+        }
+        let point = PlotPoint {
+            clients: w.clients,
+            hot: w.hot,
+            side: side.to_owned(),
+            granted_per_s: figures.granted_per_s,
+            cycle_ms: figures.cycle_ms.clone(),
+        };
+        self.points.lock().expect("points").push(point);
+    }
+
+    /// The SDK side with `config` against `server`, measured and reported as `side`.
+    async fn sdk_side(
+        &self,
+        w: &Workload,
+        side: &str,
         config: &ClientBuilder,
         server: &LockServer,
-        clients: usize,
-        hot: bool,
-    ) -> anyhow::Result<(SideFigures, f64)> {
-        let cpu_before = cpu_micros(server.process.pid())?;
-        let sdk = bench_load::sdk_side(config, clients, self.duration, hot).await?;
-        let cpu_us = cpu_micros(server.process.pid())? - cpu_before;
-        Ok((sdk, cpu_us))
+    ) -> anyhow::Result<()> {
+        let load = bench_load::sdk_side(config, w.clients, self.duration, w.hot);
+        let (sdk, cost) = self
+            .measured(Some(server), SideStore::LockStore, load)
+            .await?;
+        self.report(w, side, &sdk, &cost);
+        Ok(())
     }
 
     /// Runs every side on one workload (`clients` clients, `hot` key or distinct keys) and
@@ -397,63 +414,46 @@ impl BenchRun<'_> {
         hot: bool,
         db: Option<&mut PgConnection>,
     ) -> anyhow::Result<()> {
-        let keys = if hot { "hot" } else { "distinct" };
         let (servers, duration) = (self.servers, self.duration);
         let etcd = match &self.stores.etcd {
-            Some(etcd) => Some(bench_load::etcd_lock_side(etcd, clients, duration, hot).await?),
+            Some(etcd) => {
+                let load = bench_load::etcd_lock_side(etcd, clients, duration, hot);
+                Some(self.measured(None, SideStore::EtcdLockApi, load).await?)
+            }
             None => None,
         };
-        let etcd_rate = etcd.as_ref().map(|f| f.granted_per_s);
-        let (sdk, cpu_sdk) = self
-            .sdk_side_with_cpu_us(&self.sdk_config, &servers.main, clients, hot)
+        let w = Workload {
+            clients,
+            hot,
+            etcd_rate: etcd.as_ref().map(|(f, _)| f.granted_per_s),
+        };
+        self.sdk_side(&w, "SDK", &self.sdk_config, &servers.main)
             .await?;
-        println!(
-            "{}",
-            row(clients, keys, "SDK", &sdk, etcd_rate, Some(cpu_sdk))
-        );
         if let Some(baseline) = &servers.baseline {
             let config = self.sdk_config.clone().endpoints([baseline.url.clone()]);
-            let (sdk, cpu) = self
-                .sdk_side_with_cpu_us(&config, baseline, clients, hot)
+            self.sdk_side(&w, self.baseline_side, &config, baseline)
                 .await?;
-            let side = self.baseline_side;
-            println!("{}", row(clients, keys, side, &sdk, etcd_rate, Some(cpu)));
         }
         if let Some((over_tls, files)) = &servers.over_tls {
             let config = (self.sdk_config.clone())
                 .endpoints([over_tls.url.clone()])
                 .tls(files.client());
-            let (sdk, cpu) = self
-                .sdk_side_with_cpu_us(&config, over_tls, clients, hot)
-                .await?;
-            println!(
-                "{}",
-                row(clients, keys, "SDK over TLS", &sdk, etcd_rate, Some(cpu))
-            );
+            self.sdk_side(&w, "SDK over TLS", &config, over_tls).await?;
         }
-        let (base, pid) = (&servers.main.url, servers.main.process.pid());
-        let cpu_before = cpu_micros(pid)?;
-        let raw = bench_load::http_side(&self.http, base, clients, duration, hot).await?;
-        let cpu_raw = cpu_micros(pid)? - cpu_before;
-        println!(
-            "{}",
-            row(clients, keys, "raw HTTP", &raw, etcd_rate, Some(cpu_raw))
-        );
+        let load = bench_load::http_side(&self.http, &servers.main.url, clients, duration, hot);
+        let (raw, cost) = self
+            .measured(Some(&servers.main), SideStore::LockStore, load)
+            .await?;
+        self.report(&w, "raw HTTP", &raw, &cost);
         if let (Some((db_url, pgbench)), Some(db)) = (&self.stores.pgbench, db) {
             db.execute("DELETE FROM locks").await?;
-            let sql =
-                bench_load::pgbench_side(pgbench, db_url, db, clients, duration, hot, self.log_dir)
-                    .await?;
-            println!(
-                "{}",
-                row(clients, keys, "pgbench, same SQL", &sql, etcd_rate, None)
-            );
+            let load =
+                bench_load::pgbench_side(pgbench, db_url, db, clients, duration, hot, self.log_dir);
+            let (sql, cost) = self.measured(None, SideStore::LockStore, load).await?;
+            self.report(&w, "pgbench, same SQL", &sql, &cost);
         }
-        if let Some(etcd) = &etcd {
-            println!(
-                "{}",
-                row(clients, keys, "etcd lock API", etcd, etcd_rate, None)
-            );
+        if let Some((etcd, cost)) = &etcd {
+            self.report(&w, "etcd lock API", etcd, cost);
         }
         Ok(())
     }
@@ -463,17 +463,19 @@ impl BenchRun<'_> {
 fn print_table_header(seconds: u64) {
     println!(
         "{seconds} s per side; granted/s: granted locks, each released at once; refused/s: \
-         LOCK_HELD answers on the way; wait: first attempt to grant; fairness: most grants of \
-         one client / fewest; ratio: granted/s / etcd's lock API"
+         LOCK_HELD answers on the way; wait: first attempt to grant; cycle: first attempt to \
+         release answered; fairness: most grants of one client / fewest; ratio: granted/s / \
+         etcd's lock API; CPU per grant: the lock-server, the store's processes, the load \
+         generator; server ms per request: the lock-server's own mean time per request"
     );
     println!(
-        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | fairness | ratio to etcd lock | lock-server CPU µs per grant |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "\n| clients | keys | side | granted/s | refused/s | gave up | wait p50 ms | wait p99 ms | wait max ms | cycle p50 ms | cycle p99 ms | fairness | ratio to etcd lock | CPU µs per grant: lock-server / store / client | server ms per request |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
 }
 
 /// Runs the whole benchmark and prints the report.
 pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
-    let stores = Stores::start(options.backend).await?;
+    let stores = Stores::start_shaped(options.backend, options.shape).await?;
     let log_dir = tempfile::Builder::new()
         .prefix("lock-bench-logs-")
         .tempdir()?;
@@ -489,6 +491,8 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
         duration: Duration::from_secs(options.seconds),
         log_dir: log_dir.path(),
         baseline_side: options.baseline.side(),
+        points: std::sync::Mutex::default(),
+        etcd_rows: std::sync::Mutex::default(),
     };
     let mut db = match &stores.pgbench {
         Some((db_url, _)) => Some(PgConnection::connect(db_url).await?),
@@ -501,6 +505,20 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
                 run.workload(clients, hot, db.as_mut()).await?;
             }
         }
+    }
+    let etcd_rows = run.etcd_rows.lock().expect("etcd rows").clone();
+    if !etcd_rows.is_empty() {
+        println!(
+            "\nWhat each side on etcd cost etcd, per granted lock (its members' counters: raft proposals committed, requests by gRPC method, events sent to watchers):\n\n{}",
+            crate::bench_etcd::header()
+        );
+        println!("{}", etcd_rows.join("\n"));
+    }
+    if let Some(dir) = &options.plots {
+        let title = format!("{:?} ({:?})", options.backend, options.shape).to_lowercase();
+        let points = run.points.lock().expect("points").clone();
+        crate::bench_plot::write_all(dir, &title, &points)?;
+        println!("\npictures: {}", dir.display());
     }
     crate::bench_sets::print_rows(&run.sdk_config, &options.clients, run.duration).await?;
     crate::bench_shares::print_rows(&run.sdk_config, &options.clients, run.duration).await?;
@@ -519,7 +537,8 @@ pub async fn run_locks(options: &LockBenchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A histogram's `_count` and `_sum` from a server's `/metrics` (absent: an error, never 0).
+/// A histogram's `_count` and `_sum` from a server's `/metrics`, over all its label sets
+/// (absent: an error, never 0).
 pub(crate) async fn histogram_totals(
     http: &reqwest::Client,
     base: &str,
@@ -532,12 +551,18 @@ pub(crate) async fn histogram_totals(
         .error_for_status()?
         .text()
         .await?;
+    // Summed over every label set; a family with none is missing, never 0.
     let value = |suffix: &str| {
         let name = format!("{family}_{suffix}");
-        text.lines()
-            .find(|l| l.starts_with(&name))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .with_context(|| format!("{name} missing from /metrics"))
+        let values: Vec<f64> = (text.lines())
+            .filter(|l| {
+                l.strip_prefix(&name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .collect();
+        anyhow::ensure!(!values.is_empty(), "{name} missing from /metrics");
+        Ok(values.iter().sum::<f64>())
     };
     Ok((value("count")? as u64, value("sum")?))
 }
@@ -596,91 +621,4 @@ async fn memory_side(
         with_waiters as f64 / 1024.0
     );
     Ok(())
-}
-
-/// Options of `harness bench pipeline`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PipelineBenchOptions {
-    /// Payouts per run.
-    #[arg(long, default_value_t = 300)]
-    pub payouts: usize,
-    /// Executor counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub executors: Vec<usize>,
-    /// `EXECUTOR_CONCURRENCY` values to measure (payouts each executor works on at once): every
-    /// executor count runs with each. 1 is the executor of one payout at a time.
-    #[arg(long, value_delimiter = ',', default_value = "1,4")]
-    pub concurrency: Vec<u32>,
-}
-
-/// Payouts per second through the whole pipeline for each executor count and concurrency,
-/// each on a fresh stack, timed from the executors' start until every payout is terminal.
-/// Ratios are to the first row (the first executor count at the first concurrency). Attempts
-/// per payout: every executor's attempts (all outcomes, read once the payouts are terminal)
-/// over the payouts; above 1 is work lost to executors meeting on the same payout.
-pub async fn run_pipeline(options: &PipelineBenchOptions) -> anyhow::Result<()> {
-    println!(
-        "| executors | concurrency | payouts | seconds | payouts/s | ratio to the first row | attempts per payout | lock-server CPU s (replica 1 / 2) |\n|---|---|---|---|---|---|---|---|"
-    );
-    let mut baseline = None;
-    for &count in &options.executors {
-        for &concurrency in &options.concurrency {
-            let mut stack =
-                crate::stack::Stack::start(crate::stack::StackOptions::default(), None).await?;
-            let ids = stack
-                .create_payouts(&format!("bench-{count}-{concurrency}"), options.payouts)
-                .await?;
-            let cpu_before = replica_cpu_seconds(&stack)?;
-            let started = Instant::now();
-            for i in 0..count {
-                let env = [
-                    ("RUST_LOG", "warn".to_owned()),
-                    ("EXECUTOR_CONCURRENCY", concurrency.to_string()),
-                ];
-                stack.start_executor(&format!("executor-{i}"), &env).await?;
-            }
-            stack.wait_terminal(&ids, Duration::from_secs(600)).await?;
-            let seconds = started.elapsed().as_secs_f64();
-            let cpu: Vec<String> = replica_cpu_seconds(&stack)?
-                .iter()
-                .zip(&cpu_before)
-                .map(|(after, before)| format!("{:.2}", after - before))
-                .collect();
-            let mut attempts = 0.0;
-            for executor in &stack.executors {
-                attempts += stack
-                    .metrics(&executor.url)
-                    .await?
-                    .sum("payout_execute_seconds_count", &[])?;
-            }
-            let rate = options.payouts as f64 / seconds;
-            let base = *baseline.get_or_insert(rate);
-            println!(
-                "| {count} | {concurrency} | {} | {seconds:.2} | {rate:.1} | {:.2} | {:.2} | {} |",
-                options.payouts,
-                rate / base,
-                attempts / options.payouts as f64,
-                cpu.join(" / ")
-            );
-        }
-    }
-    Ok(())
-}
-
-/// CPU seconds (user + system) each lock-server replica of `stack` has used so far: shows
-/// whether both replicas work (sessions spread over the endpoints).
-fn replica_cpu_seconds(stack: &crate::stack::Stack) -> anyhow::Result<Vec<f64>> {
-    stack
-        .lock_servers
-        .iter()
-        .map(|server| Ok(cpu_micros(server.process.pid())? / 1e6))
-        .collect()
-}
-
-/// Microseconds of CPU (user + system) process `pid` has used so far (its CPU clock).
-pub(crate) fn cpu_micros(pid: nix::unistd::Pid) -> anyhow::Result<f64> {
-    use nix::time::{ClockId, clock_gettime};
-    let clock = ClockId::pid_cpu_clock_id(pid).context("the CPU clock of a process")?;
-    let spent = clock_gettime(clock).context("read a process's CPU clock")?;
-    Ok(spent.tv_sec() as f64 * 1e6 + spent.tv_nsec() as f64 / 1e3)
 }

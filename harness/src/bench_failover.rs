@@ -13,7 +13,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use crate::bench::{BenchBackend, LoneServer};
+use crate::bench::LoneServer;
+use crate::bench_stores::BenchBackend;
 
 /// `harness bench failover`.
 #[derive(Debug, Clone, clap::Args)]

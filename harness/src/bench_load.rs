@@ -36,6 +36,8 @@ pub struct ClientTally {
     pub gave_up: u64,
     /// Per grant: microseconds from the cycle's first attempt to the grant.
     pub waits_us: Vec<u64>,
+    /// Per grant: microseconds from the cycle's first attempt to its release answered.
+    pub cycles_us: Vec<u64>,
 }
 
 /// One side of one workload, summed over its clients.
@@ -53,6 +55,18 @@ pub struct SideFigures {
     pub wait_ms: Option<[f64; 3]>,
     /// Most grants of one client over fewest (infinite when a client got none).
     pub fairness: f64,
+    /// A whole cycle (acquire and release), milliseconds: percentiles 0, 1, ..., 100
+    /// (empty: not measured). `cycle_ms[50]` is the median.
+    pub cycle_ms: Vec<f64>,
+}
+
+/// Percentiles a side keeps of its cycles: 0, 1, ..., 100.
+const CYCLE_PERCENTILES: usize = 101;
+
+/// The `q` quantile (0..=1) of `sorted`, in milliseconds (`sorted` in µs, not empty).
+fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[index] as f64 / 1000.0
 }
 
 impl SideFigures {
@@ -63,9 +77,14 @@ impl SideFigures {
         let refused: u64 = tallies.iter().map(|t| t.refused).sum();
         let mut waits: Vec<u64> = tallies.iter().flat_map(|t| t.waits_us.clone()).collect();
         waits.sort_unstable();
-        let pick = |q: f64| {
-            let index = ((waits.len() as f64 - 1.0) * q).round() as usize;
-            waits[index] as f64 / 1000.0
+        let pick = |q: f64| quantile_ms(&waits, q);
+        let mut cycles: Vec<u64> = tallies.iter().flat_map(|t| t.cycles_us.clone()).collect();
+        cycles.sort_unstable();
+        let cycle_ms = match cycles.is_empty() {
+            true => Vec::new(),
+            false => (0..CYCLE_PERCENTILES)
+                .map(|p| quantile_ms(&cycles, p as f64 / 100.0))
+                .collect(),
         };
         let most = tallies.iter().map(|t| t.granted).max().unwrap_or(0);
         let fewest = tallies.iter().map(|t| t.granted).min().unwrap_or(0);
@@ -80,7 +99,13 @@ impl SideFigures {
             } else {
                 most as f64 / fewest as f64
             },
+            cycle_ms,
         }
+    }
+
+    /// The cycle's median and 99th percentile, milliseconds, when measured.
+    pub fn cycle_p50_p99_ms(&self) -> Option<[f64; 2]> {
+        (!self.cycle_ms.is_empty()).then(|| [self.cycle_ms[50], self.cycle_ms[99]])
     }
 }
 
@@ -159,6 +184,7 @@ pub async fn claim_side(
                         session.release(handle).await.map_err(|lost| {
                             anyhow::anyhow!("a benchmark grant was lost: {lost:?}")
                         })?;
+                        tally.cycles_us.push(begun.elapsed().as_micros() as u64);
                         tally.granted += 1;
                     }
                     None => tally.gave_up += 1,
@@ -234,6 +260,7 @@ pub async fn http_side(
                     .send()
                     .await?
                     .error_for_status()?;
+                tally.cycles_us.push(begun.elapsed().as_micros() as u64);
                 tally.granted += 1;
                 begun = Instant::now();
             }
@@ -316,13 +343,24 @@ pub async fn pgbench_side(
         );
     }
     let granted = u64::try_from(tokens_drawn(db).await? - before)?;
-    let mut transactions = 0u64;
+    // Each log line is a transaction: `client_id transaction_no elapsed_us ...`.
+    let mut cycles_us = Vec::new();
     for entry in std::fs::read_dir(&logs)? {
-        transactions += std::fs::read_to_string(entry?.path())?.lines().count() as u64;
+        for line in std::fs::read_to_string(entry?.path())?.lines() {
+            let elapsed_us = line.split_whitespace().nth(2).and_then(|f| f.parse().ok());
+            cycles_us.push(elapsed_us.context("a pgbench log line without its latency")?);
+        }
     }
+    let transactions = cycles_us.len() as u64;
     let tally = ClientTally {
         granted,
         refused: transactions.saturating_sub(granted),
+        // A refused transaction is no cycle: only distinct keys (all granted) give cycles.
+        cycles_us: if transactions == granted {
+            cycles_us
+        } else {
+            Vec::new()
+        },
         ..ClientTally::default()
     };
     let mut figures = SideFigures::of(&[tally], duration, true);
@@ -364,6 +402,7 @@ pub async fn etcd_lock_side(
                 let key = locked?.key().to_vec();
                 tally.waits_us.push(begun.elapsed().as_micros() as u64);
                 etcd.unlock(key).await?;
+                tally.cycles_us.push(begun.elapsed().as_micros() as u64);
                 tally.granted += 1;
             }
             etcd.lease_revoke(lease).await?;
@@ -446,12 +485,14 @@ mod tests {
                 refused: 5,
                 gave_up: 1,
                 waits_us: vec![1_000, 2_000, 3_000],
+                cycles_us: vec![2_000, 4_000, 6_000],
             },
             ClientTally {
                 granted: 1,
                 refused: 1,
                 gave_up: 0,
                 waits_us: vec![10_000],
+                cycles_us: vec![20_000],
             },
         ];
         let figures = SideFigures::of(&tallies, Duration::from_secs(2), true);
@@ -460,6 +501,9 @@ mod tests {
         assert_eq!(figures.gave_up, 1);
         assert_eq!(figures.wait_ms, Some([3.0, 10.0, 10.0]));
         assert_eq!(figures.fairness, 3.0);
+        assert_eq!(figures.cycle_p50_p99_ms(), Some([6.0, 20.0]));
+        assert_eq!(figures.cycle_ms.len(), 101);
+        assert_eq!(figures.cycle_ms[0], 2.0);
         let starved = [ClientTally::default(), tallies[0].clone()];
         assert!(
             SideFigures::of(&starved, Duration::from_secs(1), false)

@@ -23,8 +23,9 @@ use serde::Deserialize;
 use test_support::ServiceProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bench::{BenchBackend, Stores, bench_server_env};
+use crate::bench::bench_server_env;
 use crate::bench_load;
+use crate::bench_stores::{BenchBackend, Stores};
 use crate::stack::spawn_lock_server_at;
 
 /// The interpreter `--python` names unless told: the venv `script/bench-python-venv` makes.
@@ -420,10 +421,10 @@ impl PythonRun<'_> {
         let duration = Duration::from_secs(seconds);
         // The harness's own CPU: its runtime runs the Rust side's clients and nothing else.
         let harness = nix::unistd::Pid::this();
-        let cpu_before_us = crate::bench::cpu_micros(harness)?;
+        let cpu_before_us = crate::bench_cpu::cpu_micros(harness)?;
         let rust =
             bench_load::sdk_side_with(&self.sdk_config, clients, duration, false, policy).await?;
-        let cpu_us = crate::bench::cpu_micros(harness)? - cpu_before_us;
+        let cpu_us = crate::bench_cpu::cpu_micros(harness)? - cpu_before_us;
         anyhow::ensure!(rust.gave_up == 0, "a Rust SDK acquire of a free key failed");
         let rust_row = Row {
             side: Side::RustSdk,

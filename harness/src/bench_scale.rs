@@ -14,8 +14,8 @@ use anyhow::Context;
 use sqlx::{Connection, Executor, PgConnection};
 use test_support::poll_until;
 
-use crate::bench::{BenchBackend, Stores};
 use crate::bench_load::{self, SideFigures};
+use crate::bench_stores::{BenchBackend, Stores};
 use crate::stack::{LockServer, LockStoreAt, spawn_lock_server_at};
 
 /// Options of `harness bench scale`.

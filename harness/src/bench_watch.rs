@@ -15,7 +15,8 @@ use lock_api::{EventKind, LockKey};
 use lock_client::admin::watch::WatchItem;
 use lock_client::{AcquirePolicy, LockClient};
 
-use crate::bench::{BenchBackend, LoneServer};
+use crate::bench::LoneServer;
+use crate::bench_stores::BenchBackend;
 
 /// `harness bench watch`.
 #[derive(Debug, Clone, clap::Args)]

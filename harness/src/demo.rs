@@ -78,7 +78,7 @@ async fn draw_zombie(
         rail,
         vec![pause],
     )?;
-    history.check()?;
+    let refused = history.check()?;
     let key = format!("payout:{payout_id}");
     let from = history
         .spans
@@ -89,10 +89,18 @@ async fn draw_zombie(
     let to = chrono::Utc::now() + chrono::Duration::milliseconds(200);
     let path = stack.log_dir.join(format!("zombie-payout-{payout_id}.svg"));
     let title = format!("the demo's zombie: payout {payout_id}");
-    std::fs::write(
-        &path,
-        timeline::render(&history, &title, from, to, Some(&key)),
-    )?;
+    let zombies: Vec<timeline::Zombie<'_>> = timeline::episodes(&history, &refused)
+        .into_iter()
+        .filter(|z| z.write.payout_id == payout_id)
+        .collect();
+    let view = timeline::View {
+        title: &title,
+        from,
+        to,
+        key: Some(&key),
+        zombies: &zombies,
+    };
+    std::fs::write(&path, timeline::render(&history, &view))?;
     Ok(path)
 }
 

@@ -18,12 +18,17 @@
 
 pub mod audit;
 pub mod bench;
+mod bench_cpu;
+mod bench_etcd;
 pub mod bench_failover;
 pub mod bench_load;
+pub mod bench_pipeline;
+mod bench_plot;
 pub mod bench_python;
 pub mod bench_scale;
 pub mod bench_sets;
 pub mod bench_shares;
+pub mod bench_stores;
 pub mod bench_watch;
 pub mod chaos;
 pub mod compose;
@@ -34,4 +39,5 @@ pub mod metrics;
 pub mod module_rule;
 pub mod serve_lock;
 pub mod stack;
+pub mod svg;
 pub mod timeline;

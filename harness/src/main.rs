@@ -3,7 +3,8 @@
 //! `harness bench failover`, `harness bench watch`.
 
 use clap::{Parser, Subcommand};
-use harness::bench::{LockBenchOptions, PipelineBenchOptions, run_locks, run_pipeline};
+use harness::bench::{LockBenchOptions, run_locks};
+use harness::bench_pipeline::{PipelineBenchOptions, run_pipeline};
 use harness::bench_python::{PythonBenchOptions, run_python};
 use harness::bench_scale::{ScaleBenchOptions, run_scale};
 use harness::chaos::ChaosOptions;

@@ -319,6 +319,13 @@ impl EtcdCluster {
         ServiceProcess::spawn(&spec.name, &self.binary, &args, &[], &self.logs)
     }
 
+    /// The running members' pids.
+    pub fn pids(&self) -> Vec<i32> {
+        (self.members.iter().flatten())
+            .map(|member| member.pid().as_raw())
+            .collect()
+    }
+
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
         self.specs.iter().map(MemberSpec::endpoint).collect()

@@ -29,7 +29,8 @@ pub use binaries::{cargo_bin, cargo_bins};
 pub use keys::{public_keys, signing_key_base64, test_grant, test_proof, test_signer};
 pub use net::free_port;
 pub use pg::{
-    PgContainer, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database, fresh_database_on,
+    PgContainer, ReplicatedCluster, TEST_SETTINGS, TestDb, ThrowawayCluster, fresh_database,
+    fresh_database_on,
 };
 pub use poll::{poll_until, wait_until_ok, wait_until_ok_with};
 pub use process::ServiceProcess;

@@ -21,29 +21,34 @@ pub(super) fn write(found: Found, payouts: &[Payout], logs: &Path) -> anyhow::Re
         duplicates,
     } = found;
     let run_end = Utc::now();
-    let run_start = faults.iter().map(|f| f.start).min().unwrap_or(run_end);
+    let run_start = timeline::first_event(&history).unwrap_or(run_end);
+    let zombies = timeline::episodes(&history, &refused);
     let timeline_path = logs.join("timeline.svg");
-    std::fs::write(
-        &timeline_path,
-        timeline::render(&history, "chaos run", run_start, run_end, None),
-    )?;
+    let whole_run = timeline::View {
+        title: "chaos run",
+        from: run_start,
+        to: run_end,
+        key: None,
+        zombies: &zombies,
+    };
+    std::fs::write(&timeline_path, timeline::render(&history, &whole_run))?;
     let mut episodes = Vec::new();
-    for (n, (write, start)) in timeline::episodes(&history, &refused)
-        .into_iter()
-        .enumerate()
-    {
-        let path = logs.join(format!("zombie-{n}-payout-{}.svg", write.payout_id));
-        let from = start - chrono::Duration::milliseconds(500);
-        let to = write.at + chrono::Duration::milliseconds(500);
-        let key = format!("payout:{}", write.payout_id);
+    for zombie in &zombies {
+        let write = zombie.write;
+        let path = logs.join(zombie.file_name());
+        let key = zombie.key();
         let title = format!(
-            "zombie: {} token {} on payout {}",
-            write.executor, write.token, write.payout_id
+            "zombie {}: {} token {} on payout {}",
+            zombie.number, write.executor, write.token, write.payout_id
         );
-        std::fs::write(
-            &path,
-            timeline::render(&history, &title, from, to, Some(&key)),
-        )?;
+        let view = timeline::View {
+            title: &title,
+            from: zombie.granted_at - chrono::Duration::milliseconds(500),
+            to: write.at + chrono::Duration::milliseconds(500),
+            key: Some(&key),
+            zombies: std::slice::from_ref(zombie),
+        };
+        std::fs::write(&path, timeline::render(&history, &view))?;
         episodes.push(path);
     }
     let mut by_state: Vec<(PayoutState, usize)> = Vec::new();

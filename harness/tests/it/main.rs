@@ -8,6 +8,7 @@ mod fence_check;
 mod house_rules;
 mod lockctl;
 mod metrics_hygiene;
+mod pg_failover;
 mod public_api;
 mod rotation;
 mod scenarios;

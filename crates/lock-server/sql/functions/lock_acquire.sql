@@ -159,9 +159,12 @@ BEGIN
         RETURN;
     END IF;
 
-    -- A share granted since the first look (share grantors take the fence row first).
-    RETURN QUERY SELECT * FROM lock_shares_answer(p_key, p_session);
-    IF FOUND THEN RETURN; END IF;
+    -- A share granted since the first look (share grantors take the fence row first). A key
+    -- with no share row at all skips the call: most keys never have one.
+    IF EXISTS (SELECT 1 FROM lock_holds h WHERE h.lock_key = p_key) THEN
+        RETURN QUERY SELECT * FROM lock_shares_answer(p_key, p_session);
+        IF FOUND THEN RETURN; END IF;
+    END IF;
 
     -- Lock-delay: of the dead grant still in the table (from its end), and of one already
     -- removed (on the fence row). Refused after drawing a token: that number is skipped.

@@ -4,8 +4,9 @@
 -- 'granted'; one deleted ended as the transaction says in the setting lock.ending ('revoked'
 -- by a revoke, 'expired' by the reaper), else 'expired' when its lease had ended and
 -- 'released' otherwise; a row whose token changed (a take-over of an ended grant) is both. A
--- row of lock_values written is 'proclaimed'. The rows have no position yet:
--- lock_events_sequence gives them one, in the order it finds them committed. No notification:
+-- row of lock_values written is 'proclaimed'. The rows go to lock_events_pending, a table
+-- without an index (the cheapest write the lock path can make): lock_events_sequence moves
+-- them to lock_events with a position, in the order it finds them committed. No notification:
 -- a notifying commit queues on PostgreSQL's one notification lock, and the lock path stays
 -- off it.
 CREATE OR REPLACE FUNCTION lock_event() RETURNS trigger
@@ -15,7 +16,7 @@ DECLARE
     v_scope text;
 BEGIN
     IF TG_TABLE_NAME = 'lock_values' THEN
-        INSERT INTO lock_events (lock_key, kind, fencing_token, value)
+        INSERT INTO lock_events_pending (lock_key, kind, fencing_token, value)
         VALUES (NEW.lock_key, 'proclaimed', NEW.fencing_token, NEW.value);
         RETURN NULL;
     END IF;
@@ -23,7 +24,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        INSERT INTO lock_events (lock_key, kind, fencing_token)
+        INSERT INTO lock_events_pending (lock_key, kind, fencing_token)
         VALUES (OLD.lock_key,
                 CASE WHEN TG_OP = 'UPDATE' THEN 'expired'
                      ELSE coalesce(v_ending,
@@ -35,7 +36,7 @@ BEGIN
         IF TG_TABLE_NAME = 'lock_holds' THEN
             v_scope := CASE WHEN NEW.slot IS NULL THEN 'shared' ELSE 'permit-' || NEW.slot END;
         END IF;
-        INSERT INTO lock_events (lock_key, kind, fencing_token, owner_id, scope)
+        INSERT INTO lock_events_pending (lock_key, kind, fencing_token, owner_id, scope)
         SELECT NEW.lock_key, 'granted', NEW.fencing_token, s.owner_id, v_scope
           FROM lock_sessions s WHERE s.session_id = NEW.session_id;
     END IF;

@@ -13,12 +13,17 @@ DECLARE
     v_given bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('lock_events_sequence'));
-    WITH todo AS (
-        SELECT id FROM lock_events WHERE position IS NULL ORDER BY id FOR UPDATE),
+    -- Rows in lock_events without a position (written by the trigger before migration 0017,
+    -- or by a transaction in flight across it) join the pending ones first.
+    WITH stray AS (DELETE FROM lock_events WHERE position IS NULL RETURNING *)
+    INSERT INTO lock_events_pending (id, at, lock_key, kind, fencing_token, owner_id, scope, value)
+    SELECT id, at, lock_key, kind, fencing_token, owner_id, scope, value FROM stray;
+    WITH moved AS (DELETE FROM lock_events_pending RETURNING *),
     numbered AS (
-        SELECT id, nextval('lock_event_positions') AS position
-          FROM (SELECT id FROM todo ORDER BY id) t)
-    UPDATE lock_events e SET position = n.position FROM numbered n WHERE e.id = n.id;
+        SELECT m.*, nextval('lock_event_positions') AS position
+          FROM (SELECT * FROM moved ORDER BY id) m)
+    INSERT INTO lock_events (id, position, at, lock_key, kind, fencing_token, owner_id, scope, value)
+    SELECT id, position, at, lock_key, kind, fencing_token, owner_id, scope, value FROM numbered;
     GET DIAGNOSTICS v_given = ROW_COUNT;
     SELECT greatest(coalesce(max(position), 0), (SELECT floor FROM lock_event_floor))
       INTO v_head FROM lock_events;

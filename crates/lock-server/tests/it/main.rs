@@ -12,6 +12,7 @@ mod group_commit;
 mod http_api;
 mod openapi;
 mod orphans;
+mod pg_hosts;
 mod process;
 mod replicas;
 mod sets;

@@ -49,7 +49,7 @@ pub(crate) async fn ready(api: &Api) {
     wait_until_ok("the lock-server to become ready", &url, START_DEADLINE).await;
 }
 
-async fn stop(mut process: ServiceProcess) -> String {
+pub(crate) async fn stop(mut process: ServiceProcess) -> String {
     process.signal(Signal::SIGTERM);
     let status = tokio::time::timeout(Duration::from_secs(10), process.wait())
         .await
@@ -201,7 +201,7 @@ async fn only_acquires_that_parked_count_as_waits(at: StoreAt) {
 }
 
 /// Runs the binary to its exit (it must exit by itself); its status and stderr.
-async fn run_to_exit(env: &[(&str, String)]) -> (std::process::ExitStatus, String) {
+pub(crate) async fn run_to_exit(env: &[(&str, String)]) -> (std::process::ExitStatus, String) {
     let output = tokio::time::timeout(
         START_DEADLINE,
         tokio::process::Command::new(BIN)

@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tempfile::TempDir;
 
 use super::tools::{path_str, postgres_bin_dir, run};
@@ -10,6 +13,10 @@ use crate::net::free_port;
 
 /// How many times a cluster start is retried when its port was taken meanwhile.
 const START_ATTEMPTS: u32 = 3;
+/// How long the processes of a SIGKILLed server may take to be gone.
+const KILL_DEADLINE: Duration = Duration::from_secs(10);
+/// How often a wait of this fixture looks again.
+pub(super) const POLL_EVERY: Duration = Duration::from_millis(20);
 
 /// A PostgreSQL cluster in a temporary directory, stopped and deleted on drop and, through
 /// a watchdog process, when the owning process exits without dropping it.
@@ -35,25 +42,7 @@ impl ThrowawayCluster {
         settings: &[(&str, &str)],
         env: Vec<(&'static str, String)>,
     ) -> Result<Self, String> {
-        let bin = postgres_bin_dir()?;
-        let as_postgres_user = nix::unistd::geteuid().is_root();
-        let dir = tempfile::Builder::new()
-            .prefix("lockpg-")
-            .tempdir()
-            .map_err(|e| format!("create a temp dir: {e}"))?;
-        if as_postgres_user {
-            run(Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path()))?;
-        }
-        let mut cluster = Self {
-            dir,
-            bin,
-            port: 0,
-            as_postgres_user,
-            watchdog: None,
-            env,
-        };
+        let mut cluster = Self::unstarted(env)?;
         let data = cluster.data_dir();
         cluster.run_pg(
             "initdb",
@@ -68,19 +57,81 @@ impl ThrowawayCluster {
                 "--no-sync",
             ],
         )?;
+        cluster.start_on_a_free_port(settings)?;
+        Ok(cluster)
+    }
+
+    /// A hot standby of `primary`: a base backup (`pg_basebackup -R`, streaming as
+    /// `application_name`), started with `settings` on a port of its own.
+    pub(super) fn standby_of(
+        primary: &Self,
+        application_name: &str,
+        settings: &[(&str, &str)],
+    ) -> Result<Self, String> {
+        let mut standby = Self::unstarted(Vec::new())?;
+        let data = standby.data_dir();
+        let source = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={application_name}",
+            primary.port
+        );
+        standby.run_pg(
+            "pg_basebackup",
+            &[
+                "-D",
+                path_str(&data)?,
+                "-d",
+                &source,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+        )?;
+        standby.start_on_a_free_port(settings)?;
+        Ok(standby)
+    }
+
+    /// A temporary directory for a cluster, owned by the user the server runs as.
+    fn unstarted(env: Vec<(&'static str, String)>) -> Result<Self, String> {
+        let bin = postgres_bin_dir()?;
+        let as_postgres_user = nix::unistd::geteuid().is_root();
+        let dir = tempfile::Builder::new()
+            .prefix("lockpg-")
+            .tempdir()
+            .map_err(|e| format!("create a temp dir: {e}"))?;
+        if as_postgres_user {
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path()))?;
+        }
+        Ok(Self {
+            dir,
+            bin,
+            port: 0,
+            as_postgres_user,
+            watchdog: None,
+            env,
+        })
+    }
+
+    /// Starts the server of the data directory on a free port, with its watchdog.
+    fn start_on_a_free_port(&mut self, settings: &[(&str, &str)]) -> Result<(), String> {
+        let data = self.data_dir();
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
-            cluster.port = free_port();
+            self.port = free_port();
             let mut options = format!(
                 "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
-                cluster.port,
-                path_str(cluster.dir.path())?
+                self.port,
+                path_str(self.dir.path())?
             );
             for (name, value) in settings {
                 options.push_str(&format!(" -c {name}={value}"));
             }
-            let log = cluster.dir.path().join("postgres.log");
-            match cluster.run_pg(
+            let log = self.dir.path().join("postgres.log");
+            match self.run_pg(
                 "pg_ctl",
                 &[
                     "-D",
@@ -94,8 +145,8 @@ impl ThrowawayCluster {
                 ],
             ) {
                 Ok(()) => {
-                    cluster.watchdog = Some(cluster.spawn_watchdog()?);
-                    return Ok(cluster);
+                    self.watchdog = Some(self.spawn_watchdog()?);
+                    return Ok(());
                 }
                 Err(e) => {
                     last_error =
@@ -164,6 +215,71 @@ impl ThrowawayCluster {
             .collect()
     }
 
+    /// SIGKILL to the postmaster and every child it has (a crash: no shutdown checkpoint, no
+    /// goodbye to clients or standbys). Returns once none of them runs any more.
+    pub fn kill_hard(&self) -> Result<(), String> {
+        let pids = self.pids();
+        if pids.is_empty() {
+            return Err(format!("no postmaster runs on port {}", self.port));
+        }
+        for pid in &pids {
+            // One that exited meanwhile is what the signal was for.
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        let started = Instant::now();
+        while pids.iter().any(|pid| runs(*pid)) {
+            if started.elapsed() > KILL_DEADLINE {
+                return Err(format!(
+                    "PostgreSQL processes {pids:?} still run {KILL_DEADLINE:?} after SIGKILL"
+                ));
+            }
+            std::thread::sleep(POLL_EVERY);
+        }
+        Ok(())
+    }
+
+    /// `pg_ctl promote`, waiting until the server has left recovery.
+    pub(super) fn promote(&self) -> Result<(), String> {
+        let data = self.data_dir();
+        self.run_pg("pg_ctl", &["-D", path_str(&data)?, "-w", "promote"])
+    }
+
+    /// One statement through `psql` on `database`: its output, unaligned, without headers.
+    pub(super) fn psql(&self, database: &str, sql: &str) -> Result<String, String> {
+        let output = self
+            .pg_command("psql")
+            .args([
+                "-X",
+                "-q",
+                "-t",
+                "-A",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+            ])
+            .args(["-c", sql])
+            .output()
+            .map_err(|e| format!("run psql: {e}"))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        } else {
+            Err(format!(
+                "psql on port {} ({sql}): {}",
+                self.port,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
     fn pg_command(&self, tool: &str) -> Command {
         let program = self.bin.join(tool);
         let mut command = if self.as_postgres_user {
@@ -219,4 +335,14 @@ impl Drop for ThrowawayCluster {
             let _ = watchdog.wait();
         }
     }
+}
+
+/// Whether process `pid` runs (a zombie has stopped running: only its parent's wait is left).
+fn runs(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }

@@ -10,6 +10,9 @@
 //! 3. otherwise a [`ThrowawayCluster`] started from the machine's PostgreSQL binaries in a
 //!    temporary directory on a free port (as root, run as the `postgres` user). A watchdog
 //!    stops it and deletes its directory when the test process exits, however it exits.
+//!
+//! [`ReplicatedCluster`] is a primary with a streaming standby (synchronous or not) for
+//! failover tests and benchmarks.
 
 use std::sync::OnceLock;
 
@@ -18,10 +21,12 @@ use url::Url;
 
 mod cluster;
 mod container;
+mod standby;
 mod tools;
 
 pub use cluster::ThrowawayCluster;
 pub use container::PgContainer;
+pub use standby::{ReplicatedCluster, STANDBY_NAME};
 pub use tools::postgres_bin_dir;
 
 /// Settings for test clusters: durability off (data is thrown away), small footprint.

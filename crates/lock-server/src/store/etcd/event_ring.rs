@@ -5,10 +5,10 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use lock_api::LockEvent;
-use lock_store::EventPage;
+use lock_store::{EventPage, HeadSink};
 
 /// Events the ring keeps; older ones are gone (a watcher after them is told of a gap).
 pub(super) const EVENTS_KEPT: usize = 10_000;
@@ -36,17 +36,38 @@ struct Window {
     seen: i64,
 }
 
-/// The ring, and whether its watch was started.
-#[derive(Debug, Default)]
+/// The ring, whether its watch was started, and who is told its head.
+#[derive(Default)]
 pub(super) struct EventRing {
     window: Mutex<Window>,
     started: AtomicBool,
+    sink: OnceLock<HeadSink>,
+}
+
+impl std::fmt::Debug for EventRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRing")
+            .field("window", &self.window)
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EventRing {
     /// Whether this call is the first to start the ring's watch.
     pub(super) fn start(&self) -> bool {
         !self.started.swap(true, Ordering::SeqCst)
+    }
+
+    /// `sink` is told the head as the ring grows (the replica's watch streams); the first
+    /// one set stays.
+    pub(super) fn tell(&self, sink: HeadSink) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// Who is told the head, if anyone.
+    pub(super) fn sink(&self) -> Option<HeadSink> {
+        self.sink.get().cloned()
     }
 
     fn window(&self) -> std::sync::MutexGuard<'_, Window> {

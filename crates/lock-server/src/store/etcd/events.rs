@@ -33,7 +33,7 @@ impl EtcdStore {
         after: u64,
         limit: usize,
     ) -> Result<EventPage, StoreError> {
-        self.start_events(None);
+        self.start_events();
         if limit == 0 {
             let (current, _) = self.members.read_at(vec![]).await?;
             let through = through_revision(current).max(after);
@@ -45,10 +45,14 @@ impl EtcdStore {
         Ok(self.events.page(prefix, after, limit))
     }
 
-    /// Starts the ring's watch, once; `sink` (if any) is told the head as it grows.
-    pub(super) fn start_events(&self, sink: Option<HeadSink>) {
+    /// Starts the ring's watch, once: on the first read of the log (a W1 stream or page), so
+    /// until then etcd sends the replica no change at all (every change of every key with its
+    /// previous value is a large part of a lock cycle's cost on etcd: docs/benchmarks.md).
+    /// The ring begins `LOOKBACK_REVISIONS` back from that read; a watcher after an earlier
+    /// position is told the gap. Once started it runs until the process ends.
+    pub(super) fn start_events(&self) {
         if self.events.start() {
-            tokio::spawn(self.clone().serve_events(sink));
+            tokio::spawn(self.clone().serve_events(self.events.sink()));
         }
     }
 

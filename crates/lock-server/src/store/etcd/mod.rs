@@ -411,7 +411,7 @@ impl LockStore for EtcdStore {
     }
 
     async fn watch_events(&self, sink: HeadSink) -> Result<(), StoreError> {
-        self.start_events(Some(sink));
+        self.events.tell(sink);
         Ok(())
     }
 

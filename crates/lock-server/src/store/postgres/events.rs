@@ -1,16 +1,18 @@
-//! Watching on PostgreSQL (C3 W1): `lock_events` rows are written by the triggers of
-//! `lock_event()` in the transactions that change grants; `lock_events_sequence()` gives
-//! them positions in commit order. Each replica calls the sequencer every [`SEQUENCE_EVERY`]
+//! Watching on PostgreSQL (C3 W1): events are written to `lock_events_pending` (no index)
+//! by the triggers of `lock_event()` in the transactions that change grants;
+//! `lock_events_sequence()` moves them to `lock_events`, positioned in commit order. Each replica calls the sequencer every [`SEQUENCE_EVERY`]
 //! (a lock write notifies nobody: the lock path stays off PostgreSQL's notification lock) and
 //! tells its watchers the head it hears on `lock_event_head`. The reaper keeps
 //! [`EVENTS_KEPT_FOR`] of events.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_api::{EventKind, FencingToken, GrantScope, LeaderValue, LockEvent, LockKey, OwnerId};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
+use super::hosts::Hosts;
 use super::rows::{to_i64, to_u64};
 use super::{PostgresStore, map_err};
 use crate::store::StoreError;
@@ -65,12 +67,13 @@ impl PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<EventPage, StoreError> {
-        page(&self.pool, prefix, after, limit).await
+        (page(&self.pool, prefix, after, limit).await).map_err(|e| self.hosts.saw(e))
     }
 
     /// [`lock_store::LockStore::watch_events`]: the replica's sequencer and head listener.
     pub(super) fn start_events(&self, sink: HeadSink) {
-        tokio::spawn(serve(self.pool.clone(), self.listen_pool.clone(), sink));
+        let (pool, listen_pool) = (self.pool.clone(), self.listen_pool.clone());
+        tokio::spawn(serve(pool, listen_pool, self.hosts.clone(), sink));
     }
 }
 
@@ -141,7 +144,7 @@ fn event(
 }
 
 /// The replica's sequencer and head listener: runs until the process ends.
-async fn serve(pool: PgPool, listen_pool: PgPool, sink: HeadSink) {
+async fn serve(pool: PgPool, listen_pool: PgPool, hosts: Arc<Hosts>, sink: HeadSink) {
     loop {
         let listener = async {
             let mut listener = PgListener::connect_with(&listen_pool).await?;
@@ -149,7 +152,7 @@ async fn serve(pool: PgPool, listen_pool: PgPool, sink: HeadSink) {
             Ok::<_, sqlx::Error>(listener)
         };
         match listener.await {
-            Ok(listener) => follow(listener, &pool, &sink).await,
+            Ok(listener) => follow(listener, &pool, &hosts, &sink).await,
             Err(err) => tracing::warn!(event = "event_listener_failed", error = %err),
         }
         tokio::time::sleep(LISTEN_RETRY).await;
@@ -158,7 +161,7 @@ async fn serve(pool: PgPool, listen_pool: PgPool, sink: HeadSink) {
 
 /// Sequences every [`SEQUENCE_EVERY`]; passes each head heard on `lock_event_head` on.
 /// Returns when the connection is lost.
-async fn follow(mut listener: PgListener, pool: &PgPool, sink: &HeadSink) {
+async fn follow(mut listener: PgListener, pool: &PgPool, hosts: &Arc<Hosts>, sink: &HeadSink) {
     let mut tick = tokio::time::interval(SEQUENCE_EVERY);
     loop {
         tokio::select! {
@@ -173,19 +176,22 @@ async fn follow(mut listener: PgListener, pool: &PgPool, sink: &HeadSink) {
                     return;
                 }
             },
-            _ = tick.tick() => sequence(pool, sink).await,
+            _ = tick.tick() => sequence(pool, hosts, sink).await,
         }
     }
 }
 
 /// One call of `lock_events_sequence()`; its head goes to the sink (the notification may
-/// come later, or be missed).
-async fn sequence(pool: &PgPool, sink: &HeadSink) {
+/// come later, or be missed). A failure has a multi-host URL look for its writable host.
+async fn sequence(pool: &PgPool, hosts: &Arc<Hosts>, sink: &HeadSink) {
     match sqlx::query_scalar::<_, i64>("SELECT lock_events_sequence()")
         .fetch_one(pool)
         .await
     {
         Ok(head) => sink(u64::try_from(head).unwrap_or(0)),
-        Err(err) => tracing::warn!(event = "event_sequencing_failed", error = %err),
+        Err(err) => {
+            tracing::warn!(event = "event_sequencing_failed", error = %err);
+            hosts.saw(map_err(err));
+        }
     }
 }

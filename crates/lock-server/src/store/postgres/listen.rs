@@ -1,13 +1,16 @@
 //! Wake-ups across replicas: one connection per store listens on `lock_free` (a head waiter
 //! to wake) and `lock_handed_over` (a grant made to a head waiter), both written by
 //! `lock_notify_free()`; each notification is parsed and handed to every replica's sink (the
-//! replica where the waiter is parked answers it, the others ignore it).
+//! replica where the waiter is parked answers it, the others ignore it). A listener that
+//! lost its connection and could not get another is made anew from the pool (whose host may
+//! have changed meanwhile); every waiter is woken once it listens again.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::DateTime;
 use lock_api::{FencingToken, LockGrant, LockKey, SessionId};
+use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 use lock_store::{Wake, WakeSink};
@@ -20,9 +23,22 @@ pub(super) const HAND_OVER_CHANNEL: &str = "lock_handed_over";
 /// Pause before the listener tries again after its connection failed to come back.
 const LISTEN_RETRY_MS: u64 = 500;
 
+/// A listener on both channels, on a connection of `pool`.
+pub(super) async fn connect_listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener
+        .listen_all([WAKE_CHANNEL, HAND_OVER_CHANNEL])
+        .await?;
+    Ok(listener)
+}
+
 /// The listener's loop: each notification wakes its session's waiter; a lost connection
 /// (notifications may have been missed meanwhile) wakes every waiter once it is back.
-pub(super) async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSink>>>) {
+pub(super) async fn listen(
+    mut listener: PgListener,
+    pool: PgPool,
+    sinks: Arc<Mutex<Vec<WakeSink>>>,
+) {
     let sink = |wake: Wake| {
         let sinks = sinks
             .lock()
@@ -48,8 +64,20 @@ pub(super) async fn listen(mut listener: PgListener, sinks: Arc<Mutex<Vec<WakeSi
             Err(err) => {
                 tracing::warn!(event = "wake_listener_failed", error = %err);
                 sink(Wake::Everyone);
-                tokio::time::sleep(Duration::from_millis(LISTEN_RETRY_MS)).await;
+                listener = reconnect(&pool).await;
+                sink(Wake::Everyone);
             }
+        }
+    }
+}
+
+/// A new listener, trying every [`LISTEN_RETRY_MS`] until one listens.
+async fn reconnect(pool: &PgPool) -> PgListener {
+    loop {
+        tokio::time::sleep(Duration::from_millis(LISTEN_RETRY_MS)).await;
+        match connect_listener(pool).await {
+            Ok(listener) => return listener,
+            Err(err) => tracing::warn!(event = "wake_listener_failed", error = %err),
         }
     }
 }

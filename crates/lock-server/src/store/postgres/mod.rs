@@ -1,9 +1,11 @@
 //! `LockStore` on PostgreSQL. Each operation is one round trip; the grant logic lives in
 //! SQL functions (`migrations/`) so the store's `now()` is the only clock. A batch of writes
 //! is one `lock_batch` statement. `rows.rs` reads what the functions answer; `listen.rs`
-//! carries their wake-ups.
+//! carries their wake-ups; `hosts.rs` finds the writable host of a multi-host URL.
 
+mod durability;
 mod events;
+mod hosts;
 mod listen;
 mod reap;
 mod revoke;
@@ -11,7 +13,6 @@ mod rows;
 mod shares;
 mod values;
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,9 +24,10 @@ use lock_api::{
     SessionId,
 };
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 
-use self::listen::{HAND_OVER_CHANNEL, WAKE_CHANNEL, listen};
+use self::hosts::Hosts;
+use self::listen::{connect_listener, listen};
 use self::rows::{
     AcquireRow, BatchRow, acquire_answer, batch_answer, heartbeat_answer, renew_answer, set_answer,
     to_i64, to_u64,
@@ -45,8 +47,6 @@ const SET_ENDING: &str = "SELECT set_config('lock.ending', $1, true)";
 const SQLSTATE_READ_ONLY: &str = "25006";
 /// SQLSTATE classes that mean "the store, not the request, failed; try again".
 const TRANSIENT_SQLSTATE_PREFIXES: &[&str] = &["08", "57P", "40"];
-/// Settings whose `off` lets PostgreSQL acknowledge a commit that a crash undoes.
-const DURABILITY_SETTINGS: [&str; 2] = ["fsync", "synchronous_commit"];
 /// How long a request waits for a pooled connection before the store is "unavailable".
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 2_000;
 /// The setting `lock_notify_free()` reads on the freeing transaction's connection: `off`
@@ -64,6 +64,8 @@ pub struct PostgresStore {
     listening: Arc<AtomicBool>,
     /// Whether its connections let `lock_notify_free()` hand a freed key over.
     hand_over: bool,
+    /// The hosts of its URL, and which one the pools connect to.
+    hosts: Arc<Hosts>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -90,11 +92,9 @@ impl PostgresStore {
         max_connections: u32,
         hand_over: bool,
     ) -> Result<Self, StoreError> {
-        let mut options = PgConnectOptions::from_str(url).map_err(map_err)?;
-        if !hand_over {
-            options = options.options([(HAND_OVER_SETTING, "off")]);
-        }
-        let pool = PgPoolOptions::new()
+        let hosts = Hosts::parse(url, (!hand_over).then_some((HAND_OVER_SETTING, "off")))?;
+        let (options, listen_options) = hosts.first_writable().await?;
+        let pool = (hosts.pool_options(PgPoolOptions::new()))
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
             // No ping before every checkout: it doubles round trips. A dead connection fails
@@ -108,23 +108,30 @@ impl PostgresStore {
             .await
             .map_err(|e| StoreError::Internal(format!("migrations failed: {e}")))?;
         // Two listeners: wake-ups (`listen.rs`) and the watch log's sequencer (`events.rs`).
-        let listen_pool = PgPoolOptions::new()
+        let listen_pool = (hosts.pool_options(PgPoolOptions::new()))
             .max_connections(2)
             .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
-            .connect_lazy(url)
-            .map_err(map_err)?;
+            .connect_lazy_with(listen_options);
+        hosts.attach(&pool, &listen_pool);
         Ok(Self {
             pool,
             listen_pool,
             sinks: Arc::default(),
             listening: Arc::default(),
             hand_over,
+            hosts: Arc::new(hosts),
         })
     }
 
     /// The connection pool (for tests and benchmarks).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// `err` as the store's error; an unavailable or read-only store has a multi-host URL
+    /// look for the host that takes writes.
+    fn failed(&self, err: sqlx::Error) -> StoreError {
+        self.hosts.saw(map_err(err))
     }
 }
 
@@ -305,7 +312,7 @@ impl LockStore for PostgresStore {
         .bind(to_i64(ttl_ms)?)
         .fetch_one(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(|e| self.failed(e))?;
         Ok(SessionRecord {
             session_id,
             ttl_ms,
@@ -319,7 +326,7 @@ impl LockStore for PostgresStore {
                 .bind(session.0)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(|e| self.failed(e))?;
         row.map(|(owner, credential)| {
             Ok(SessionOwner {
                 owner: OwnerId::parse(owner)
@@ -337,7 +344,7 @@ impl LockStore for PostgresStore {
         .bind(credential)
         .fetch_one(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(|e| self.failed(e))?;
         to_u64(live)
     }
 
@@ -347,7 +354,7 @@ impl LockStore for PostgresStore {
                 .bind(session.0)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(|e| self.failed(e))?;
         heartbeat_answer(session, &outcome, ttl_ms, expires_at)
     }
 
@@ -373,7 +380,7 @@ impl LockStore for PostgresStore {
         .bind(session.0)
         .execute(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(|e| self.failed(e))?;
         Ok(result.rows_affected() > 0)
     }
 
@@ -398,7 +405,7 @@ impl LockStore for PostgresStore {
                 .bind(to_i64(spec.request.0)?)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(|e| self.failed(e))?;
         acquire_answer(key, session, row)
     }
 
@@ -419,7 +426,7 @@ impl LockStore for PostgresStore {
                 .bind(to_i64(spec.request.0)?)
                 .fetch_all(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(|e| self.failed(e))?;
         set_answer(keys, session, rows)
     }
 
@@ -429,7 +436,7 @@ impl LockStore for PostgresStore {
             .bind(session.0)
             .execute(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -447,7 +454,7 @@ impl LockStore for PostgresStore {
             .bind(leave)
             .fetch_one(&self.pool)
             .await
-            .map_err(map_err)
+            .map_err(|e| self.failed(e))
     }
 
     async fn watch_wakes(&self, sink: WakeSink) -> Result<(), StoreError> {
@@ -458,21 +465,18 @@ impl LockStore for PostgresStore {
         if self.listening.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let listener = async {
-            let mut listener = PgListener::connect_with(&self.listen_pool).await?;
-            listener
-                .listen_all([WAKE_CHANNEL, HAND_OVER_CHANNEL])
-                .await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        match listener.await {
+        match connect_listener(&self.listen_pool).await {
             Ok(listener) => {
-                tokio::spawn(listen(listener, self.sinks.clone()));
+                tokio::spawn(listen(
+                    listener,
+                    self.listen_pool.clone(),
+                    self.sinks.clone(),
+                ));
                 Ok(())
             }
             Err(err) => {
                 self.listening.store(false, Ordering::SeqCst);
-                Err(map_err(err))
+                Err(self.failed(err))
             }
         }
     }
@@ -490,7 +494,7 @@ impl LockStore for PostgresStore {
                 .bind(to_i64(token.0)?)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(map_err)?;
+                .map_err(|e| self.failed(e))?;
         renew_answer(key, session, token, &outcome, lease, expires_at)
     }
 
@@ -506,7 +510,7 @@ impl LockStore for PostgresStore {
             .bind(to_i64(token.0)?)
             .fetch_one(&self.pool)
             .await
-            .map_err(map_err)
+            .map_err(|e| self.failed(e))
     }
 
     async fn proclaim(
@@ -532,7 +536,7 @@ impl LockStore for PostgresStore {
         .bind(key.as_str())
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(|e| self.failed(e))?;
         if row.is_none() {
             return self.shares_info(key).await;
         }
@@ -584,7 +588,7 @@ impl LockStore for PostgresStore {
         .bind(key.as_str())
         .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
+        .map_err(|e| self.failed(e))?;
         let Some((token, by, reason)) = row else {
             return Ok(None);
         };
@@ -613,7 +617,7 @@ impl LockStore for PostgresStore {
             // overflowing lease, a deadlock with another replica's batch), so none is failed
             // for it. Each write goes alone, all at once (none waits behind another), and
             // fails, if at all, alone.
-            Err(BatchFailed::NotSent(err)) => vec![Err(err); ops.len()],
+            Err(BatchFailed::NotSent(err)) => vec![Err(self.hosts.saw(err)); ops.len()],
             Err(BatchFailed::NotCommitted(err)) => {
                 tracing::debug!(event = "batch_failed_applying_alone", writes = ops.len(), error = %err);
                 futures_util::future::join_all(ops.iter().map(|op| op.apply_alone(self))).await
@@ -624,6 +628,7 @@ impl LockStore for PostgresStore {
             // write is idempotent for its session.
             Err(BatchFailed::Unknown(err)) => {
                 tracing::warn!(event = "batch_outcome_unknown", writes = ops.len(), error = %err);
+                let err = self.hosts.saw(err);
                 let unknown = StoreError::Unavailable(format!(
                     "the store's answer was lost; the write may or may not have been applied, ask again: {err}"
                 ));
@@ -637,34 +642,22 @@ impl LockStore for PostgresStore {
             .fetch_one(&self.pool)
             .await
             .map(Some)
-            .map_err(map_err)
+            .map_err(|e| self.failed(e))
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
         let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
             .fetch_one(&self.pool)
             .await
-            .map_err(map_err)?;
+            .map_err(|e| self.failed(e))?;
         if read_only == "on" {
-            return Err(StoreError::NotLeader("the database is read-only".into()));
+            let err = StoreError::NotLeader("the database is read-only".into());
+            return Err(self.hosts.saw(err));
         }
         Ok(())
     }
 
     async fn durability_risks(&self) -> Result<Vec<String>, StoreError> {
-        let mut risks = Vec::new();
-        // `off` is the only value of either that acknowledges a commit a crash can undo.
-        for setting in DURABILITY_SETTINGS {
-            let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
-                .fetch_one(&self.pool)
-                .await
-                .map_err(map_err)?;
-            if value == "off" {
-                risks.push(format!(
-                    "PostgreSQL runs with {setting}=off: a crash can undo committed grants and a token can be handed out twice"
-                ));
-            }
-        }
-        Ok(risks)
+        self.settings_risks().await
     }
 }
