@@ -1,16 +1,18 @@
 //! `harness bench locks`: what users get from the lock service, side by side in one run.
 //!
-//! Starts a durable store — a throwaway PostgreSQL with fsync and synchronous commit on (or
-//! `DATABASE_URL`), or with `--backend etcd` one etcd member with its data on disk — and the
-//! real lock-server binary on it. Then for each client count (`--clients`, default 1, 8, 32)
-//! and two workloads (distinct keys: client *i* cycles on `bench.i`; hot: everyone on
-//! `bench.hot`) each side cycles acquire + release for `--seconds`, one side after the
-//! other: through the SDK, over raw HTTP, `pgbench` running the lock-server's own SQL
-//! (PostgreSQL only), and etcd's own lock API (whenever an `etcd` binary is installed; on
-//! the same etcd with `--backend etcd`). The table counts granted locks per second, refusals
-//! separately, acquires that gave up, the acquire wait (p50, p99, max) and fairness (most
-//! grants of one client over fewest); load generators in `bench_load`. Last, the
-//! lock-server's resident memory with many open sessions each holding a lock.
+//! Starts durable stores in the shape asked (`bench_stores`: one PostgreSQL server with fsync
+//! and synchronous commit on, or `DATABASE_URL`, or a primary with a synchronous standby; one
+//! etcd member or three, data on disk) and the real lock-server binary on the backend's. Then
+//! for each client count (`--clients`, default 1, 8, 32) and two workloads (distinct keys:
+//! client *i* cycles on `bench.i`; hot: everyone on `bench.hot`) each side cycles acquire +
+//! release for `--seconds`, one side after the other: through the SDK, over raw HTTP,
+//! `pgbench` running the lock-server's own SQL (PostgreSQL only), and etcd's own lock API
+//! (whenever an `etcd` binary is installed; on the same etcd with `--backend etcd`). The table
+//! counts granted locks per second, refusals separately, acquires that gave up, the acquire
+//! wait and the whole cycle's time, fairness, the CPU each part spent per grant
+//! (`bench_cpu`), the lock-server's own time per request, and for sides on etcd what they
+//! cost etcd (`bench_etcd`); load generators in `bench_load`, pictures in `bench_plot`. Last,
+//! the lock-server's resident memory with many open sessions each holding a lock.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,8 +40,8 @@ pub struct LockBenchOptions {
     /// Open sessions, each holding one lock, for the memory figure (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     pub sessions: usize,
-    /// The lock-server's store: `postgres` (with pgbench on the same SQL) or `etcd` (one
-    /// member; etcd's own lock API on the same etcd).
+    /// The lock-server's store: `postgres` (with pgbench on the same SQL) or `etcd` (etcd's
+    /// own lock API on the same members).
     #[arg(long, value_enum, default_value = "postgres")]
     pub backend: BenchBackend,
     /// PostgreSQL: the second lock-server the SDK side also runs against, in the same run.
